@@ -1,0 +1,36 @@
+#include "core/error.h"
+
+namespace tinyddp {
+
+namespace {
+// Paths are printed relative to the project root ("nn/linear.cpp", not "/home/.../nn/linear.cpp"),
+// so messages read the same on every machine.
+std::string project_relative(const std::string& file) {
+  for (const char* top : {"/core/", "/kernels/", "/comm/", "/nn/", "/examples/", "/bench/", "/test/"}) {
+    auto at = file.rfind(top);
+    if (at != std::string::npos) return file.substr(at + 1);
+  }
+  return file;
+}
+
+std::string render(const std::string& message, const std::string& expression, const std::string& file, int line) {
+  std::string text = "tinyddp error: " + message;
+  text += expression.empty() ? "\n  raised at " : "\n  check `" + expression + "` failed at ";
+  text += file + ":" + std::to_string(line);
+  return text;
+}
+}  // namespace
+
+Error::Error(std::string message, std::string expression, std::string file, int line)
+    : std::runtime_error(render(message, expression, project_relative(file), line)),
+      message_(std::move(message)),
+      expression_(std::move(expression)),
+      file_(project_relative(file)),
+      line_(line) {}
+
+namespace detail {
+void fail(const char* expression, const char* file, int line, const std::string& message) {
+  throw Error(message, expression ? expression : "", file, line);
+}
+}  // namespace detail
+}  // namespace tinyddp

@@ -1,0 +1,35 @@
+// Storage: one allocation on one device, shared by every Tensor that views it.
+//
+// A Tensor is (storage, offset, shape, dtype). Several tensors can share one Storage: that is how
+// DDP's gradient buckets work, each parameter's .grad being a view at some offset of one flat buffer,
+// so all-reducing the bucket updates every gradient in it without a copy.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "core/allocator.h"
+#include "core/device.h"
+
+namespace tinyddp {
+
+class Storage {
+ public:
+  Storage(size_t bytes, Device device);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() { return block_.ptr; }
+  const void* data() const { return block_.ptr; }
+  size_t nbytes() const { return bytes_; }
+  Device device() const { return device_; }
+  bool pinned() const { return block_.pinned; }
+
+ private:
+  Allocation block_;
+  size_t bytes_;
+  Device device_;
+};
+
+}  // namespace tinyddp

@@ -1,0 +1,75 @@
+// The kernels: every numeric operation the layers, losses and optimizers need, on CPU or CUDA
+// tensors. Each function checks shapes, dtypes and devices at the top (and says which argument is
+// wrong), then runs the CPU loop (kernels/*.cpp) or the CUDA kernel (kernels/cuda/*.cu). Both call
+// the same per-element math from kernels/elementwise.h.
+//
+// Conventions:
+//  - All float tensors are f32; labels are i64. All arguments of one call live on one device.
+//  - Functions writing a gradient take `beta`: out = beta*out + new, so a layer can either overwrite
+//    (beta = 0) or accumulate (beta = 1) as PyTorch's .grad does across backward passes.
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace tinyddp::kernels {
+
+// ---- linear algebra ----------------------------------------------------------------------------
+// c = alpha * op(a) @ op(b) + beta * c, op(x) = x or x^T; a, b, c are 2-D f32.
+// CPU: cblas_sgemm (OpenBLAS). CUDA: cublasSgemm.
+void gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, Tensor& c, float alpha = 1.f,
+          float beta = 0.f);
+// Number of BLAS threads on the CPU (1 = one thread per process, what DDP on CPU wants).
+void set_cpu_threads(int threads);
+
+// ---- bias ----------------------------------------------------------------------------------------
+// y[i, j] += bias[j] for y [rows, cols], bias [cols].
+void bias_add(Tensor& y, const Tensor& bias);
+// dbias[j] = beta * dbias[j] + sum_i dy[i, j].
+void bias_grad(const Tensor& dy, Tensor& dbias, float beta = 0.f);
+
+// ---- activations (any shape; out may alias in for forward) ---------------------------------------
+void relu_forward(const Tensor& x, Tensor& y);
+// dx = dy * (x > 0). dx may alias dy.
+void relu_backward(const Tensor& x, const Tensor& dy, Tensor& dx);
+// GELU, exact form x * Phi(x) (PyTorch's default approximate='none').
+void gelu_forward(const Tensor& x, Tensor& y);
+void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx);
+
+// ---- losses --------------------------------------------------------------------------------------
+// Fused softmax + cross-entropy, mean over the batch: logits [N, C] f32, labels [N] i64.
+// Returns the loss. When dlogits is non-null it receives (softmax(logits) - onehot(labels)) / N,
+// computed in the same pass (the probabilities are never stored separately).
+// A label outside [0, C) is an error naming the row and the label.
+float softmax_cross_entropy(const Tensor& logits, const Tensor& labels, Tensor* dlogits);
+// Mean squared error over all elements; dpred (optional) receives 2 (pred - target) / numel.
+float mse(const Tensor& pred, const Tensor& target, Tensor* dpred);
+// Number of rows whose largest logit is at the label's index (ties: the first maximum, as argmax).
+int64_t count_correct(const Tensor& logits, const Tensor& labels);
+
+// ---- optimizers (one pass over a flat buffer; PyTorch's formulas) --------------------------------
+struct SgdConfig {
+  float lr = 1e-3f, momentum = 0.f, dampening = 0.f, weight_decay = 0.f;
+  bool nesterov = false;
+};
+// torch.optim.SGD: g += wd*p; buf = first ? g : momentum*buf + (1-dampening)*g; g = nesterov ? g + momentum*buf : buf;
+// p -= lr*g. momentum_buffer may be undefined when momentum == 0.
+void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const SgdConfig& config, bool first_step);
+
+struct AdamConfig {
+  float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.f;
+  bool decoupled_weight_decay = false;  // true: AdamW (p *= 1 - lr*wd), false: Adam (g += wd*p)
+};
+// torch.optim.Adam / AdamW with step counting from 1 (bias corrections 1 - beta^step).
+void adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, const AdamConfig& config,
+               int64_t step);
+
+// ---- reductions and BLAS-1 -----------------------------------------------------------------------
+// sum of x^2 in double precision (the global gradient norm is sqrt of the sum over all gradients).
+double sum_of_squares(const Tensor& x);
+void fill(Tensor& x, float value);
+void scale(Tensor& x, float alpha);  // x *= alpha
+void axpy(float alpha, const Tensor& x, Tensor& y);  // y += alpha * x
+
+}  // namespace tinyddp::kernels

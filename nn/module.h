@@ -1,0 +1,74 @@
+// Module: a layer with explicit forward and backward, and named parameters.
+//
+// tinyddp has no general autograd. A model is a list of layers, and that list *is* the tape:
+// backward walks it in reverse, each layer turning the gradient of its output into the gradient of
+// its input and accumulating the gradients of its own parameters. The moment a layer has finished
+// its parameters' gradients, it calls Parameter::mark_grad_ready(), which runs the parameter's
+// hooks. That is exactly where PyTorch's autograd fires DDP's per-parameter hook, and it is where
+// our Reducer (nn/ddp) hooks in to start all-reducing a bucket while backward goes on.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace tinyddp::nn {
+
+struct Parameter {
+  Tensor value;
+  // Same shape as value. Backward *accumulates* into it (as PyTorch's .grad does); zero_grad clears it.
+  // DDP rebinds it to a view into a flat bucket buffer, so it must be written in place, never reassigned
+  // by layers.
+  Tensor grad;
+  // Run by mark_grad_ready(), in registration order, each time backward has finished this gradient.
+  std::vector<std::function<void(Parameter&)>> grad_ready_hooks;
+
+  void mark_grad_ready() {
+    for (auto& hook : grad_ready_hooks) hook(*this);
+  }
+};
+
+// A parameter with its full name as PyTorch would print it: "0.weight", "2.bias", ...
+struct NamedParameter {
+  std::string name;
+  Parameter* parameter;
+};
+
+class Module {
+ public:
+  virtual ~Module() = default;
+
+  // Computes the output and remembers what backward will need (the input, or the output).
+  virtual Tensor forward(const Tensor& input) = 0;
+  // Given d(loss)/d(output), accumulates the parameters' gradients, marks them ready, and returns
+  // d(loss)/d(input) -- or an undefined tensor when want_input_grad is false (the first layer of a
+  // model: nobody needs the gradient of the data, and skipping it saves a whole GEMM).
+  virtual Tensor backward(const Tensor& grad_output, bool want_input_grad = true) = 0;
+  // A short description: "Linear(in_features=10, out_features=2)".
+  virtual std::string describe() const = 0;
+
+  // Parameters in registration order, with names relative to this module ("weight", "0.bias").
+  virtual std::vector<NamedParameter> named_parameters();
+  std::vector<Parameter*> parameters();
+  int64_t parameter_count();
+
+  // Moves parameters (and their gradients) to `device`.
+  virtual void to(Device device);
+  Device device() const { return device_; }
+  void zero_grad();
+
+ protected:
+  // Registers a parameter owned by this module; its gradient starts as zeros of the same shape.
+  Parameter& register_parameter(const std::string& name, Tensor value);
+
+  Device device_ = Device::cpu();
+
+ private:
+  std::vector<std::pair<std::string, std::unique_ptr<Parameter>>> own_parameters_;
+};
+
+}  // namespace tinyddp::nn

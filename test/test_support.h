@@ -1,0 +1,35 @@
+// Helpers shared by the test suites: fixture paths and tolerance checks of the form atol + rtol*|ref|.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace tinyddp::testing {
+
+inline std::string fixture(const std::string& name) { return std::string(TINYDDP_TEST_FIXTURES) + "/" + name; }
+
+// Checks |got - ref| <= atol + rtol*|ref| element by element, reporting the first offender by index.
+inline void check_close(const std::vector<float>& got, const std::vector<float>& ref, double atol, double rtol,
+                        const std::string& what) {
+  REQUIRE_MESSAGE(got.size() == ref.size(), what << ": " << got.size() << " values, reference has " << ref.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    double tol = atol + rtol * std::fabs(double(ref[i]));
+    if (!(std::fabs(double(got[i]) - double(ref[i])) <= tol)) {
+      FAIL_CHECK(what << "[" << i << "] = " << got[i] << ", reference " << ref[i] << " (tolerance " << tol << ")");
+      return;
+    }
+  }
+}
+
+inline void check_close(const Tensor& got, const Tensor& ref, double atol, double rtol, const std::string& what) {
+  REQUIRE_MESSAGE(got.shape() == ref.shape(), what << ": shape " << shape_str(got.shape()) << " vs reference "
+                                                   << shape_str(ref.shape()));
+  check_close(got.to_vector<float>(), ref.to_vector<float>(), atol, rtol, what);
+}
+
+}  // namespace tinyddp::testing
