@@ -40,7 +40,15 @@ struct NamedParameter {
 
 class Module {
  public:
+  Module() = default;
   virtual ~Module() = default;
+  // Parameters live on the heap (see own_parameters_), so moving a module keeps every Parameter* --
+  // and every hook DDP registered on it -- valid. Copying is not offered: two modules sharing
+  // gradients would be a trap.
+  Module(Module&&) = default;
+  Module& operator=(Module&&) = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
 
   // Computes the output and remembers what backward will need (the input, or the output).
   virtual Tensor forward(const Tensor& input) = 0;
@@ -48,17 +56,22 @@ class Module {
   // d(loss)/d(input) -- or an undefined tensor when want_input_grad is false (the first layer of a
   // model: nobody needs the gradient of the data, and skipping it saves a whole GEMM).
   virtual Tensor backward(const Tensor& grad_output, bool want_input_grad = true) = 0;
-  // A short description: "Linear(in_features=10, out_features=2)".
+  // A short description: "Linear(in_features=10, out_features=2, bias=True)".
   virtual std::string describe() const = 0;
 
   // Parameters in registration order, with names relative to this module ("weight", "0.bias").
   virtual std::vector<NamedParameter> named_parameters();
   std::vector<Parameter*> parameters();
+  // Total number of scalars in all parameters.
   int64_t parameter_count();
+  // The parameter called `name` (as named_parameters() names it); throws listing the names that exist.
+  Parameter& parameter(const std::string& name);
 
-  // Moves parameters (and their gradients) to `device`.
+  // Moves parameters (and their gradients) to `device`. Call it before wrapping the model in DDP:
+  // moving replaces the gradient tensors that DDP's buckets would otherwise be viewing.
   virtual void to(Device device);
   Device device() const { return device_; }
+  // Sets every gradient to zero, in place (DDP's bucket views stay valid).
   void zero_grad();
 
  protected:

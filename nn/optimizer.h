@@ -1,6 +1,11 @@
 // Optimizer: updates parameters from their gradients. One object, one clear step() over flat buffers.
+//
+// Under DDP the optimizer needs no change at all: by the time step() runs, the Reducer has replaced
+// every rank's gradients with their average, so every rank applies the very same update to the very
+// same weights and the replicas stay identical without ever sending weights again.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -11,10 +16,15 @@ namespace tinyddp::nn {
 
 class Optimizer {
  public:
+  // `params` usually comes from model.named_parameters(); the names only label the state tensors.
   Optimizer(std::vector<NamedParameter> params, double lr);
   virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
 
+  // Applies one update from the current gradients, with the current lr(), and counts it.
   virtual void step() = 0;
+  // Sets every gradient to zero, in place (DDP's bucket views stay valid).
   void zero_grad();
 
   // The learning rate the next step() uses (schedulers set it), and the one it started with.
@@ -30,12 +40,16 @@ class Optimizer {
   virtual std::string kind() const = 0;
   // Per-parameter state tensors named "<state>.<param name>" (e.g. "exp_avg.0.weight"), in a fixed
   // order; lazily created state is created (zeros) by this call, so a fresh optimizer lists the same
-  // names and shapes as a trained one.
+  // names and shapes as a trained one. The tensors returned share memory with the optimizer's state:
+  // copying values into them restores the state.
   virtual std::vector<std::pair<std::string, Tensor>> state_tensors() = 0;
   // Restores counters after the state tensors were copied into state_tensors()'s tensors.
   void set_step_count(int64_t steps) { step_count_ = steps; }
 
  protected:
+  // Checks that `p` has a gradient of its own shape, on its own device, before an update reads it.
+  static void check_gradient(const NamedParameter& p, const char* optimizer_name);
+
   std::vector<NamedParameter> params_;
   double lr_, initial_lr_;
   int64_t step_count_ = 0;

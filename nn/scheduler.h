@@ -1,8 +1,13 @@
 // Learning-rate schedulers. A scheduler owns a step counter t and, on each step(), writes
 // lr(t) into its optimizer. Whether one step is a batch or an epoch is the caller's choice.
+//
+// Every schedule here is a closed form lr_at(t) of the optimizer's initial lr. PyTorch computes most
+// of its schedules recursively from the previous lr; the two agree up to rounding, and the closed form
+// is what makes resuming from a checkpoint exact (set_last_step(t) needs no history).
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "nn/optimizer.h"
 
@@ -27,6 +32,7 @@ class LRScheduler {
     optimizer_.set_lr(lr_at(t));
   }
   double base_lr() const { return base_lr_; }
+  Optimizer& optimizer() const { return optimizer_; }
   virtual std::string kind() const = 0;
 
  protected:

@@ -1,0 +1,33 @@
+// Activations: element-wise layers without parameters. Each saves its input in forward because its
+// derivative is a function of the input.
+#pragma once
+
+#include <string>
+
+#include "nn/module.h"
+
+namespace tinyddp::nn {
+
+// max(x, 0); the gradient passes where x > 0 (at exactly 0 it is 0, as in PyTorch).
+class ReLU : public Module {
+ public:
+  Tensor forward(const Tensor& input) override;
+  Tensor backward(const Tensor& grad_output, bool want_input_grad = true) override;
+  std::string describe() const override { return "ReLU()"; }
+
+ private:
+  Tensor input_;
+};
+
+// x * Phi(x) with Phi the standard normal CDF: PyTorch's nn.GELU() (approximate='none').
+class GELU : public Module {
+ public:
+  Tensor forward(const Tensor& input) override;
+  Tensor backward(const Tensor& grad_output, bool want_input_grad = true) override;
+  std::string describe() const override { return "GELU(approximate='none')"; }
+
+ private:
+  Tensor input_;
+};
+
+}  // namespace tinyddp::nn

@@ -1,0 +1,70 @@
+#include "nn/linear.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "kernels/ops.h"
+
+namespace tinyddp::nn {
+
+Linear::Linear(int64_t in_features, int64_t out_features, Generator& generator, bool bias)
+    : in_features_(in_features), out_features_(out_features) {
+  TINYDDP_CHECK(in_features > 0 && out_features > 0, "Linear(", in_features, ", ", out_features,
+                "): both sizes must be positive; hint: check the layer sizes of the model");
+  // PyTorch initialises the weight with kaiming_uniform_(a = sqrt(5)): gain = sqrt(2 / (1 + a^2)) =
+  // sqrt(1/3), std = gain / sqrt(fan_in), bound = sqrt(3) * std = 1 / sqrt(fan_in). The bias uses the
+  // same bound explicitly. The weight is drawn first, then the bias, as in nn.Linear.reset_parameters.
+  const float bound = float(1.0 / std::sqrt(double(in_features)));
+  Tensor w = Tensor::empty({out_features, in_features});
+  fill_uniform(w, -bound, bound, generator);
+  weight_ = &register_parameter("weight", w);
+  if (bias) {
+    Tensor b = Tensor::empty({out_features});
+    fill_uniform(b, -bound, bound, generator);
+    bias_ = &register_parameter("bias", b);
+  }
+}
+
+Parameter& Linear::bias() {
+  TINYDDP_CHECK(bias_ != nullptr, describe(), " has no bias; hint: construct it with bias = true");
+  return *bias_;
+}
+
+Tensor Linear::forward(const Tensor& input) {
+  TINYDDP_CHECK(input.dim() == 2 && input.size(1) == in_features_, describe(), ".forward: expected input [batch, ",
+                in_features_, "], got ", input.describe(), "; hint: flatten the input to [batch, features]");
+  TINYDDP_CHECK(input.device() == device_, describe(), ".forward: the input is on ", input.device().str(),
+                " but the layer is on ", device_.str(), "; hint: move the model or the batch with .to(device)");
+  Tensor output = Tensor::empty({input.size(0), out_features_}, DType::f32, device_);
+  kernels::gemm(input, false, weight_->value, true, output);  // y = x W^T
+  if (bias_) kernels::bias_add(output, bias_->value);
+  input_ = input;
+  return output;
+}
+
+Tensor Linear::backward(const Tensor& grad_output, bool want_input_grad) {
+  TINYDDP_CHECK(input_.defined(), describe(), ".backward called before forward; hint: run forward first");
+  TINYDDP_CHECK(grad_output.shape() == Shape({input_.size(0), out_features_}), describe(),
+                ".backward: expected grad_output [", input_.size(0), ", ", out_features_, "], got ",
+                grad_output.describe(), "; hint: pass the gradient of this layer's forward output");
+  // beta = 1: gradients accumulate across backward passes, as PyTorch's .grad does, which is what
+  // makes gradient accumulation over micro-batches (and DDP's no_sync()) work.
+  kernels::gemm(grad_output, true, input_, false, weight_->grad, 1.f, 1.f);  // dW += dy^T x
+  if (bias_) kernels::bias_grad(grad_output, bias_->grad, 1.f);              // db += sum over rows of dy
+  // Both gradients are final now. Announcing it *before* computing dx is the point of DDP's design:
+  // the Reducer can start all-reducing this layer's bucket while we (and the earlier layers) keep
+  // computing, so communication hides behind the rest of backward.
+  weight_->mark_grad_ready();
+  if (bias_) bias_->mark_grad_ready();
+  if (!want_input_grad) return Tensor();
+  Tensor grad_input = Tensor::empty(input_.shape(), DType::f32, device_);
+  kernels::gemm(grad_output, false, weight_->value, false, grad_input);  // dx = dy W
+  return grad_input;
+}
+
+std::string Linear::describe() const {
+  return detail::concat("Linear(in_features=", in_features_, ", out_features=", out_features_,
+                        ", bias=", bias_ ? "True" : "False", ")");
+}
+
+}  // namespace tinyddp::nn

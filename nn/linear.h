@@ -1,0 +1,41 @@
+// Linear: y = x W^T + b, with W stored as [out_features, in_features] exactly as PyTorch stores it,
+// so a state_dict moves between the two without transposes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/random.h"
+#include "nn/module.h"
+
+namespace tinyddp::nn {
+
+class Linear : public Module {
+ public:
+  // Draws the initial weight, then the bias, from `generator` with PyTorch's distribution:
+  // kaiming_uniform_(a = sqrt(5)) for the weight and U(-1/sqrt(in), 1/sqrt(in)) for the bias, which
+  // both come out as U(-1/sqrt(in_features), 1/sqrt(in_features)). The numbers are Philox draws, so one
+  // seed gives the same model on every device and every run (not the same numbers as PyTorch's RNG).
+  Linear(int64_t in_features, int64_t out_features, Generator& generator, bool bias = true);
+
+  // input [batch, in_features] -> [batch, out_features]. Keeps a handle to the input for backward.
+  Tensor forward(const Tensor& input) override;
+  // grad_output [batch, out_features]. Accumulates dW += dy^T x and db += sum_rows(dy), marks both
+  // ready, then (if wanted) returns dx = dy W.
+  Tensor backward(const Tensor& grad_output, bool want_input_grad = true) override;
+  std::string describe() const override;
+
+  int64_t in_features() const { return in_features_; }
+  int64_t out_features() const { return out_features_; }
+  bool has_bias() const { return bias_ != nullptr; }
+  Parameter& weight() { return *weight_; }
+  Parameter& bias();  // throws when built with bias = false
+
+ private:
+  int64_t in_features_, out_features_;
+  Parameter* weight_ = nullptr;  // owned by Module (heap), so these stay valid when a Linear moves
+  Parameter* bias_ = nullptr;
+  Tensor input_;  // saved by forward for dW
+};
+
+}  // namespace tinyddp::nn
