@@ -1,0 +1,95 @@
+// ReLU and GELU, forward and backward: one element-wise loop each around kernels/elementwise.h.
+// Backward takes the layer's *input* x (what the layer saved in forward) and the gradient dy of its
+// output, and writes dx = dy * f'(x).
+#include "kernels/argument_checks.h"
+#include "kernels/elementwise.h"
+#include "kernels/ops.h"
+
+#ifdef TINYDDP_WITH_CUDA
+#include "kernels/cuda/cuda_kernels.h"
+#endif
+
+namespace tinyddp::kernels {
+
+namespace {
+
+void check_forward(const char* op, const Tensor& x, const Tensor& y) {
+  detail::check_tensor(op, "x", x);
+  detail::check_tensor(op, "y", y);
+  detail::check_like(op, "x", x, "y", y);
+}
+
+void check_backward(const char* op, const Tensor& x, const Tensor& dy, const Tensor& dx) {
+  detail::check_tensor(op, "x", x);
+  detail::check_tensor(op, "dy", dy);
+  detail::check_tensor(op, "dx", dx);
+  detail::check_like(op, "x", x, "dy", dy);
+  detail::check_like(op, "x", x, "dx", dx);
+}
+
+// The CPU loops. y may alias x, and dx may alias dy: each element is read before it is written and
+// no other element is involved, so no restrict here.
+template <typename Fn>
+void map_cpu(const float* x, float* y, int64_t n, Fn fn) {
+  for (int64_t i = 0; i < n; ++i) y[i] = fn(x[i]);
+}
+template <typename Fn>
+void map2_cpu(const float* x, const float* dy, float* dx, int64_t n, Fn fn) {
+  for (int64_t i = 0; i < n; ++i) dx[i] = fn(x[i], dy[i]);
+}
+
+}  // namespace
+
+void relu_forward(const Tensor& x, Tensor& y) {
+  check_forward("relu_forward", x, y);
+  if (x.device().is_cuda()) {
+#ifdef TINYDDP_WITH_CUDA
+    cuda::relu_forward(x.device().index, x.data<float>(), y.data<float>(), x.numel());
+    return;
+#else
+    detail::cuda_not_built("relu_forward");
+#endif
+  }
+  map_cpu(x.data<float>(), y.data<float>(), x.numel(), [](float v) { return relu(v); });
+}
+
+void relu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
+  check_backward("relu_backward", x, dy, dx);
+  if (x.device().is_cuda()) {
+#ifdef TINYDDP_WITH_CUDA
+    cuda::relu_backward(x.device().index, x.data<float>(), dy.data<float>(), dx.data<float>(), x.numel());
+    return;
+#else
+    detail::cuda_not_built("relu_backward");
+#endif
+  }
+  map2_cpu(x.data<float>(), dy.data<float>(), dx.data<float>(), x.numel(), [](float v, float g) { return relu_grad(v, g); });
+}
+
+void gelu_forward(const Tensor& x, Tensor& y) {
+  check_forward("gelu_forward", x, y);
+  if (x.device().is_cuda()) {
+#ifdef TINYDDP_WITH_CUDA
+    cuda::gelu_forward(x.device().index, x.data<float>(), y.data<float>(), x.numel());
+    return;
+#else
+    detail::cuda_not_built("gelu_forward");
+#endif
+  }
+  map_cpu(x.data<float>(), y.data<float>(), x.numel(), [](float v) { return gelu(v); });
+}
+
+void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
+  check_backward("gelu_backward", x, dy, dx);
+  if (x.device().is_cuda()) {
+#ifdef TINYDDP_WITH_CUDA
+    cuda::gelu_backward(x.device().index, x.data<float>(), dy.data<float>(), dx.data<float>(), x.numel());
+    return;
+#else
+    detail::cuda_not_built("gelu_backward");
+#endif
+  }
+  map2_cpu(x.data<float>(), dy.data<float>(), dx.data<float>(), x.numel(), [](float v, float g) { return gelu_grad(v, g); });
+}
+
+}  // namespace tinyddp::kernels

@@ -1,0 +1,77 @@
+// Bias of a Linear layer: added to every row in forward, its gradient is the column sum of dy
+// (every row of the batch used the same bias, so every row's gradient flows into it).
+#include "kernels/argument_checks.h"
+#include "kernels/elementwise.h"
+#include "kernels/ops.h"
+
+#ifdef TINYDDP_WITH_CUDA
+#include "kernels/cuda/cuda_kernels.h"
+#endif
+
+namespace tinyddp::kernels {
+
+namespace {
+// y [rows, cols] with bias [cols]: the checks shared by forward and backward.
+void check_rows_and_bias(const char* op, const char* rows_arg, const Tensor& rows, const char* bias_arg,
+                         const Tensor& bias) {
+  detail::check_tensor(op, rows_arg, rows);
+  detail::check_tensor(op, bias_arg, bias);
+  detail::check_dim(op, rows_arg, rows, 2);
+  detail::check_dim(op, bias_arg, bias, 1);
+  detail::check_same_device(op, rows_arg, rows, bias_arg, bias);
+  TINYDDP_CHECK(bias.size(0) == rows.size(1), op, ": `", bias_arg, "` is ", bias.describe(), " but `", rows_arg,
+                "` is ", rows.describe(), "; hint: the bias needs one entry per column (", rows.size(1), ")");
+}
+}  // namespace
+
+void bias_add(Tensor& y, const Tensor& bias) {
+  check_rows_and_bias("bias_add", "y", y, "bias", bias);
+  const int64_t rows = y.size(0), cols = y.size(1);
+  if (y.numel() == 0) return;
+  if (y.device().is_cuda()) {
+#ifdef TINYDDP_WITH_CUDA
+    cuda::bias_add(y.device().index, y.data<float>(), bias.data<float>(), rows, cols);
+    return;
+#else
+    detail::cuda_not_built("bias_add");
+#endif
+  }
+  float* __restrict out = y.data<float>();
+  const float* __restrict b = bias.data<float>();
+  for (int64_t i = 0; i < rows; ++i) {
+    float* __restrict row = out + i * cols;
+    for (int64_t j = 0; j < cols; ++j) row[j] += b[j];
+  }
+}
+
+void bias_grad(const Tensor& dy, Tensor& dbias, float beta) {
+  check_rows_and_bias("bias_grad", "dy", dy, "dbias", dbias);
+  const int64_t rows = dy.size(0), cols = dy.size(1);
+  if (cols == 0) return;
+  if (dy.device().is_cuda()) {
+#ifdef TINYDDP_WITH_CUDA
+    cuda::bias_grad(dy.device().index, dy.data<float>(), dbias.data<float>(), rows, cols, beta);
+    return;
+#else
+    detail::cuda_not_built("bias_grad");
+#endif
+  }
+  const float* __restrict in = dy.data<float>();
+  float* __restrict out = dbias.data<float>();
+  // Columns in blocks that fit a small stack buffer: the sum of a block is accumulated row after row
+  // (contiguous loads, one vectorised add per row), then combined with the old gradient once, so
+  // beta * old is added to the finished sum as PyTorch's grad accumulation does.
+  constexpr int64_t kBlock = 512;
+  float sums[kBlock];
+  for (int64_t j0 = 0; j0 < cols; j0 += kBlock) {
+    const int64_t width = cols - j0 < kBlock ? cols - j0 : kBlock;
+    for (int64_t j = 0; j < width; ++j) sums[j] = 0.f;
+    for (int64_t i = 0; i < rows; ++i) {
+      const float* __restrict row = in + i * cols + j0;
+      for (int64_t j = 0; j < width; ++j) sums[j] += row[j];
+    }
+    for (int64_t j = 0; j < width; ++j) out[j0 + j] = accumulate(beta, out[j0 + j], sums[j]);
+  }
+}
+
+}  // namespace tinyddp::kernels

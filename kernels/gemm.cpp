@@ -1,0 +1,71 @@
+// GEMM, the one kernel that does almost all the arithmetic of an MLP: Linear's forward is
+// y = x @ W^T, its backward dx = dy @ W and dW = dy^T @ x. All three are one call with different
+// transpose flags, so no tensor is ever transposed in memory.
+//
+// CPU: cblas_sgemm from OpenBLAS, row-major. CUDA: cublasSgemm (kernels/cuda/gemm.cpp).
+#include <cblas.h>
+
+#include <climits>
+
+#include "kernels/argument_checks.h"
+#include "kernels/ops.h"
+
+#ifdef TINYDDP_WITH_CUDA
+#include "kernels/cuda/cuda_kernels.h"
+#endif
+
+namespace tinyddp::kernels {
+
+void gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, Tensor& c, float alpha, float beta) {
+  constexpr const char* op = "gemm";
+  detail::check_tensor(op, "a", a);
+  detail::check_tensor(op, "b", b);
+  detail::check_tensor(op, "c", c);
+  detail::check_dim(op, "a", a, 2);
+  detail::check_dim(op, "b", b, 2);
+  detail::check_dim(op, "c", c, 2);
+  detail::check_same_device(op, "a", a, "b", b);
+  detail::check_same_device(op, "a", a, "c", c);
+  // op(a) is [m, k], op(b) is [k, n], c is [m, n].
+  const int64_t m = transpose_a ? a.size(1) : a.size(0);
+  const int64_t k = transpose_a ? a.size(0) : a.size(1);
+  const int64_t k_b = transpose_b ? b.size(1) : b.size(0);
+  const int64_t n = transpose_b ? b.size(0) : b.size(1);
+  TINYDDP_CHECK(k == k_b, "gemm: inner dimensions differ: op(a) is [", m, ", ", k, "] (a is ", a.describe(),
+                transpose_a ? ", transposed" : "", ") but op(b) is [", k_b, ", ", n, "] (b is ", b.describe(),
+                transpose_b ? ", transposed" : "", "); hint: check the transpose flags and the operand order");
+  TINYDDP_CHECK(c.size(0) == m && c.size(1) == n, "gemm: the result op(a) @ op(b) is [", m, ", ", n, "] but `c` is ",
+                c.describe(), "; hint: allocate c as [", m, ", ", n, "]");
+  TINYDDP_CHECK(m <= INT_MAX && n <= INT_MAX && k <= INT_MAX, "gemm: dimensions [", m, ", ", n, ", ", k,
+                "] exceed what BLAS indexes with 32-bit integers; hint: split the product into row blocks");
+  if (m == 0 || n == 0) return;
+  if (k == 0) {  // an empty sum: c = beta * c, which BLAS libraries do not all agree on for k = 0
+    if (beta == 0.f) fill(c, 0.f);
+    else scale(c, beta);
+    return;
+  }
+  // Row-major storage: each matrix's leading dimension is its row length as stored.
+  const int64_t lda = a.size(1), ldb = b.size(1), ldc = c.size(1);
+  if (c.device().is_cuda()) {
+#ifdef TINYDDP_WITH_CUDA
+    cuda::gemm(c.device().index, transpose_a, transpose_b, m, n, k, alpha, a.data<float>(), lda, b.data<float>(), ldb,
+               beta, c.data<float>(), ldc);
+    return;
+#else
+    detail::cuda_not_built(op);
+#endif
+  }
+  cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans, transpose_b ? CblasTrans : CblasNoTrans, int(m),
+              int(n), int(k), alpha, a.data<float>(), int(lda), b.data<float>(), int(ldb), beta, c.data<float>(),
+              int(ldc));
+}
+
+void set_cpu_threads(int threads) {
+  TINYDDP_CHECK(threads >= 1, "set_cpu_threads(", threads, "): at least one thread is needed; hint: pass 1 to run "
+                "BLAS on the calling thread only");
+  // With several DDP processes on one host, each BLAS spawning one thread per core would oversubscribe
+  // the cores many times over; one thread per process is what torch.distributed users set too.
+  openblas_set_num_threads(threads);
+}
+
+}  // namespace tinyddp::kernels
