@@ -33,6 +33,12 @@ endif()
 add_library(tinyddp::cli INTERFACE IMPORTED)
 target_include_directories(tinyddp::cli INTERFACE ${TINYDDP_CLI11_INCLUDE})
 
+# zlib (zlib1g-dev): the CSV reader opens .csv.gz files.
+find_package(ZLIB QUIET)
+if(NOT ZLIB_FOUND)
+  message(FATAL_ERROR "zlib was not found (zlib.h / libz). Install it: apt-get install zlib1g-dev  (or run: make deps)")
+endif()
+
 if(TINYDDP_TESTS)
   find_path(TINYDDP_DOCTEST_INCLUDE doctest/doctest.h)
   if(NOT TINYDDP_DOCTEST_INCLUDE)
