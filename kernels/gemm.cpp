@@ -6,6 +6,7 @@
 #include <cblas.h>
 
 #include <climits>
+#include <utility>
 
 #include "kernels/argument_checks.h"
 #include "kernels/ops.h"
@@ -38,6 +39,13 @@ void gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, 
                 c.describe(), "; hint: allocate c as [", m, ", ", n, "]");
   TINYDDP_CHECK(m <= INT_MAX && n <= INT_MAX && k <= INT_MAX, "gemm: dimensions [", m, ", ", n, ", ", k,
                 "] exceed what BLAS indexes with 32-bit integers; hint: split the product into row blocks");
+  // BLAS reads a and b while it writes c: c overlapping either would read half-updated values.
+  for (const auto& [name, operand] : {std::pair<const char*, const Tensor*>{"a", &a}, {"b", &b}}) {
+    const bool overlap = c.shares_storage_with(*operand) && c.offset() < operand->offset() + operand->numel() &&
+                         operand->offset() < c.offset() + c.numel();
+    TINYDDP_CHECK(!overlap, "gemm: the output `c` overlaps the memory of `", name, "`; hint: write the product into a ",
+                  "separate tensor and copy it back");
+  }
   if (m == 0 || n == 0) return;
   if (k == 0) {  // an empty sum: c = beta * c, which BLAS libraries do not all agree on for k = 0
     if (beta == 0.f) fill(c, 0.f);

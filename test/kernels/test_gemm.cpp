@@ -68,6 +68,8 @@ TEST_CASE("gemm rejects operands whose shapes do not chain") {
   CHECK_THROWS_WITH_AS(kernels::gemm(a, true, b, false, c), doctest::Contains("allocate c as [3, 2]"), Error);
   Tensor v = Tensor::zeros({4});
   CHECK_THROWS_WITH_AS(kernels::gemm(v, false, b, false, c), doctest::Contains("argument `a` must have 2 dimension"), Error);
+  Tensor square = Tensor::zeros({3, 3});
+  CHECK_THROWS_WITH_AS(kernels::gemm(square, false, square, false, square), doctest::Contains("`c` overlaps the memory of `a`"), Error);
   Tensor d = Tensor::zeros({3, 2}, DType::f64);
   CHECK_THROWS_WITH_AS(kernels::gemm(a, true, b, false, d), doctest::Contains("argument `c` is f64[3, 2]"), Error);
 }
