@@ -78,3 +78,11 @@ TEST_CASE("count_correct matches (argmax == label).sum(), ties going to the firs
   CHECK(kernels::count_correct(tie, Tensor::from_vector<int64_t>({0, 1}, {2})) == 1);
   CHECK(kernels::count_correct(Tensor::zeros({0, 3}), Tensor::zeros({0}, DType::i64)) == 0);
 }
+
+TEST_CASE("softmax_cross_entropy may write the gradient over the logits") {
+  SafetensorsFile f = kernel_fixture("cross_entropy");
+  Tensor t = f.get("small.logits").clone();
+  float loss = kernels::softmax_cross_entropy(t, f.get("small.labels"), &t);
+  check_close({loss}, {f.get("small.loss").item<float>()}, 1e-5, 1e-5, "loss, in place");
+  check_close(t, f.get("small.dlogits"), 1e-7, 1e-4, "dlogits over logits");
+}
