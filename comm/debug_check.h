@@ -1,0 +1,41 @@
+// The TINYDDP_DEBUG=DETAIL check (TORCH_DISTRIBUTED_DEBUG=DETAIL's fingerprints).
+//
+// A rank that calls all_reduce while another calls broadcast, or all_reduce on 1000 floats while
+// another passes 999, usually hangs or, worse, returns garbage. With TINYDDP_DEBUG=DETAIL every
+// collective first gathers a small fingerprint from every rank (which collective, the call's
+// sequence number, dtype, element count, op, root) and, when they differ, every rank raises the
+// same error listing which ranks called what. It costs one extra small round per collective.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace tinyddp::comm {
+
+enum class CollectiveKind : uint8_t { all_reduce, broadcast, all_gather, reduce_scatter, barrier };
+const char* collective_kind_name(CollectiveKind kind);
+
+// Fixed-size and trivially copyable: it travels as raw bytes.
+struct Fingerprint {
+  uint64_t sequence = 0;  // how many collectives this group ran before this one
+  int64_t count = 0;      // elements per rank
+  int32_t root = -1;      // broadcast's root, else -1
+  uint8_t kind = 0;       // CollectiveKind
+  uint8_t op = 0;         // ReduceOp (reductions only)
+  uint8_t dtype = 0;      // DType
+  uint8_t reduces = 0;    // 1 when op is meaningful
+};
+static_assert(sizeof(Fingerprint) == 24);
+
+// "all_reduce #5 f32 x1024 sum"
+std::string describe_fingerprint(const Fingerprint& f);
+
+// "" when every rank's fingerprint agrees; else a message naming the ranks, what each called and
+// which fields differ, ending with a hint.
+std::string fingerprint_mismatch(std::span<const Fingerprint> by_rank);
+
+// True when the environment says TINYDDP_DEBUG=DETAIL (case-insensitive).
+bool debug_detail_from_environment();
+
+}  // namespace tinyddp::comm

@@ -1,0 +1,55 @@
+#include "comm/process_group.h"
+
+#include "comm/ring_backend.h"
+#ifdef TINYDDP_WITH_NCCL
+#include "comm/nccl/nccl_backend.h"
+#endif
+
+namespace tinyddp::comm {
+
+void ProcessGroup::check_tensor(const Tensor& t, const char* collective, const char* role) const {
+  TINYDDP_CHECK(t.defined(), collective, ": the ", role, " tensor is undefined; hint: allocate it (Tensor::empty) first");
+  TINYDDP_CHECK(is_collective_dtype(t.dtype()), collective, ": the ", role, " tensor is ", t.describe(),
+                ", but collectives take f32, f64, i32 or i64; hint: convert it to one of those dtypes");
+}
+
+void ProcessGroup::check_same(const Tensor& a, const Tensor& b, const char* collective) const {
+  TINYDDP_CHECK(a.dtype() == b.dtype() && a.numel() == b.numel(), collective, ": output ", a.describe(), " and input ",
+                b.describe(), " differ; hint: give both the same dtype and number of elements");
+}
+
+void ProcessGroup::check_root(int root, const char* collective) const {
+  TINYDDP_CHECK(root >= 0 && root < size_, collective, ": root ", root, " is not a rank of this group of ", size_,
+                "; hint: the root is a rank from 0 to ", size_ - 1);
+}
+
+std::vector<std::string> available_backends() {
+#ifdef TINYDDP_WITH_NCCL
+  return {"ring", "nccl"};
+#else
+  return {"ring"};
+#endif
+}
+
+std::shared_ptr<ProcessGroup> create_process_group(const std::string& backend, std::shared_ptr<Store> store, int rank,
+                                                   int world, const ProcessGroupOptions& options) {
+  if (backend == "ring" || backend == "gloo") return std::make_shared<RingBackend>(std::move(store), rank, world, options);
+  if (backend == "nccl") {
+#ifdef TINYDDP_WITH_NCCL
+    return create_nccl_process_group(std::move(store), rank, world, options);
+#else
+    TINYDDP_FAIL("the nccl backend is not in this build (NCCL was not found when it was configured); hint: install "
+                 "NCCL (libnccl-dev, or set NCCL_HOME) and reconfigure with -DTINYDDP_NCCL=ON, or use the ring backend, "
+                 "which stages CUDA tensors through host memory");
+#endif
+  }
+  TINYDDP_FAIL("unknown process group backend '", backend, "'; hint: use \"ring\"",
+#ifdef TINYDDP_WITH_NCCL
+               " or \"nccl\""
+#else
+               " (\"nccl\" needs a build with NCCL)"
+#endif
+  );
+}
+
+}  // namespace tinyddp::comm

@@ -1,0 +1,104 @@
+// ProcessGroup: the collectives every rank of a job calls together (PyTorch's c10d ProcessGroup).
+//
+//   auto store = std::make_shared<TcpStore>("10.0.0.1", 29500, rank == 0);
+//   auto pg = create_process_group("ring", store, rank, world);
+//   pg->all_reduce(grad, ReduceOp::avg)->wait();
+//
+// One interface, two backends:
+//   ring  hand-written (ring_backend.h): CPU tensors, and CUDA tensors staged through pinned host
+//         memory; TCP between hosts, shared memory between ranks of one host.
+//   nccl  NVIDIA's library (comm/nccl/): CUDA tensors; built only when NCCL is found.
+//
+// Every collective returns at once with a Work (work.h) and runs on the group's communication
+// thread, in call order; every rank must make the same calls in the same order. Each call is
+// bounded by a timeout (the group's, or the call's own): a peer that never answers, or dies, ends
+// the call with an error that names it instead of a hang. After such a failure the group is
+// aborted: later calls fail at once, and the peers are told so they fail too.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "comm/reduce_op.h"
+#include "comm/store.h"
+#include "comm/work.h"
+#include "core/tensor.h"
+
+namespace tinyddp::comm {
+
+struct ProcessGroupOptions {
+  // Bounds every collective (from the moment it starts running) and the group's setup.
+  std::chrono::milliseconds timeout = std::chrono::minutes(5);
+  // Groups created over one store must have distinct names (or be created in the same order on
+  // every rank: the n-th group of a name on one rank meets the n-th group of that name elsewhere).
+  std::string group_name = "default";
+  // ring backend: "tcp" | "shm" | "auto" (shared memory between ranks of a host, TCP otherwise).
+  std::string transport = "auto";
+  // TINYDDP_DEBUG=DETAIL's collective fingerprint check; unset: read the environment.
+  std::optional<bool> debug_detail;
+  // ring backend: all-reduces of at most this many bytes use the one-round direct exchange;
+  // unset: the measured crossover (ring_backend.cpp).
+  std::optional<size_t> small_message_bytes;
+  size_t shm_ring_bytes = 0;    // 0: TINYDDP_SHM_RING_BYTES or the default
+  size_t tcp_buffer_bytes = 0;  // 0: TINYDDP_TCP_BUFFER_BYTES or the kernel's auto-tuning
+  std::optional<std::string> token;  // the job token for transport handshakes; unset: TINYDDP_TOKEN
+};
+
+// Per-call settings.
+struct CallOptions {
+  std::chrono::milliseconds timeout{0};  // 0: the group's timeout
+};
+
+class ProcessGroup {
+ public:
+  ProcessGroup(int rank, int size) : rank_(rank), size_(size) {}
+  virtual ~ProcessGroup() = default;
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  virtual std::string backend() const = 0;
+
+  // tensor = op over every rank's tensor, in place. avg of integers truncates toward zero.
+  virtual WorkPtr all_reduce(const Tensor& tensor, ReduceOp op = ReduceOp::sum, const CallOptions& call = {}) = 0;
+  // output = op over every rank's input (same dtype and element count); input is left untouched.
+  virtual WorkPtr all_reduce_into(const Tensor& output, const Tensor& input, ReduceOp op = ReduceOp::sum,
+                                  const CallOptions& call = {}) = 0;
+  // Several all-reduces as one call: NCCL launches them as one group, the ring runs them back to back.
+  virtual WorkPtr all_reduce_coalesced(const std::vector<Tensor>& tensors, ReduceOp op = ReduceOp::sum,
+                                       const CallOptions& call = {}) = 0;
+  // tensor on every rank = tensor on `root`.
+  virtual WorkPtr broadcast(const Tensor& tensor, int root = 0, const CallOptions& call = {}) = 0;
+  // output (size() * input.numel() elements) = every rank's input, in rank order.
+  virtual WorkPtr all_gather(const Tensor& output, const Tensor& input, const CallOptions& call = {}) = 0;
+  // output = the rank()-th of size() equal parts of input, reduced over every rank.
+  virtual WorkPtr reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op = ReduceOp::sum,
+                                 const CallOptions& call = {}) = 0;
+  // Completes once every rank has called it.
+  virtual WorkPtr barrier(const CallOptions& call = {}) = 0;
+
+ protected:
+  // Argument checks shared by the backends: they throw in the caller's thread, before anything
+  // is queued, with the collective's name in the message.
+  void check_tensor(const Tensor& t, const char* collective, const char* role) const;
+  void check_same(const Tensor& a, const Tensor& b, const char* collective) const;
+  void check_root(int root, const char* collective) const;
+
+ private:
+  int rank_, size_;
+};
+
+// The backends this build has: always "ring", plus "nccl" when NCCL was found at build time.
+std::vector<std::string> available_backends();
+
+// Creates `backend` ("ring" or "nccl") for `rank` of `world`, meeting the other ranks through
+// `store`. Blocks until every rank has joined (bounded by options.timeout).
+std::shared_ptr<ProcessGroup> create_process_group(const std::string& backend, std::shared_ptr<Store> store, int rank,
+                                                   int world, const ProcessGroupOptions& options = {});
+
+}  // namespace tinyddp::comm

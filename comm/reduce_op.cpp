@@ -1,0 +1,95 @@
+#include "comm/reduce_op.h"
+
+#include <algorithm>
+#include <type_traits>
+
+#include "core/error.h"
+
+namespace tinyddp::comm {
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return "sum";
+    case ReduceOp::avg: return "avg";
+    case ReduceOp::max: return "max";
+    case ReduceOp::min: return "min";
+    case ReduceOp::prod: return "prod";
+  }
+  return "?";
+}
+
+ReduceOp reduce_op_from_name(const std::string& name) {
+  for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::max, ReduceOp::min, ReduceOp::prod})
+    if (name == reduce_op_name(op)) return op;
+  TINYDDP_FAIL("unknown reduce op '", name, "'; hint: use one of sum, avg, max, min, prod");
+}
+
+bool is_collective_dtype(DType dtype) {
+  return dtype == DType::f32 || dtype == DType::f64 || dtype == DType::i32 || dtype == DType::i64;
+}
+
+namespace {
+
+// Signed overflow is undefined in C++; collectives on integers wrap like the hardware does, so the
+// arithmetic happens on the unsigned twin of the type.
+template <typename T, bool = std::is_integral_v<T>>
+struct ArithOf {
+  using type = T;
+};
+template <typename T>
+struct ArithOf<T, true> {
+  using type = std::make_unsigned_t<T>;
+};
+template <typename T>
+using Arith = typename ArithOf<T>::type;
+
+template <typename T, typename Combine>
+void combine_loop(T* dst, const T* a, const T* __restrict b, size_t count, Combine combine) {
+  for (size_t i = 0; i < count; ++i) dst[i] = combine(a[i], b[i]);
+}
+
+template <typename T>
+void reduce_typed(T* dst, const T* a, const T* b, size_t count, ReduceOp op) {
+  using A = Arith<T>;
+  switch (op) {
+    case ReduceOp::sum:
+    case ReduceOp::avg:
+      combine_loop(dst, a, b, count, [](T x, T y) { return T(A(x) + A(y)); });
+      return;
+    case ReduceOp::prod:
+      combine_loop(dst, a, b, count, [](T x, T y) { return T(A(x) * A(y)); });
+      return;
+    case ReduceOp::max:
+      combine_loop(dst, a, b, count, [](T x, T y) { return x < y ? y : x; });
+      return;
+    case ReduceOp::min:
+      combine_loop(dst, a, b, count, [](T x, T y) { return y < x ? y : x; });
+      return;
+  }
+}
+
+}  // namespace
+
+void reduce_elements(void* dst, const void* a, const void* b, size_t count, DType dtype, ReduceOp op) {
+  switch (dtype) {
+    case DType::f32: return reduce_typed(static_cast<float*>(dst), static_cast<const float*>(a), static_cast<const float*>(b), count, op);
+    case DType::f64: return reduce_typed(static_cast<double*>(dst), static_cast<const double*>(a), static_cast<const double*>(b), count, op);
+    case DType::i32: return reduce_typed(static_cast<int32_t*>(dst), static_cast<const int32_t*>(a), static_cast<const int32_t*>(b), count, op);
+    case DType::i64: return reduce_typed(static_cast<int64_t*>(dst), static_cast<const int64_t*>(a), static_cast<const int64_t*>(b), count, op);
+    default: break;
+  }
+  TINYDDP_FAIL("collectives reduce f32, f64, i32 and i64, not ", dtype_name(dtype),
+               "; hint: convert the tensor to one of those dtypes first");
+}
+
+void finish_average(void* data, size_t count, DType dtype, int world_size) {
+  if (world_size == 1) return;
+  dispatch_dtype(dtype, [&](auto zero) {
+    using T = decltype(zero);
+    T* p = static_cast<T*>(data);
+    const T world = T(world_size);
+    for (size_t i = 0; i < count; ++i) p[i] = T(p[i] / world);
+  });
+}
+
+}  // namespace tinyddp::comm

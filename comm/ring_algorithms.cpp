@@ -1,0 +1,263 @@
+#include "comm/ring_algorithms.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include "core/error.h"
+
+namespace tinyddp::comm {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// How many received bytes are reduced before the loop goes back to sending: small enough that the
+// segment just reduced is still in L1/L2 when it is sent on, large enough to amortise the calls.
+constexpr size_t kSegmentBytes = 128 << 10;
+// How long one sleep lasts at most: the cadence of the liveness checks while blocked.
+constexpr auto kSleepSlice = std::chrono::microseconds(10'000);
+constexpr auto kMixedSleepSlice = std::chrono::microseconds(500);
+
+struct Progress {
+  size_t send_total = 0, recv_total = 0;
+  size_t sent = 0, processed = 0;
+  size_t send_region = 0, send_offset = 0;
+  size_t recv_region = 0, recv_offset = 0;
+};
+
+// Spin, then sleep on the transports, checking peers and the deadline between sleeps.
+class Waiter {
+ public:
+  explicit Waiter(const CollectiveContext& ctx) : ctx_(ctx), last_progress_(Clock::now()) {}
+
+  void progressed() {
+    spin_.reset();
+    last_progress_ = Clock::now();
+  }
+
+  void wait(const std::vector<WaitFor>& waits) {
+    if (spin_.keep_spinning()) {
+      SpinThenSleep::pause();
+      return;
+    }
+    std::map<Transport*, std::vector<WaitFor>> by_transport;
+    for (const WaitFor& w : waits) by_transport[&w.connection->transport()].push_back(w);
+    auto slice = by_transport.size() > 1 ? kMixedSleepSlice : kSleepSlice;
+    for (auto& [transport, list] : by_transport) transport->sleep_once(list, slice);
+    auto now = Clock::now();
+    auto stalled = std::chrono::duration_cast<std::chrono::milliseconds>(now - last_progress_);
+    for (Transport* t : ctx_.transports) t->check_peers(stalled);
+    if (now > ctx_.deadline) fail_timeout(waits);
+  }
+
+ private:
+  [[noreturn]] void fail_timeout(const std::vector<WaitFor>& waits) const {
+    std::string from, to;
+    for (const WaitFor& w : waits) {
+      if (w.recv) from += (from.empty() ? "" : ", ") + std::to_string(w.connection->peer());
+      if (w.send) to += (to.empty() ? "" : ", ") + std::to_string(w.connection->peer());
+    }
+    std::string waiting;
+    if (!from.empty()) waiting += "to receive from rank(s) " + from;
+    if (!to.empty()) waiting += (waiting.empty() ? "" : " and ") + std::string("to send to rank(s) ") + to;
+    TINYDDP_FAIL(ctx_.what, ": timed out after ", ctx_.timeout.count(), " ms waiting ", waiting,
+                 "; hint: those ranks did not make the same collective call (run with TINYDDP_DEBUG=DETAIL to check "
+                 "that every rank calls the same collectives), are stuck elsewhere, or need a longer timeout");
+  }
+
+  const CollectiveContext& ctx_;
+  SpinThenSleep spin_;
+  Clock::time_point last_progress_;
+};
+
+// Sends what the dependency rule allows; returns whether any byte moved.
+bool pump_send(Stream& s, Progress& p, size_t elem) {
+  bool moved = false;
+  while (p.sent < p.send_total) {
+    size_t allowed = std::min(s.send_lead + p.processed, p.send_total) - p.sent;
+    if (allowed == 0) break;
+    const SendRegion& region = s.send[p.send_region];
+    size_t n = std::min(region.bytes - p.send_offset, allowed);
+    size_t took = s.to->try_send(region.data + p.send_offset, n, elem);
+    if (took == 0) break;
+    moved = true;
+    p.sent += took;
+    p.send_offset += took;
+    while (p.send_region < s.send.size() && p.send_offset == s.send[p.send_region].bytes) {
+      ++p.send_region;
+      p.send_offset = 0;
+    }
+  }
+  return moved;
+}
+
+// Receives, reduces or copies up to one segment; returns whether any byte moved.
+bool pump_recv(Stream& s, Progress& p, const CollectiveContext& ctx, size_t elem) {
+  bool moved = false;
+  size_t budget = kSegmentBytes;
+  while (p.processed < p.recv_total && budget > 0) {
+    const RecvRegion& region = s.recv[p.recv_region];
+    size_t want = std::min(region.bytes - p.recv_offset, budget);
+    size_t n = 0;
+    if (region.own == nullptr) {
+      n = s.from->try_recv(region.dst + p.recv_offset, want);
+    } else {
+      want -= want % elem;
+      if (want == 0) break;
+      auto piece = s.from->try_peek(want);
+      n = piece.size() - piece.size() % elem;
+      if (n > 0) {
+        reduce_elements(region.dst + p.recv_offset, region.own + p.recv_offset, piece.data(), n / elem, ctx.dtype, ctx.op);
+        s.from->release(n);
+      }
+    }
+    if (n == 0) break;
+    if (region.average && region.own != nullptr)
+      finish_average(region.dst + p.recv_offset, n / elem, ctx.dtype, ctx.world_size);
+    moved = true;
+    budget -= std::min(budget, n);
+    p.processed += n;
+    p.recv_offset += n;
+    while (p.recv_region < s.recv.size() && p.recv_offset == s.recv[p.recv_region].bytes) {
+      ++p.recv_region;
+      p.recv_offset = 0;
+    }
+  }
+  return moved;
+}
+
+void drop_empty_regions(Stream& s) {
+  std::erase_if(s.send, [](const SendRegion& r) { return r.bytes == 0; });
+  std::erase_if(s.recv, [](const RecvRegion& r) { return r.bytes == 0; });
+}
+
+// Chunk i of a buffer of `count` elements cut into `parts`: the first count % parts chunks get one more.
+size_t chunk_begin(size_t count, int parts, int i) {
+  size_t base = count / size_t(parts), extra = count % size_t(parts);
+  return size_t(i) * base + std::min(size_t(i), extra);
+}
+size_t chunk_count(size_t count, int parts, int i) { return chunk_begin(count, parts, i + 1) - chunk_begin(count, parts, i); }
+int wrap(int i, int n) { return ((i % n) + n) % n; }
+
+}  // namespace
+
+void run_streams(std::span<Stream> streams, const CollectiveContext& ctx) {
+  const size_t elem = dtype_size(ctx.dtype);
+  std::vector<Progress> progress(streams.size());
+  for (size_t i = 0; i < streams.size(); ++i) {
+    drop_empty_regions(streams[i]);
+    for (auto& r : streams[i].send) progress[i].send_total += r.bytes;
+    for (auto& r : streams[i].recv) progress[i].recv_total += r.bytes;
+  }
+  Waiter waiter(ctx);
+  std::vector<WaitFor> waits;
+  for (;;) {
+    bool moved = false, done = true;
+    for (size_t i = 0; i < streams.size(); ++i) {
+      Stream& s = streams[i];
+      Progress& p = progress[i];
+      if (p.sent < p.send_total) moved |= pump_send(s, p, elem);
+      if (p.processed < p.recv_total) {
+        moved |= pump_recv(s, p, ctx, elem);
+        if (p.sent < p.send_total) moved |= pump_send(s, p, elem);  // what was just reduced can go on at once
+      }
+      done &= p.sent == p.send_total && p.processed == p.recv_total;
+    }
+    if (done) return;
+    if (moved) {
+      waiter.progressed();
+      continue;
+    }
+    waits.clear();
+    for (size_t i = 0; i < streams.size(); ++i) {
+      Progress& p = progress[i];
+      bool send_blocked = p.sent < std::min(streams[i].send_lead + p.processed, p.send_total);
+      bool recv_pending = p.processed < p.recv_total;
+      if (send_blocked) waits.push_back({streams[i].to, true, false});
+      if (recv_pending) waits.push_back({streams[i].from, false, true});
+    }
+    waiter.wait(waits);
+  }
+}
+
+void ring_all_reduce(const Ring& ring, const std::byte* in, std::byte* out, size_t count, const CollectiveContext& ctx) {
+  const int n = ring.size, r = ring.rank;
+  const size_t elem = dtype_size(ctx.dtype);
+  auto offset = [&](int chunk) { return chunk_begin(count, n, chunk) * elem; };
+  auto bytes = [&](int chunk) { return chunk_count(count, n, chunk) * elem; };
+  Stream s;
+  s.to = ring.next;
+  s.from = ring.prev;
+  s.send_lead = bytes(r);
+  for (int step = 0; step < n - 1; ++step) {  // reduce-scatter
+    int send_chunk = wrap(r - step, n), recv_chunk = wrap(r - step - 1, n);
+    s.send.push_back({(step == 0 ? in : out) + offset(send_chunk), bytes(send_chunk)});
+    s.recv.push_back({out + offset(recv_chunk), in + offset(recv_chunk), bytes(recv_chunk),
+                      ctx.op == ReduceOp::avg && step == n - 2});
+  }
+  for (int step = 0; step < n - 1; ++step) {  // all-gather of the finished chunks
+    int send_chunk = wrap(r + 1 - step, n), recv_chunk = wrap(r - step, n);
+    s.send.push_back({out + offset(send_chunk), bytes(send_chunk)});
+    s.recv.push_back({out + offset(recv_chunk), nullptr, bytes(recv_chunk)});
+  }
+  run_streams({&s, 1}, ctx);
+}
+
+void ring_reduce_scatter(const Ring& ring, const std::byte* in, std::byte* out, size_t count_per_rank,
+                         const CollectiveContext& ctx) {
+  const int n = ring.size, r = ring.rank;
+  const size_t chunk = count_per_rank * dtype_size(ctx.dtype);
+  // Partial sums travel through a scratch area: the input is the caller's and stays untouched.
+  std::vector<std::byte> scratch(size_t(std::max(0, n - 2)) * chunk);
+  Stream s;
+  s.to = ring.next;
+  s.from = ring.prev;
+  s.send_lead = chunk;
+  s.send.push_back({in + size_t(wrap(r - 1, n)) * chunk, chunk});
+  for (int step = 0; step < n - 1; ++step) {
+    int recv_chunk = wrap(r - 2 - step, n);
+    bool last = step == n - 2;  // the last chunk received is chunk r, the one this rank keeps
+    std::byte* dst = last ? out : scratch.data() + size_t(step) * chunk;
+    s.recv.push_back({dst, in + size_t(recv_chunk) * chunk, chunk, ctx.op == ReduceOp::avg && last});
+    if (!last) s.send.push_back({dst, chunk});
+  }
+  run_streams({&s, 1}, ctx);
+}
+
+void ring_all_gather(const Ring& ring, const std::byte* in, std::byte* out, size_t count_per_rank,
+                     const CollectiveContext& ctx) {
+  const int n = ring.size, r = ring.rank;
+  const size_t chunk = count_per_rank * dtype_size(ctx.dtype);
+  std::byte* mine = out + size_t(r) * chunk;
+  if (in != mine && chunk > 0) std::memmove(mine, in, chunk);
+  Stream s;
+  s.to = ring.next;
+  s.from = ring.prev;
+  s.send_lead = chunk;
+  s.send.push_back({mine, chunk});
+  for (int step = 0; step < n - 1; ++step) {
+    std::byte* dst = out + size_t(wrap(r - 1 - step, n)) * chunk;
+    s.recv.push_back({dst, nullptr, chunk});
+    if (step < n - 2) s.send.push_back({dst, chunk});
+  }
+  run_streams({&s, 1}, ctx);
+}
+
+void chain_broadcast(const Ring& ring, std::byte* buf, size_t bytes, int root, const CollectiveContext& ctx) {
+  const int n = ring.size;
+  const int position = wrap(ring.rank - root, n);  // 0 = root, n-1 = the end of the chain
+  Stream s;
+  if (position < n - 1) {
+    s.to = ring.next;
+    s.send.push_back({buf, bytes});
+    s.send_lead = position == 0 ? bytes : 0;  // the others forward what they have received
+  }
+  if (position > 0) {
+    s.from = ring.prev;
+    s.recv.push_back({buf, nullptr, bytes});
+  }
+  run_streams({&s, 1}, ctx);
+}
+
+}  // namespace tinyddp::comm

@@ -1,0 +1,91 @@
+// Ring algorithms: reduce-scatter, all-gather, all-reduce and a chained broadcast, pipelined.
+//
+// The ranks form a ring (r sends to r+1, receives from r-1). The buffer is cut into one chunk per
+// rank. All-reduce is reduce-scatter followed by all-gather:
+//
+//   reduce-scatter, n-1 steps: in step s, rank r sends chunk (r-s) and adds the chunk (r-s-1) it
+//     receives into its own; after n-1 steps rank r holds chunk (r+1) summed over every rank.
+//   all-gather, n-1 steps: the finished chunks travel once more around the ring and are copied.
+//
+// Every rank sends and receives 2(n-1)/n of the buffer, whatever n is: that is the "bus
+// bandwidth" factor nccl-tests reports, and why the ring is bandwidth-optimal.
+//
+// Pipelining. Look at what one rank sends: chunk r, then each chunk it received, once reduced.
+// So the whole collective is two byte streams per rank, one out to r+1 and one in from r-1, where
+// the out-stream is "my first chunk, then the in-stream (reduced) minus its last chunk". A byte
+// may leave as soon as the byte it depends on has arrived and been reduced. run_streams() moves
+// both streams a segment at a time with non-blocking transport calls, so at any moment one
+// segment is on the wire out, another on the wire in, and a third being reduced: steps overlap
+// steps, not just segments inside a step.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "comm/reduce_op.h"
+#include "comm/transport.h"
+#include "core/dtype.h"
+
+namespace tinyddp::comm {
+
+// What every algorithm needs to know besides the data: element type and op, a name for error
+// messages, when to give up, and every transport of the group (to notice any dead peer).
+struct CollectiveContext {
+  std::string what;  // "all_reduce #3 f32 x1024 sum"
+  DType dtype = DType::f32;
+  ReduceOp op = ReduceOp::sum;
+  int world_size = 1;
+  std::chrono::milliseconds timeout{0};
+  std::chrono::steady_clock::time_point deadline;
+  std::vector<Transport*> transports;
+};
+
+// ---- the stream engine ----
+struct SendRegion {
+  const std::byte* data;
+  size_t bytes;
+};
+// dst = own (op) incoming when `own` is set, else dst = incoming. With `average`, the reduced
+// bytes are divided by the world size before they count as processed (and so before they are sent).
+struct RecvRegion {
+  std::byte* dst;
+  const std::byte* own;
+  size_t bytes;
+  bool average = false;
+};
+// One peer's pair of streams. Send byte i may leave once send_lead + (bytes processed from the
+// receive stream) > i: send_lead = everything for a plain send, the first chunk for a ring.
+struct Stream {
+  Connection* to = nullptr;
+  std::vector<SendRegion> send;
+  size_t send_lead = 0;
+  Connection* from = nullptr;
+  std::vector<RecvRegion> recv;
+};
+
+// Moves every stream to completion from this thread; throws on timeout or a peer failure.
+void run_streams(std::span<Stream> streams, const CollectiveContext& ctx);
+
+// ---- ring collectives (byte pointers; counts in elements of ctx.dtype) ----
+struct Ring {
+  int rank;
+  int size;
+  Connection* next;  // to rank (rank+1) % size
+  Connection* prev;  // from rank (rank-1+size) % size
+};
+
+// out = in reduced over every rank. `out` may be `in`.
+void ring_all_reduce(const Ring& ring, const std::byte* in, std::byte* out, size_t count, const CollectiveContext& ctx);
+// out (count_per_rank) = chunk `rank` of in (size * count_per_rank), reduced over every rank.
+void ring_reduce_scatter(const Ring& ring, const std::byte* in, std::byte* out, size_t count_per_rank,
+                         const CollectiveContext& ctx);
+// out (size * count_per_rank) = every rank's in, in rank order. `in` may be out's own slot.
+void ring_all_gather(const Ring& ring, const std::byte* in, std::byte* out, size_t count_per_rank,
+                     const CollectiveContext& ctx);
+// buf on every rank = buf on `root`; a pipelined chain root -> root+1 -> ... (bytes, not elements).
+void chain_broadcast(const Ring& ring, std::byte* buf, size_t bytes, int root, const CollectiveContext& ctx);
+
+}  // namespace tinyddp::comm

@@ -1,0 +1,389 @@
+#include "comm/ring_backend.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <thread>
+
+#include "comm/shm_transport.h"
+#include "comm/small_message_allreduce.h"
+#include "comm/tcp_store.h"
+#include "comm/tcp_transport.h"
+
+namespace tinyddp::comm {
+
+namespace {
+
+// All-reduces of at most this many bytes use the direct exchange instead of the ring. Measured
+// with bench/allreduce_perf on the 2-core reference host (2 ranks): over shm the direct exchange
+// is faster up to 16-32 KiB and the ring from 64 KiB; over tcp the crossover is the same within
+// noise. 4 ranks keep the same crossover: the direct exchange sends 3x the bytes there, but the
+// ring's 6 dependent steps cost more than that below ~32 KiB.
+constexpr size_t kSmallMessageBytes = 32 << 10;
+// The spin budget when ranks outnumber cores: spinning then steals the core from the rank that is
+// being waited for, so waiters go to sleep almost at once.
+constexpr auto kOversubscribedSpin = std::chrono::microseconds(2);
+
+// A DETAIL mismatch: every rank raises it together and the streams stay in step, so unlike a
+// transport failure it does not abort the group.
+class MismatchError : public Error {
+ public:
+  using Error::Error;
+};
+
+size_t env_size(const char* name, size_t fallback) {
+  const char* value = std::getenv(name);
+  return value && *value ? size_t(std::stoull(value)) : fallback;
+}
+
+Tensor to_host(const Tensor& t) { return t.device().is_cpu() ? t : t.to(Device::cpu()); }
+
+// Copies a staged host result back into a CUDA tensor (a no-op for CPU tensors).
+void write_back(const Tensor& original, const Tensor& host) {
+  if (original.device().is_cpu()) return;
+  Tensor target = original;
+  target.copy_from(host);
+}
+
+std::byte* bytes_of(const Tensor& t) { return static_cast<std::byte*>(Tensor(t).raw_data()); }
+
+}  // namespace
+
+// ---- the communication thread and the queue it drains ----
+class RingBackend::Executor {
+ public:
+  struct Task {
+    WorkPtr work;
+    std::function<void(Work&)> run;
+  };
+
+  Executor() : thread_([this] { loop(); }) {}
+  ~Executor() { shutdown(); }
+
+  void enqueue(Task task) {
+    {
+      std::lock_guard<std::mutex> lock(queue_mutex_);
+      queue_.push_back(std::move(task));
+    }
+    queue_changed_.notify_one();
+  }
+
+  // The waiting caller runs queued collectives itself, in order, until `target` is done, unless
+  // the communication thread is running one right now (then it just waits).
+  void help(Work* target) {
+    std::unique_lock<std::mutex> running(run_mutex_, std::try_to_lock);
+    if (!running) return;
+    while (!target->is_completed() && run_next()) {
+    }
+  }
+
+  void shutdown() {
+    {
+      std::lock_guard<std::mutex> lock(queue_mutex_);
+      stopping_ = true;
+    }
+    queue_changed_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  // Pops and runs one task; false when the queue is empty. Popping under run_mutex_ keeps the
+  // order: no task can start before the one ahead of it has finished.
+  bool run_next() {
+    Task task;
+    {
+      std::lock_guard<std::mutex> lock(queue_mutex_);
+      if (queue_.empty()) return false;
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    task.run(*task.work);
+    return true;
+  }
+
+  void loop() {
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(queue_mutex_);
+        queue_changed_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        if (stopping_ && queue_.empty()) return;
+      }
+      std::lock_guard<std::mutex> running(run_mutex_);
+      while (run_next()) {
+      }
+    }
+  }
+
+  std::mutex queue_mutex_;
+  std::condition_variable queue_changed_;
+  std::deque<Task> queue_;
+  bool stopping_ = false;
+  std::mutex run_mutex_;
+  std::thread thread_;  // last: it starts after the members it uses exist
+};
+
+RingBackend::RingBackend(std::shared_ptr<Store> store, int rank, int size, const ProcessGroupOptions& options)
+    : ProcessGroup(rank, size),
+      store_(std::move(store)),
+      options_(options),
+      debug_detail_(options.debug_detail.value_or(debug_detail_from_environment())),
+      small_message_bytes_(options.small_message_bytes.value_or(env_size("TINYDDP_SMALL_MESSAGE_BYTES", kSmallMessageBytes))),
+      peers_(size_t(size), nullptr) {
+  TINYDDP_CHECK(store_ != nullptr, "ring backend: no store was given; hint: pass the TcpStore (or HashStore) the ranks share");
+  TINYDDP_CHECK(size >= 1 && rank >= 0 && rank < size, "ring backend: rank ", rank, " of world size ", size,
+                " is impossible; hint: ranks go from 0 to world size - 1");
+  const std::string& mode = options.transport;
+  TINYDDP_CHECK(mode == "auto" || mode == "tcp" || mode == "shm", "ring backend: unknown transport '", mode,
+                "'; hint: use tcp, shm or auto");
+
+  // Every rank's n-th group of this name meets the others' n-th one, even on a reused store.
+  const std::string base = "tinyddp/pg/" + options.group_name + "/";
+  const int64_t generation = store_->add(base + "generation/" + std::to_string(rank), 1);
+  const std::string prefix = base + std::to_string(generation) + "/";
+
+  // Who shares this host?
+  store_->set(prefix + "host/" + std::to_string(rank), host_identity());
+  std::vector<std::string> keys;
+  for (int r = 0; r < size; ++r) keys.push_back(prefix + "host/" + std::to_string(r));
+  store_->wait(keys, options.timeout);
+  std::vector<std::string> hosts = store_->multi_get(keys);
+  std::vector<int> local, remote;
+  for (int r = 0; r < size; ++r) (hosts[r] == hosts[rank] ? local : remote).push_back(r);
+
+  std::vector<int> tcp_peers;
+  if (mode == "tcp") {
+    for (int r = 0; r < size; ++r)
+      if (r != rank) tcp_peers.push_back(r);
+  } else {
+    if (mode == "shm") {
+      std::string others;
+      for (int r : remote) others += (others.empty() ? "" : ", ") + std::to_string(r);
+      TINYDDP_CHECK(remote.empty(), "ring backend: transport 'shm' needs every rank on one host, but rank(s) ", others,
+                    " run on another host than rank ", rank, "; hint: use transport 'auto' (shm within a host, tcp across) or 'tcp'");
+    }
+    tcp_peers = remote;
+    if (local.size() > 1) {
+      ShmTransportOptions shm_options;
+      shm_options.ring_bytes = options.shm_ring_bytes;
+      shm_ = std::make_unique<ShmTransport>(*store_, prefix, rank, local, options.timeout, shm_options);
+      transports_.push_back(shm_.get());
+    }
+  }
+  if (!tcp_peers.empty()) {
+    TcpTransportOptions tcp_options;
+    tcp_options.token = options.token.value_or(TcpStore::token_from_environment());
+    tcp_options.socket_buffer_bytes = options.tcp_buffer_bytes ? options.tcp_buffer_bytes : env_size("TINYDDP_TCP_BUFFER_BYTES", 0);
+    tcp_ = std::make_unique<TcpTransport>(*store_, prefix, rank, tcp_peers, hosts, options.timeout, tcp_options);
+    transports_.push_back(tcp_.get());
+  }
+  for (int r = 0; r < size; ++r) {
+    if (r == rank) continue;
+    bool over_tcp = std::find(tcp_peers.begin(), tcp_peers.end(), r) != tcp_peers.end();
+    peers_[r] = over_tcp ? tcp_->connection(r) : shm_->connection(r);
+  }
+  if (local.size() > std::max(1u, std::thread::hardware_concurrency())) SpinThenSleep::set_budget(kOversubscribedSpin);
+  executor_ = std::make_shared<Executor>();
+}
+
+RingBackend::~RingBackend() {
+  executor_->shutdown();  // queued collectives still run: the peers expect them
+}
+
+std::string RingBackend::transport_to(int peer) const {
+  if (peer == rank()) return "self";
+  return peers_.at(size_t(peer))->transport().name();
+}
+
+Ring RingBackend::ring() const {
+  return Ring{rank(), size(), peers_[size_t((rank() + 1) % size())], peers_[size_t((rank() + size() - 1) % size())]};
+}
+
+WorkPtr RingBackend::enqueue(Fingerprint fingerprint, const CallOptions& call,
+                             std::function<void(const CollectiveContext&)> body) {
+  std::lock_guard<std::mutex> lock(enqueue_mutex_);
+  fingerprint.sequence = next_sequence_++;
+  auto work = std::make_shared<Work>(describe_fingerprint(fingerprint));
+  work->set_helper([weak = std::weak_ptr<Executor>(executor_), target = work.get()] {
+    if (auto executor = weak.lock()) executor->help(target);
+  });
+  auto timeout = call.timeout.count() > 0 ? call.timeout : options_.timeout;
+  executor_->enqueue({work, [this, fingerprint, timeout, body = std::move(body)](Work& w) {
+                        run_task(fingerprint, timeout, body, w);
+                      }});
+  return work;
+}
+
+void RingBackend::run_task(const Fingerprint& fingerprint, std::chrono::milliseconds timeout,
+                           const std::function<void(const CollectiveContext&)>& body, Work& work) {
+  try {
+    TINYDDP_CHECK(aborted_.empty(), "rank ", rank(), ": ", work.description(),
+                  " cannot run: this process group was aborted by an earlier failure: ", aborted_,
+                  "; hint: handle that failure, then create a new process group on every rank");
+    CollectiveContext ctx;
+    ctx.what = "rank " + std::to_string(rank()) + ": " + work.description();
+    ctx.dtype = DType(fingerprint.dtype);
+    ctx.op = ReduceOp(fingerprint.op);
+    ctx.world_size = size();
+    ctx.timeout = timeout;
+    ctx.deadline = std::chrono::steady_clock::now() + timeout;
+    ctx.transports = transports_;
+    if (debug_detail_ && size() > 1) check_fingerprints(fingerprint, ctx);
+    body(ctx);
+    work.mark_succeeded();
+  } catch (const MismatchError&) {
+    work.mark_failed(std::current_exception());
+  } catch (const std::exception& e) {
+    // A timeout or a peer failure leaves the byte streams out of step: abort the group and tell
+    // the peers, so that they fail now and name this failure instead of timing out.
+    if (aborted_.empty()) {
+      const auto* error = dynamic_cast<const Error*>(&e);
+      aborted_ = error ? error->message() : e.what();
+      for (Transport* t : transports_) t->abort("rank " + std::to_string(rank()) + " failed: " + aborted_);
+    }
+    work.mark_failed(std::current_exception());
+  }
+}
+
+void RingBackend::check_fingerprints(const Fingerprint& mine, const CollectiveContext& ctx) {
+  std::vector<Fingerprint> all(static_cast<size_t>(size()));
+  CollectiveContext check = ctx;
+  check.what += " (TINYDDP_DEBUG=DETAIL fingerprint exchange)";
+  direct_all_gather(peers_, rank(), reinterpret_cast<const std::byte*>(&mine), reinterpret_cast<std::byte*>(all.data()),
+                    sizeof(Fingerprint), check);
+  std::string mismatch = fingerprint_mismatch(all);
+  if (!mismatch.empty()) throw MismatchError(mismatch, "", __FILE__, __LINE__);
+}
+
+void RingBackend::all_reduce_bytes(const std::byte* in, std::byte* out, size_t count, const CollectiveContext& ctx) {
+  const size_t bytes = count * dtype_size(ctx.dtype);
+  if (size() == 1 || bytes == 0) {
+    if (out != in && bytes > 0) std::memcpy(out, in, bytes);
+    return;
+  }
+  if (bytes <= small_message_bytes_)
+    direct_all_reduce(peers_, rank(), in, out, count, ctx);
+  else
+    ring_all_reduce(ring(), in, out, count, ctx);
+}
+
+namespace {
+Fingerprint fingerprint_of(CollectiveKind kind, const Tensor& t, int64_t count, std::optional<ReduceOp> op, int root = -1) {
+  Fingerprint f;
+  f.kind = uint8_t(kind);
+  f.dtype = uint8_t(t.defined() ? t.dtype() : DType::i32);
+  f.count = count;
+  f.reduces = op.has_value();
+  f.op = uint8_t(op.value_or(ReduceOp::sum));
+  f.root = root;
+  return f;
+}
+}  // namespace
+
+WorkPtr RingBackend::all_reduce(const Tensor& tensor, ReduceOp op, const CallOptions& call) {
+  check_tensor(tensor, "all_reduce", "tensor");
+  return enqueue(fingerprint_of(CollectiveKind::all_reduce, tensor, tensor.numel(), op), call,
+                 [this, tensor](const CollectiveContext& ctx) {
+                   Tensor host = to_host(tensor);
+                   all_reduce_bytes(bytes_of(host), bytes_of(host), size_t(host.numel()), ctx);
+                   write_back(tensor, host);
+                 });
+}
+
+WorkPtr RingBackend::all_reduce_into(const Tensor& output, const Tensor& input, ReduceOp op, const CallOptions& call) {
+  check_tensor(output, "all_reduce_into", "output");
+  check_tensor(input, "all_reduce_into", "input");
+  check_same(output, input, "all_reduce_into");
+  return enqueue(fingerprint_of(CollectiveKind::all_reduce, input, input.numel(), op), call,
+                 [this, output, input](const CollectiveContext& ctx) {
+                   Tensor in = to_host(input);
+                   Tensor out = output.device().is_cpu() ? output : Tensor::empty(output.shape(), output.dtype());
+                   all_reduce_bytes(bytes_of(in), bytes_of(out), size_t(in.numel()), ctx);
+                   write_back(output, out);
+                 });
+}
+
+WorkPtr RingBackend::all_reduce_coalesced(const std::vector<Tensor>& tensors, ReduceOp op, const CallOptions& call) {
+  TINYDDP_CHECK(!tensors.empty(), "all_reduce_coalesced: no tensors were given; hint: pass at least one tensor");
+  int64_t total = 0;
+  for (const Tensor& t : tensors) {
+    check_tensor(t, "all_reduce_coalesced", "tensor");
+    TINYDDP_CHECK(t.dtype() == tensors[0].dtype(), "all_reduce_coalesced: tensors mix ", dtype_name(tensors[0].dtype()),
+                  " and ", dtype_name(t.dtype()), "; hint: coalesce tensors of one dtype per call");
+    total += t.numel();
+  }
+  return enqueue(fingerprint_of(CollectiveKind::all_reduce, tensors[0], total, op), call,
+                 [this, tensors](const CollectiveContext& ctx) {
+                   for (const Tensor& t : tensors) {
+                     Tensor host = to_host(t);
+                     all_reduce_bytes(bytes_of(host), bytes_of(host), size_t(host.numel()), ctx);
+                     write_back(t, host);
+                   }
+                 });
+}
+
+WorkPtr RingBackend::broadcast(const Tensor& tensor, int root, const CallOptions& call) {
+  check_tensor(tensor, "broadcast", "tensor");
+  check_root(root, "broadcast");
+  return enqueue(fingerprint_of(CollectiveKind::broadcast, tensor, tensor.numel(), std::nullopt, root), call,
+                 [this, tensor, root](const CollectiveContext& ctx) {
+                   if (size() == 1 || tensor.numel() == 0) return;
+                   Tensor host = to_host(tensor);
+                   chain_broadcast(ring(), bytes_of(host), host.nbytes(), root, ctx);
+                   if (rank() != root) write_back(tensor, host);
+                 });
+}
+
+WorkPtr RingBackend::all_gather(const Tensor& output, const Tensor& input, const CallOptions& call) {
+  check_tensor(output, "all_gather", "output");
+  check_tensor(input, "all_gather", "input");
+  TINYDDP_CHECK(output.dtype() == input.dtype() && output.numel() == input.numel() * size(), "all_gather: output ",
+                output.describe(), " must hold world size (", size(), ") x input ", input.describe(),
+                "; hint: allocate the output with ", input.numel() * size(), " elements of ", dtype_name(input.dtype()));
+  return enqueue(fingerprint_of(CollectiveKind::all_gather, input, input.numel(), std::nullopt), call,
+                 [this, output, input](const CollectiveContext& ctx) {
+                   Tensor in = to_host(input);
+                   Tensor out = output.device().is_cpu() ? output : Tensor::empty(output.shape(), output.dtype());
+                   if (size() == 1) {
+                     if (in.numel() > 0 && bytes_of(out) != bytes_of(in)) std::memmove(bytes_of(out), bytes_of(in), in.nbytes());
+                   } else {
+                     ring_all_gather(ring(), bytes_of(in), bytes_of(out), size_t(in.numel()), ctx);
+                   }
+                   write_back(output, out);
+                 });
+}
+
+WorkPtr RingBackend::reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op, const CallOptions& call) {
+  check_tensor(output, "reduce_scatter", "output");
+  check_tensor(input, "reduce_scatter", "input");
+  TINYDDP_CHECK(output.dtype() == input.dtype() && input.numel() == output.numel() * size(), "reduce_scatter: input ",
+                input.describe(), " must hold world size (", size(), ") x output ", output.describe(),
+                "; hint: the input is the concatenation of one output-sized part per rank");
+  return enqueue(fingerprint_of(CollectiveKind::reduce_scatter, output, output.numel(), op), call,
+                 [this, output, input](const CollectiveContext& ctx) {
+                   Tensor in = to_host(input);
+                   Tensor out = output.device().is_cpu() ? output : Tensor::empty(output.shape(), output.dtype());
+                   if (size() == 1) {
+                     if (in.numel() > 0) std::memmove(bytes_of(out), bytes_of(in), in.nbytes());
+                   } else {
+                     ring_reduce_scatter(ring(), bytes_of(in), bytes_of(out), size_t(out.numel()), ctx);
+                   }
+                   write_back(output, out);
+                 });
+}
+
+WorkPtr RingBackend::barrier(const CallOptions& call) {
+  return enqueue(fingerprint_of(CollectiveKind::barrier, Tensor(), 0, std::nullopt), call,
+                 [this](const CollectiveContext& ctx) {
+                   if (size() == 1) return;
+                   // A one-element all-reduce: nobody gets past it before everyone has sent.
+                   int32_t token = 1, total = 0;
+                   CollectiveContext as_sum = ctx;
+                   as_sum.dtype = DType::i32;
+                   as_sum.op = ReduceOp::sum;
+                   direct_all_reduce(peers_, rank(), reinterpret_cast<const std::byte*>(&token),
+                                     reinterpret_cast<std::byte*>(&total), 1, as_sum);
+                 });
+}
+
+}  // namespace tinyddp::comm

@@ -1,0 +1,415 @@
+#include "comm/tcp_transport.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include "comm/log.h"
+#include "core/error.h"
+
+namespace tinyddp::comm {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr uint32_t kMagic = 0x50444454;  // "TDDP"
+constexpr uint16_t kVersion = 1;
+constexpr uint16_t kHello = 0, kAccepted = 1;
+// The staging buffer that incoming bytes to be reduced are read into: small enough to stay in L2,
+// large enough that one recv() moves a useful amount.
+constexpr size_t kStagingBytes = 256 << 10;
+// How long a rank may make no progress after some peer hung up before it calls that a failure
+// (a peer that exited cleanly after its last collective also hangs up, and must not be blamed).
+constexpr auto kHangupGrace = std::chrono::milliseconds(1000);
+
+// The first bytes of every connection. Both ends are the same build on little-endian hosts.
+struct Handshake {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t kind;
+  int32_t from;
+  int32_t to;
+  uint64_t group;  // digest of the group's store prefix: a connection for another group is refused
+  uint64_t token;  // digest of the job token: never the token itself on the wire
+};
+static_assert(sizeof(Handshake) == 32);
+
+uint64_t fnv1a(const std::string& text) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+std::string errno_text(int err) { return std::string(std::strerror(err)) + " (errno " + std::to_string(err) + ")"; }
+
+int remaining_ms(Clock::time_point deadline) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return int(std::clamp<long long>(left, 0, 1 << 30));
+}
+
+// Blocking-with-deadline helpers for the handshake (the data path is non-blocking).
+bool wait_fd(int fd, short events, Clock::time_point deadline) {
+  pollfd p{fd, events, 0};
+  for (;;) {
+    int rc = ::poll(&p, 1, remaining_ms(deadline));
+    if (rc > 0) return true;
+    if (rc == 0) return false;
+    if (errno != EINTR) return false;
+  }
+}
+
+bool write_all(int fd, const void* data, size_t n, Clock::time_point deadline) {
+  auto* p = static_cast<const char*>(data);
+  while (n > 0) {
+    ssize_t k = ::send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (k > 0) {
+      p += k;
+      n -= size_t(k);
+    } else if (k < 0 && (errno == EAGAIN || errno == EINTR)) {
+      if (!wait_fd(fd, POLLOUT, deadline)) return false;
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool read_all(int fd, void* data, size_t n, Clock::time_point deadline) {
+  auto* p = static_cast<char*>(data);
+  while (n > 0) {
+    ssize_t k = ::recv(fd, p, n, MSG_DONTWAIT);
+    if (k > 0) {
+      p += k;
+      n -= size_t(k);
+    } else if (k < 0 && (errno == EAGAIN || errno == EINTR)) {
+      if (!wait_fd(fd, POLLIN, deadline)) return false;
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+void set_nonblocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
+
+void tune_socket(int fd, size_t buffer_bytes) {
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  if (buffer_bytes > 0) {
+    int bytes = int(std::min<size_t>(buffer_bytes, 1u << 30));
+    // The FORCE variants pass net.core.[rw]mem_max when the process may (root); else the capped one.
+    if (::setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &bytes, sizeof bytes) != 0)
+      ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes);
+    if (::setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &bytes, sizeof bytes) != 0)
+      ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);
+  }
+}
+
+std::string advertised_address(const std::string& configured) {
+  if (!configured.empty()) return configured;
+  if (const char* env = std::getenv("TINYDDP_SOCKET_ADDR"); env && *env) return env;
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) == 0) {
+    addrinfo hints{};
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    if (::getaddrinfo(name, nullptr, &hints, &found) == 0) {
+      std::string address;
+      for (addrinfo* a = found; a && address.empty(); a = a->ai_next) {
+        char text[INET_ADDRSTRLEN] = {};
+        auto* in = reinterpret_cast<sockaddr_in*>(a->ai_addr);
+        if (::inet_ntop(AF_INET, &in->sin_addr, text, sizeof text) && std::string(text).rfind("127.", 0) != 0) address = text;
+      }
+      ::freeaddrinfo(found);
+      if (!address.empty()) return address;
+    }
+  }
+  return "127.0.0.1";
+}
+
+}  // namespace
+
+// ---- one peer: the socket and a staging buffer for bytes that are reduced, not copied ----
+class TcpTransport::Peer : public Connection {
+ public:
+  Peer(TcpTransport& transport, int peer, int fd) : Connection(transport, peer), fd_(fd), staging_(kStagingBytes) {}
+  ~Peer() override {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int fd() const { return fd_; }
+  bool hung_up = false;  // a hang-up was recorded for this peer already
+
+  size_t try_send(const void* data, size_t n, size_t /*granule*/) override {
+    if (n == 0) return 0;
+    ssize_t k = ::send(fd_, data, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (k >= 0) return size_t(k);
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return 0;
+    owner().fail_connection(peer(), "sending failed: " + errno_text(errno));
+  }
+
+  size_t try_recv(void* dst, size_t n) override {
+    size_t got = 0;
+    if (begin_ < end_) {  // bytes a peek read ahead come first
+      got = std::min(n, end_ - begin_);
+      std::memcpy(dst, staging_.data() + begin_, got);
+      begin_ += got;
+      if (got == n) return got;
+    }
+    ssize_t k = ::recv(fd_, static_cast<char*>(dst) + got, n - got, MSG_DONTWAIT);
+    if (k > 0) return got + size_t(k);
+    if (k == 0) owner().fail_connection(peer(), "the peer closed the connection (its process exited or aborted)");
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return got;
+    owner().fail_connection(peer(), "receiving failed: " + errno_text(errno));
+  }
+
+  std::span<const std::byte> try_peek(size_t max) override {
+    if (end_ - begin_ < max) {
+      if (begin_ > 0) {  // keep the unreleased tail (a partial element) at the front
+        std::memmove(staging_.data(), staging_.data() + begin_, end_ - begin_);
+        end_ -= begin_;
+        begin_ = 0;
+      }
+      size_t want = std::min(staging_.size() - end_, max - (end_ - begin_));
+      if (want > 0) {
+        ssize_t k = ::recv(fd_, staging_.data() + end_, want, MSG_DONTWAIT);
+        if (k > 0) {
+          end_ += size_t(k);
+        } else if (k == 0) {
+          if (begin_ == end_) owner().fail_connection(peer(), "the peer closed the connection (its process exited or aborted)");
+        } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+          owner().fail_connection(peer(), "receiving failed: " + errno_text(errno));
+        }
+      }
+    }
+    return {staging_.data() + begin_, std::min(max, end_ - begin_)};
+  }
+
+  void release(size_t n) override { begin_ += n; }
+
+ private:
+  TcpTransport& owner() const { return static_cast<TcpTransport&>(transport()); }
+  int fd_;
+  std::vector<std::byte> staging_;
+  size_t begin_ = 0, end_ = 0;
+};
+
+TcpTransport::TcpTransport(Store& store, const std::string& prefix, int rank, const std::vector<int>& peers,
+                           const std::vector<std::string>& host_ids, std::chrono::milliseconds timeout,
+                           TcpTransportOptions options)
+    : rank_(rank), peers_(host_ids.size()) {
+  const auto deadline = Clock::now() + timeout;
+  const uint64_t group = fnv1a(prefix);
+  const uint64_t token = fnv1a(options.token);
+  bool any_remote = false;
+  for (int p : peers) any_remote |= host_ids[p] != host_ids[rank];
+
+  // 1. Listen (on every address only when a peer is on another host) and publish where.
+  int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  TINYDDP_CHECK(listener >= 0, "tcp transport: socket() failed: ", errno_text(errno), "; hint: check the open-file limit (ulimit -n)");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(any_remote ? INADDR_ANY : INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof addr;
+  if (::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(listener, 128) != 0 ||
+      ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    int err = errno;
+    ::close(listener);
+    TINYDDP_FAIL("tcp transport: rank ", rank, " could not listen: ", errno_text(err), "; hint: check the network setup");
+  }
+  const std::string advertised = advertised_address(options.advertise_address) + ":" + std::to_string(ntohs(addr.sin_port));
+  store.set(prefix + "tcp/" + std::to_string(rank), advertised);
+
+  auto finish = [&](int peer, int fd) {
+    tune_socket(fd, options.socket_buffer_bytes);
+    set_nonblocking(fd);
+    peers_[peer] = std::make_unique<Peer>(*this, peer, fd);
+  };
+
+  try {
+    // 2. Connect to every lower rank and wait for its acceptance. Lower ranks accept only after
+    // their own connects finished, so rank 0 answers first and the chain cannot deadlock.
+    for (int p : peers) {
+      if (p > rank) continue;
+      std::string where = store.get(prefix + "tcp/" + std::to_string(p));
+      std::string host = host_ids[p] == host_ids[rank] ? "127.0.0.1" : where.substr(0, where.rfind(':'));
+      int port = std::stoi(where.substr(where.rfind(':') + 1));
+      sockaddr_in to{};
+      to.sin_family = AF_INET;
+      to.sin_port = htons(uint16_t(port));
+      TINYDDP_CHECK(::inet_pton(AF_INET, host.c_str(), &to.sin_addr) == 1, "tcp transport: rank ", p,
+                    " published the address '", where, "', which is not IPv4 host:port; hint: set TINYDDP_SOCKET_ADDR to this host's IPv4 address");
+      int fd = -1;
+      for (int attempt = 0;; ++attempt) {
+        fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0) break;
+        int err = errno;
+        ::close(fd);
+        fd = -1;
+        TINYDDP_CHECK(Clock::now() < deadline, "tcp transport: rank ", rank, " could not connect to rank ", p, " at ",
+                      host, ":", port, ": ", errno_text(err),
+                      "; hint: check that the hosts reach each other on that address (TINYDDP_SOCKET_ADDR picks it) and that no firewall blocks it");
+        std::this_thread::sleep_for(std::chrono::milliseconds(std::min(100, 1 << std::min(attempt, 6))));
+      }
+      Handshake hello{kMagic, kVersion, kHello, rank, p, group, token};
+      Handshake reply{};
+      bool ok = write_all(fd, &hello, sizeof hello, deadline) && read_all(fd, &reply, sizeof reply, deadline);
+      if (!ok || reply.magic != kMagic || reply.kind != kAccepted || reply.from != p) {
+        ::close(fd);
+        TINYDDP_FAIL("tcp transport: rank ", p, " at ", host, ":", port, " refused or did not answer rank ", rank,
+                     "'s handshake; hint: every rank needs the same TINYDDP_TOKEN and the same tinyddp version, and the "
+                     "address must belong to this job (its log says why it refused)");
+      }
+      finish(p, fd);
+    }
+
+    // 3. Accept every higher rank. Anything else that knocks is refused with a logged reason.
+    int expected = int(std::count_if(peers.begin(), peers.end(), [&](int p) { return p > rank; }));
+    while (expected > 0) {
+      if (!wait_fd(listener, POLLIN, deadline)) {
+        std::string missing;
+        for (int p : peers)
+          if (p > rank && !peers_[p]) missing += (missing.empty() ? "" : ", ") + std::to_string(p);
+        TINYDDP_FAIL("tcp transport: rank ", rank, " timed out after ", timeout.count(), " ms waiting for rank(s) ", missing,
+                     " to connect; hint: those ranks did not start, failed earlier, or cannot reach ", advertised);
+      }
+      sockaddr_in from{};
+      socklen_t from_len = sizeof from;
+      int fd = ::accept4(listener, reinterpret_cast<sockaddr*>(&from), &from_len, SOCK_CLOEXEC);
+      if (fd < 0) continue;
+      char who[INET_ADDRSTRLEN] = "?";
+      ::inet_ntop(AF_INET, &from.sin_addr, who, sizeof who);
+      std::string source = std::string(who) + ":" + std::to_string(ntohs(from.sin_port));
+      Handshake hello{};
+      std::string refusal;
+      if (!read_all(fd, &hello, sizeof hello, std::min(deadline, Clock::now() + std::chrono::seconds(5))))
+        refusal = "no handshake within 5 s";
+      else if (hello.magic != kMagic)
+        refusal = "not a tinyddp transport handshake (wrong magic)";
+      else if (hello.version != kVersion)
+        refusal = "protocol version " + std::to_string(hello.version) + ", this rank speaks " + std::to_string(kVersion);
+      else if (hello.token != token)
+        refusal = "wrong job token (TINYDDP_TOKEN differs)";
+      else if (hello.group != group)
+        refusal = "it belongs to another process group or job";
+      else if (hello.to != rank)
+        refusal = "it wanted rank " + std::to_string(hello.to);
+      else if (hello.from <= rank || hello.from >= int(peers_.size()) ||
+               std::find(peers.begin(), peers.end(), int(hello.from)) == peers.end())
+        refusal = "rank " + std::to_string(hello.from) + " is not a peer that connects to this rank";
+      else if (peers_[hello.from])
+        refusal = "rank " + std::to_string(hello.from) + " is connected already";
+      if (!refusal.empty()) {
+        log_line(LogLevel::warn, "tcp-transport",
+                 "rank " + std::to_string(rank) + " refused a connection from " + source + ": " + refusal);
+        ::close(fd);
+        continue;
+      }
+      Handshake reply{kMagic, kVersion, kAccepted, rank, hello.from, group, token};
+      if (!write_all(fd, &reply, sizeof reply, deadline)) {
+        ::close(fd);
+        continue;
+      }
+      finish(hello.from, fd);
+      --expected;
+    }
+  } catch (...) {
+    ::close(listener);
+    throw;
+  }
+  ::close(listener);
+}
+
+TcpTransport::~TcpTransport() = default;
+
+Connection* TcpTransport::connection(int peer) {
+  return peer >= 0 && peer < int(peers_.size()) ? peers_[peer].get() : nullptr;
+}
+
+void TcpTransport::sleep_once(std::span<const WaitFor> waits, std::chrono::microseconds max_sleep) {
+  std::vector<pollfd> fds;
+  std::vector<Peer*> owners;
+  for (auto& peer : peers_) {
+    if (!peer) continue;
+    short events = 0;
+    for (const WaitFor& w : waits) {
+      if (w.connection != peer.get()) continue;
+      if (w.send) events |= POLLOUT;
+      if (w.recv) events |= POLLIN;
+    }
+    if (events == 0 && peer->hung_up) continue;
+    fds.push_back({peer->fd(), short(events | POLLRDHUP), 0});
+    owners.push_back(peer.get());
+  }
+  timespec ts{time_t(max_sleep.count() / 1000000), long(max_sleep.count() % 1000000) * 1000};
+  int rc = ::ppoll(fds.data(), fds.size(), &ts, nullptr);
+  if (rc <= 0) return;
+  std::lock_guard<std::mutex> lock(hangups_mutex_);
+  for (size_t i = 0; i < fds.size(); ++i) {
+    if ((fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) && !owners[i]->hung_up) {
+      owners[i]->hung_up = true;
+      hangups_.push_back({owners[i]->peer(), Clock::now()});
+    }
+  }
+}
+
+void TcpTransport::record_hangups(std::chrono::microseconds max_wait) { sleep_once({}, max_wait); }
+
+std::string TcpTransport::hangup_summary() const {
+  std::string text;
+  auto now = Clock::now();
+  for (const HangUp& h : hangups_) {
+    auto ago = std::chrono::duration_cast<std::chrono::milliseconds>(now - h.when).count();
+    text += (text.empty() ? "" : ", ") + std::string("rank ") + std::to_string(h.rank) + " (" + std::to_string(ago) + " ms ago)";
+  }
+  return text;
+}
+
+void TcpTransport::check_peers(std::chrono::milliseconds stalled_for) {
+  std::lock_guard<std::mutex> lock(hangups_mutex_);
+  if (hangups_.empty() || stalled_for < kHangupGrace) return;
+  if (Clock::now() - hangups_.front().when < kHangupGrace) return;
+  TINYDDP_FAIL("tcp transport: rank ", hangups_.front().rank,
+               " closed its connections (its process died or aborted) and rank ", rank_,
+               " has made no progress since; ranks that hung up, first first: ", hangup_summary(),
+               "; hint: look at rank ", hangups_.front().rank, "'s own output for the first error");
+}
+
+void TcpTransport::fail_connection(int peer, const std::string& what) {
+  // Other peers' hang-ups that have already arrived tell who went first: a neighbour that aborts
+  // because someone else died closes its sockets too, but later.
+  record_hangups(std::chrono::microseconds(0));
+  std::string earlier;
+  {
+    std::lock_guard<std::mutex> lock(hangups_mutex_);
+    for (const HangUp& h : hangups_) {
+      if (h.rank == peer) break;
+      earlier += (earlier.empty() ? "" : ", ") + std::to_string(h.rank);
+    }
+  }
+  TINYDDP_FAIL("tcp transport: connection from rank ", rank_, " to rank ", peer, " broke: ", what,
+               earlier.empty() ? std::string() : "; rank(s) " + earlier + " hung up before rank " + std::to_string(peer) + " did",
+               "; hint: look at rank ", earlier.empty() ? std::to_string(peer) : earlier.substr(0, earlier.find(',')),
+               "'s own output for the first error");
+}
+
+void TcpTransport::abort(const std::string& /*reason*/) {
+  // Shutting the sockets down (not closing: the descriptors stay valid for this rank's threads)
+  // sends every peer an EOF now, instead of after its timeout.
+  for (auto& peer : peers_)
+    if (peer) ::shutdown(peer->fd(), SHUT_RDWR);
+}
+
+}  // namespace tinyddp::comm

@@ -1,0 +1,72 @@
+// TcpTransport: a full mesh of TCP connections between the ranks of a group.
+//
+// Every rank listens on a free port and publishes "address:port" in the store; the higher rank of
+// each pair connects to the lower one. Each new connection opens with a handshake (magic, protocol
+// version, both ranks, a digest of the group and of the job token TINYDDP_TOKEN): a stranger, a
+// stale rank of an earlier job or a connection meant for another group is refused and the reason
+// logged, so a crowded port never mixes two jobs' bytes.
+//
+// The sockets are tuned for bulk transfer between two cores: TCP_NODELAY (a ring step's last
+// segment must not wait for Nagle's timer), large kernel buffers (a whole pipelined segment fits
+// in flight), non-blocking, so one thread sends and receives at the same time.
+//
+// Failure detection: a peer that dies closes its sockets (the kernel does it), so the next read
+// returns EOF and the rank names it at once. Every rank watches all its connections while it
+// waits, not just its ring neighbours, so it also sees the first rank to go even when the EOF
+// that stops it comes from a neighbour that merely aborted after it.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "comm/store.h"
+#include "comm/transport.h"
+
+namespace tinyddp::comm {
+
+struct TcpTransportOptions {
+  std::string token;  // the job's shared secret (TINYDDP_TOKEN); both sides must agree
+  // SO_SNDBUF / SO_RCVBUF in bytes; 0 keeps the kernel's auto-tuning (which grows to tcp_rmem's max).
+  size_t socket_buffer_bytes = 0;
+  // The address peers on other hosts connect to. Empty: TINYDDP_SOCKET_ADDR, else the first IPv4
+  // address of this host's name, else 127.0.0.1. Peers on this host always use 127.0.0.1.
+  std::string advertise_address;
+};
+
+class TcpTransport : public Transport {
+ public:
+  // Connects `rank` with every rank in `peers`. `host_ids[r]` is rank r's host identity (equal
+  // identities talk over loopback). Keys go under `prefix` in `store`; bounded by `timeout`.
+  TcpTransport(Store& store, const std::string& prefix, int rank, const std::vector<int>& peers,
+               const std::vector<std::string>& host_ids, std::chrono::milliseconds timeout,
+               TcpTransportOptions options = {});
+  ~TcpTransport() override;
+
+  const char* name() const override { return "tcp"; }
+  Connection* connection(int peer) override;
+  void sleep_once(std::span<const WaitFor> waits, std::chrono::microseconds max_sleep) override;
+  void check_peers(std::chrono::milliseconds stalled_for) override;
+  void abort(const std::string& reason) override;
+
+  // Throws the error for a broken connection to `peer`, naming any rank that hung up before it.
+  [[noreturn]] void fail_connection(int peer, const std::string& what);
+
+ private:
+  class Peer;
+  struct HangUp {
+    int rank;
+    std::chrono::steady_clock::time_point when;
+  };
+  void record_hangups(std::chrono::microseconds max_wait);
+  std::string hangup_summary() const;
+
+  int rank_;
+  std::vector<std::unique_ptr<Peer>> peers_;  // in rank order
+  std::vector<HangUp> hangups_;
+  std::mutex hangups_mutex_;
+};
+
+}  // namespace tinyddp::comm

@@ -1,0 +1,114 @@
+// Transport: how bytes move between two ranks, and how a rank waits for them.
+//
+// A Connection is a full-duplex byte stream to one peer. The algorithms (ring_algorithms.h) drive
+// several of them from a single thread with non-blocking calls: send what fits, take what has
+// arrived, reduce it, repeat. Sending, receiving and reducing therefore overlap without a thread
+// per direction, and when nothing can move the thread waits on the transport (spin, then sleep).
+//
+// Two implementations:
+//   TcpConnection (tcp_transport.h)  any two hosts; the kernel copies the bytes twice
+//   ShmConnection (shm_transport.h)  ranks on one host; a ring buffer in shared memory, and the
+//                                    receiver reduces straight out of the sender's buffer
+//
+// Receiving has two forms because the two transports are good at different things:
+//   try_recv(dst, n)   copies into the destination (TCP: recv() writes straight into it)
+//   try_peek / release looks at the bytes where they already are (shared memory: in the peer's
+//                      ring; TCP: in a small staging buffer), so a reduction reads them in place.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <span>
+#include <string>
+#include <vector>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace tinyddp::comm {
+
+class Transport;
+
+class Connection {
+ public:
+  Connection(Transport& transport, int peer) : transport_(&transport), peer_(peer) {}
+  virtual ~Connection() = default;
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  int peer() const { return peer_; }
+  Transport& transport() const { return *transport_; }
+
+  // Every call below returns at once. Each throws a tinyddp::Error naming the peer when the
+  // connection is broken (the peer died, aborted or closed).
+
+  // Queues up to `n` bytes; returns how many were taken (0 when there is no room). A transport
+  // that buffers in whole elements takes a multiple of `granule` bytes.
+  virtual size_t try_send(const void* data, size_t n, size_t granule) = 0;
+  // Receives up to `n` bytes into `dst`; returns how many arrived.
+  virtual size_t try_recv(void* dst, size_t n) = 0;
+  // Up to `max` received, not yet released bytes, where they already are (empty: none yet).
+  virtual std::span<const std::byte> try_peek(size_t max) = 0;
+  // Drops the first `n` peeked bytes.
+  virtual void release(size_t n) = 0;
+
+ private:
+  Transport* transport_;
+  int peer_;
+};
+
+// What a blocked algorithm waits for on one connection.
+struct WaitFor {
+  Connection* connection;
+  bool send;  // room to send
+  bool recv;  // bytes to receive
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual const char* name() const = 0;  // "tcp", "shm"
+  // The connection to `peer`, or nullptr when this transport does not reach it.
+  virtual Connection* connection(int peer) = 0;
+  // Sleeps until one of `waits` (all on this transport) may be able to move, or `max_sleep` passed.
+  virtual void sleep_once(std::span<const WaitFor> waits, std::chrono::microseconds max_sleep) = 0;
+  // Throws an error naming a peer this transport knows to be dead or aborted. `stalled_for` is how
+  // long the caller has made no progress: a hint that a hang-up seen earlier was no clean exit.
+  virtual void check_peers(std::chrono::milliseconds stalled_for) = 0;
+  // Marks this rank failed so that every peer's next wait ends with an error naming `reason`.
+  virtual void abort(const std::string& reason) = 0;
+};
+
+// The wait policy shared by every blocking loop of the runtime: spin for a moment (the answer
+// usually comes within microseconds, much sooner than a sleeping thread is woken), then sleep.
+// When ranks outnumber cores the spin is cut short: spinning there only steals the core from the
+// rank being waited for, which is how oversubscribed collectives collapse.
+class SpinThenSleep {
+ public:
+  // The process-wide spin budget; the ring backend shortens it when it finds oversubscription.
+  static std::chrono::nanoseconds budget() { return std::chrono::nanoseconds(budget_ns().load(std::memory_order_relaxed)); }
+  static void set_budget(std::chrono::nanoseconds ns) { budget_ns().store(ns.count(), std::memory_order_relaxed); }
+
+  SpinThenSleep() : start_(std::chrono::steady_clock::now()), budget_(budget()) {}
+  // True while the spin budget lasts; after it, callers sleep.
+  bool keep_spinning() { return std::chrono::steady_clock::now() - start_ < budget_; }
+  // Progress was made: the next wait starts a fresh spin.
+  void reset() { start_ = std::chrono::steady_clock::now(); }
+  static void pause() {
+#if defined(__x86_64__) || defined(__i386__)
+    for (int i = 0; i < 16; ++i) _mm_pause();
+#endif
+  }
+
+ private:
+  static std::atomic<long long>& budget_ns() {
+    static std::atomic<long long> ns{50'000};  // 50 us: a loopback round trip is 10-30 us
+    return ns;
+  }
+  std::chrono::steady_clock::time_point start_;
+  std::chrono::nanoseconds budget_;
+};
+
+}  // namespace tinyddp::comm
