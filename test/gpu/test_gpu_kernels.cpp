@@ -16,7 +16,7 @@
 #include "core/cuda_runtime.h"
 #include "core/random.h"
 #include "kernels/ops.h"
-#include "test_support.h"
+#include "test/test_support.h"
 
 using namespace tinyddp;
 using namespace tinyddp::testing;

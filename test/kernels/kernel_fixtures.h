@@ -4,7 +4,7 @@
 #include <string>
 
 #include "core/safetensors.h"
-#include "test_support.h"
+#include "test/test_support.h"
 
 namespace tinyddp::testing {
 
