@@ -225,7 +225,8 @@ TEST_CASE("gpu mse and sum_of_squares match the CPU") {
 
   const double sum = kernels::sum_of_squares(pred);
   const double sum_gpu = kernels::sum_of_squares(on_gpu(pred));
-  CHECK(std::fabs(sum_gpu - sum) <= 1e-12 * sum);
+  // Different summation orders in double: ~1e-13 apart; one missing element would be ~1e-6.
+  CHECK(std::fabs(sum_gpu - sum) <= 1e-9 * sum);
 }
 
 TEST_CASE("gpu fill, scale and axpy match the CPU") {
