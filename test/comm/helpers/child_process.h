@@ -86,13 +86,23 @@ inline Child spawn_program(const std::vector<std::string>& argv, const std::vect
   envs.push_back(nullptr);
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return {};
+  // Blocked across the fork, so a signal meant for the program cannot run the test's handlers in the
+  // child before exec.
+  sigset_t all, saved;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &saved);
   pid_t pid = fork();
   if (pid == 0) {
     dup2(fds[1], 1);
     dup2(fds[1], 2);
+    struct sigaction default_action {};
+    default_action.sa_handler = SIG_DFL;
+    for (int s = 1; s < NSIG; ++s) sigaction(s, &default_action, nullptr);
+    sigprocmask(SIG_SETMASK, &saved, nullptr);
     execve(args[0], args.data(), envs.data());
     _exit(127);
   }
+  pthread_sigmask(SIG_SETMASK, &saved, nullptr);
   close(fds[1]);
   return {pid, fds[0]};
 }
