@@ -161,17 +161,21 @@ class TcpStore::Connection {
       last_error = std::move(why);
       return false;
     };
+    // Running out of time is only worth reporting when no attempt has failed for a real reason.
+    auto out_of_time = [&](std::string why) {
+      return give_up(last_error.empty() ? std::move(why) : last_error);
+    };
     asio::error_code ec;
     bool done = false;
     tcp::resolver::results_type endpoints;
     resolver_.async_resolve(host_, std::to_string(port_), [&](asio::error_code e, tcp::resolver::results_type r) {
       ec = e, endpoints = std::move(r), done = true;
     });
-    if (!wait_for(deadline, done)) return give_up("timed out resolving " + host_);
+    if (!wait_for(deadline, done)) return out_of_time("timed out resolving " + host_);
     if (ec) return give_up("cannot resolve '" + host_ + "': " + ec.message());
     done = false;
     asio::async_connect(socket_, endpoints, [&](asio::error_code e, const tcp::endpoint&) { ec = e, done = true; });
-    if (!wait_for(deadline, done)) return give_up("timed out connecting");
+    if (!wait_for(deadline, done)) return out_of_time("timed out connecting");
     if (ec) return give_up(ec.message());
     socket_.set_option(tcp::no_delay(true), ec);
 
@@ -179,12 +183,12 @@ class TcpStore::Connection {
     std::string hello = encode_hello(Hello{kMagic, kVersion, token_});
     done = false;
     asio::async_write(socket_, asio::buffer(hello), [&](asio::error_code e, size_t) { ec = e, done = true; });
-    if (!wait_for(deadline, done)) return give_up("timed out sending the hello");
+    if (!wait_for(deadline, done)) return out_of_time("timed out sending the hello");
     if (ec) return give_up("hello failed: " + ec.message());
     char head[kHelloReplyHeadBytes];
     done = false;
     asio::async_read(socket_, asio::buffer(head), [&](asio::error_code e, size_t) { ec = e, done = true; });
-    if (!wait_for(deadline, done)) return give_up("timed out waiting for the hello reply");
+    if (!wait_for(deadline, done)) return out_of_time("timed out waiting for the hello reply");
     if (ec) return give_up("the server closed the connection during the hello (" + ec.message() + ")");
     HelloReply reply;
     uint32_t message_bytes = 0;
@@ -196,7 +200,7 @@ class TcpStore::Connection {
     reply.message.resize(message_bytes);
     done = false;
     asio::async_read(socket_, asio::buffer(reply.message), [&](asio::error_code e, size_t) { ec = e, done = true; });
-    if (!wait_for(deadline, done)) return give_up("timed out reading the hello reply");
+    if (!wait_for(deadline, done)) return out_of_time("timed out reading the hello reply");
     if (ec) return give_up("hello reply cut short: " + ec.message());
     if (reply.status != HelloStatus::ok) {
       disconnect();
