@@ -1,0 +1,70 @@
+// SpawnedWorkers: one child process per rank, all running the same program, supervised until they
+// end. This is the part of torch.multiprocessing.spawn (start method "spawn") that MultiDevice needs:
+//
+//   - each worker is a fresh process started from the program file with its own environment
+//     (RANK, WORLD_SIZE, ...), not a fork() of the parent: a forked copy of a process with running
+//     threads (the store server, a data loader, OpenBLAS) inherits their locks but not the threads,
+//     and a GPU context cannot survive a fork at all;
+//   - the workers share the parent's terminal (stdin/stdout/stderr), so rank 0's progress bar draws
+//     in place exactly as it would without spawning;
+//   - the first worker that fails (non-zero exit or a signal) is the root cause; the others are sent
+//     SIGTERM, then SIGKILL after a grace period, and every one is reaped: no orphans, no zombies;
+//   - each worker asks the kernel to kill it if the parent dies (PR_SET_PDEATHSIG), so even a parent
+//     killed with SIGKILL leaves nothing running.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tinyddp::nn {
+
+// How one worker ended, when it is what made the job fail.
+struct WorkerEnd {
+  int rank = -1;
+  pid_t pid = 0;
+  int exit_code = 0;       // when it exited
+  int signal = 0;          // when a signal ended it
+  bool timed_out = false;  // still running when the wait's time limit passed (then killed)
+
+  // "rank 1 (pid 4242) exited with code 3", "... was killed by signal 11 (Segmentation fault)"
+  std::string describe() const;
+};
+
+class SpawnedWorkers {
+ public:
+  using Environment = std::map<std::string, std::string>;
+
+  // Starts `argv` once per entry of `environments`; worker i (rank i) gets this process's
+  // environment with environments[i] added (replacing variables of the same name). argv[0] must be
+  // a path to an executable file. Throws when a worker cannot be started (the ones already started
+  // are stopped first).
+  SpawnedWorkers(const std::vector<std::string>& argv, const std::vector<Environment>& environments);
+  // Stops (SIGTERM, grace, SIGKILL) and reaps every worker still running.
+  ~SpawnedWorkers();
+  SpawnedWorkers(const SpawnedWorkers&) = delete;
+  SpawnedWorkers& operator=(const SpawnedWorkers&) = delete;
+
+  // Waits until every worker has ended, or one has failed, or `timeout` has passed (zero: no limit).
+  // In the last two cases every worker still running is stopped (SIGTERM, then SIGKILL after
+  // `grace`) and reaped before this returns. Returns the first failure, or nothing when all exited 0.
+  std::optional<WorkerEnd> wait(std::chrono::milliseconds timeout = std::chrono::milliseconds::zero(),
+                                std::chrono::milliseconds grace = std::chrono::seconds(5));
+
+  // The workers' process ids, by rank (for messages; they are reaped once wait() returns).
+  const std::vector<pid_t>& pids() const { return pids_; }
+
+ private:
+  void stop_running(std::chrono::milliseconds grace);
+  bool reap(size_t rank, bool block);  // true when worker `rank` has ended (its status recorded)
+
+  std::vector<pid_t> pids_;
+  std::vector<bool> running_;
+  std::vector<int> status_;  // waitpid status, once ended
+};
+
+}  // namespace tinyddp::nn
