@@ -6,6 +6,8 @@
 #include <deque>
 #include <thread>
 
+#include <unistd.h>
+
 #include "comm/shm_transport.h"
 #include "comm/small_message_allreduce.h"
 #include "comm/tcp_store.h"
@@ -51,6 +53,11 @@ std::byte* bytes_of(const Tensor& t) { return static_cast<std::byte*>(Tensor(t).
 }  // namespace
 
 // ---- the communication thread and the queue it drains ----
+//
+// One runner at a time, claimed under the queue's mutex: the communication thread, or a caller
+// waiting on a collective nobody has started (Work's helper). Ownership changes hands through the
+// claim flag, never by blocking on a lock, because on a busy 2-core host every blocked-then-woken
+// hand-off costs tens of microseconds.
 class RingBackend::Executor {
  public:
   struct Task {
@@ -62,64 +69,63 @@ class RingBackend::Executor {
   ~Executor() { shutdown(); }
 
   void enqueue(Task task) {
+    bool wake;
     {
-      std::lock_guard<std::mutex> lock(queue_mutex_);
+      std::lock_guard<std::mutex> lock(mutex_);
       queue_.push_back(std::move(task));
+      wake = !running_;  // a runner drains what is queued behind it
     }
-    queue_changed_.notify_one();
+    if (wake) changed_.notify_one();
   }
 
   // The waiting caller runs queued collectives itself, in order, until `target` is done, unless
-  // the communication thread is running one right now (then it just waits).
+  // another runner has them (then the caller just waits for its Work).
   void help(Work* target) {
-    std::unique_lock<std::mutex> running(run_mutex_, std::try_to_lock);
-    if (!running) return;
-    while (!target->is_completed() && run_next()) {
-    }
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (running_ || queue_.empty()) return;
+    running_ = true;
+    while (!target->is_completed() && !queue_.empty()) run_front(lock);
+    running_ = false;
+    bool wake = !queue_.empty() || stopping_;
+    lock.unlock();
+    if (wake) changed_.notify_one();  // what the caller left behind goes to the thread
   }
 
   void shutdown() {
     {
-      std::lock_guard<std::mutex> lock(queue_mutex_);
+      std::lock_guard<std::mutex> lock(mutex_);
       stopping_ = true;
     }
-    queue_changed_.notify_all();
+    changed_.notify_all();
     if (thread_.joinable()) thread_.join();
   }
 
  private:
-  // Pops and runs one task; false when the queue is empty. Popping under run_mutex_ keeps the
-  // order: no task can start before the one ahead of it has finished.
-  bool run_next() {
-    Task task;
-    {
-      std::lock_guard<std::mutex> lock(queue_mutex_);
-      if (queue_.empty()) return false;
-      task = std::move(queue_.front());
-      queue_.pop_front();
-    }
+  // Pops the first task and runs it with the lock released; the claim (running_) keeps the order.
+  void run_front(std::unique_lock<std::mutex>& lock) {
+    Task task = std::move(queue_.front());
+    queue_.pop_front();
+    lock.unlock();
     task.run(*task.work);
-    return true;
+    lock.lock();
   }
 
   void loop() {
+    std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
-      {
-        std::unique_lock<std::mutex> lock(queue_mutex_);
-        queue_changed_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-        if (stopping_ && queue_.empty()) return;
-      }
-      std::lock_guard<std::mutex> running(run_mutex_);
-      while (run_next()) {
-      }
+      changed_.wait(lock, [&] { return (stopping_ && !running_) || (!queue_.empty() && !running_); });
+      if (queue_.empty()) return;  // stopping, and everything queued has run
+      running_ = true;
+      while (!queue_.empty()) run_front(lock);
+      running_ = false;
     }
   }
 
-  std::mutex queue_mutex_;
-  std::condition_variable queue_changed_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
   std::deque<Task> queue_;
+  bool running_ = false;
   bool stopping_ = false;
-  std::mutex run_mutex_;
   std::thread thread_;  // last: it starts after the members it uses exist
 };
 
@@ -143,11 +149,17 @@ RingBackend::RingBackend(std::shared_ptr<Store> store, int rank, int size, const
   const std::string prefix = base + std::to_string(generation) + "/";
 
   // Who shares this host?
-  store_->set(prefix + "host/" + std::to_string(rank), host_identity());
+  store_->set(prefix + "host/" + std::to_string(rank), std::to_string(::getpid()) + " " + host_identity());
   std::vector<std::string> keys;
   for (int r = 0; r < size; ++r) keys.push_back(prefix + "host/" + std::to_string(r));
   store_->wait(keys, options.timeout);
   std::vector<std::string> hosts = store_->multi_get(keys);
+  std::vector<int> pids(static_cast<size_t>(size));
+  for (int r = 0; r < size; ++r) {  // "pid identity"
+    auto space = hosts[r].find(' ');
+    pids[r] = std::stoi(hosts[r].substr(0, space));
+    hosts[r] = hosts[r].substr(space + 1);
+  }
   std::vector<int> local, remote;
   for (int r = 0; r < size; ++r) (hosts[r] == hosts[rank] ? local : remote).push_back(r);
 
@@ -174,7 +186,7 @@ RingBackend::RingBackend(std::shared_ptr<Store> store, int rank, int size, const
     TcpTransportOptions tcp_options;
     tcp_options.token = options.token.value_or(TcpStore::token_from_environment());
     tcp_options.socket_buffer_bytes = options.tcp_buffer_bytes ? options.tcp_buffer_bytes : env_size("TINYDDP_TCP_BUFFER_BYTES", 0);
-    tcp_ = std::make_unique<TcpTransport>(*store_, prefix, rank, tcp_peers, hosts, options.timeout, tcp_options);
+    tcp_ = std::make_unique<TcpTransport>(*store_, prefix, rank, tcp_peers, hosts, pids, options.timeout, tcp_options);
     transports_.push_back(tcp_.get());
   }
   for (int r = 0; r < size; ++r) {
@@ -183,6 +195,8 @@ RingBackend::RingBackend(std::shared_ptr<Store> store, int rank, int size, const
     peers_[r] = over_tcp ? tcp_->connection(r) : shm_->connection(r);
   }
   if (local.size() > std::max(1u, std::thread::hardware_concurrency())) SpinThenSleep::set_budget(kOversubscribedSpin);
+  if (const char* spin = std::getenv("TINYDDP_SPIN_US"); spin && *spin)  // for tuning on a new host
+    SpinThenSleep::set_budget(std::chrono::microseconds(std::stoll(spin)));
   executor_ = std::make_shared<Executor>();
 }
 
@@ -239,7 +253,8 @@ void RingBackend::run_task(const Fingerprint& fingerprint, std::chrono::millisec
     if (aborted_.empty()) {
       const auto* error = dynamic_cast<const Error*>(&e);
       aborted_ = error ? error->message() : e.what();
-      for (Transport* t : transports_) t->abort("rank " + std::to_string(rank()) + " failed: " + aborted_);
+      std::string reason = aborted_.substr(0, aborted_.find("; hint:"));  // the peers add their own hint
+      for (Transport* t : transports_) t->abort("rank " + std::to_string(rank()) + " failed: " + reason);
     }
     work.mark_failed(std::current_exception());
   }

@@ -6,12 +6,14 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <thread>
 
 #include "comm/log.h"
@@ -99,6 +101,18 @@ bool read_all(int fd, void* data, size_t n, Clock::time_point deadline) {
     }
   }
   return true;
+}
+
+// Whether a process on this host still runs (a killed child stays a zombie until reaped, and
+// kill() still finds zombies, hence the look at /proc).
+bool process_alive(int pid) {
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return true;
+  auto close_paren = line.rfind(')');
+  char state = close_paren != std::string::npos && close_paren + 2 < line.size() ? line[close_paren + 2] : 'R';
+  return state != 'Z' && state != 'X';
 }
 
 void set_nonblocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
@@ -206,9 +220,11 @@ class TcpTransport::Peer : public Connection {
 };
 
 TcpTransport::TcpTransport(Store& store, const std::string& prefix, int rank, const std::vector<int>& peers,
-                           const std::vector<std::string>& host_ids, std::chrono::milliseconds timeout,
-                           TcpTransportOptions options)
-    : rank_(rank), peers_(host_ids.size()) {
+                           const std::vector<std::string>& host_ids, const std::vector<int>& pids,
+                           std::chrono::milliseconds timeout, TcpTransportOptions options)
+    : rank_(rank), local_pids_(host_ids.size(), 0), peers_(host_ids.size()) {
+  for (int p : peers)
+    if (host_ids[p] == host_ids[rank] && p < int(pids.size())) local_pids_[p] = pids[p];
   const auto deadline = Clock::now() + timeout;
   const uint64_t group = fnv1a(prefix);
   const uint64_t token = fnv1a(options.token);
@@ -377,9 +393,24 @@ std::string TcpTransport::hangup_summary() const {
   return text;
 }
 
+std::string TcpTransport::dead_local_peers() const {
+  std::string dead;
+  for (size_t r = 0; r < local_pids_.size(); ++r)
+    if (local_pids_[r] > 0 && !process_alive(local_pids_[r])) dead += (dead.empty() ? "" : ", ") + std::to_string(r);
+  return dead;
+}
+
 void TcpTransport::check_peers(std::chrono::milliseconds stalled_for) {
+  if (stalled_for < kHangupGrace) return;
+  // A peer process that is gone and a rank that made no progress since: it died mid-collective
+  // (a clean exit after the last collective leaves nothing waiting on it).
+  std::string dead = dead_local_peers();
+  if (!dead.empty())
+    TINYDDP_FAIL("tcp transport: rank(s) ", dead, " died (the process is gone) while rank ", rank_,
+                 " waited in a collective with them; hint: look at rank ", dead.substr(0, dead.find(',')),
+                 "'s output and exit status (killed by a signal? out of memory?)");
   std::lock_guard<std::mutex> lock(hangups_mutex_);
-  if (hangups_.empty() || stalled_for < kHangupGrace) return;
+  if (hangups_.empty()) return;
   if (Clock::now() - hangups_.front().when < kHangupGrace) return;
   TINYDDP_FAIL("tcp transport: rank ", hangups_.front().rank,
                " closed its connections (its process died or aborted) and rank ", rank_,
@@ -388,21 +419,21 @@ void TcpTransport::check_peers(std::chrono::milliseconds stalled_for) {
 }
 
 void TcpTransport::fail_connection(int peer, const std::string& what) {
-  // Other peers' hang-ups that have already arrived tell who went first: a neighbour that aborts
-  // because someone else died closes its sockets too, but later.
-  record_hangups(std::chrono::microseconds(0));
-  std::string earlier;
+  // The broken connection may lead to a neighbour that merely aborted after someone else failed:
+  // name the peers on this host that are gone, and every peer whose connection is closed by now
+  // (a moment's wait lets the hang-ups already on their way arrive).
+  std::string dead = dead_local_peers();
+  record_hangups(std::chrono::microseconds(100'000));
+  std::string closed;
   {
     std::lock_guard<std::mutex> lock(hangups_mutex_);
-    for (const HangUp& h : hangups_) {
-      if (h.rank == peer) break;
-      earlier += (earlier.empty() ? "" : ", ") + std::to_string(h.rank);
-    }
+    for (const HangUp& h : hangups_) closed += (closed.empty() ? "" : ", ") + std::to_string(h.rank);
   }
+  std::string first = !dead.empty() ? dead.substr(0, dead.find(',')) : std::to_string(peer);
   TINYDDP_FAIL("tcp transport: connection from rank ", rank_, " to rank ", peer, " broke: ", what,
-               earlier.empty() ? std::string() : "; rank(s) " + earlier + " hung up before rank " + std::to_string(peer) + " did",
-               "; hint: look at rank ", earlier.empty() ? std::to_string(peer) : earlier.substr(0, earlier.find(',')),
-               "'s own output for the first error");
+               dead.empty() ? std::string() : "; rank(s) " + dead + " died (the process is gone)",
+               closed.empty() ? std::string() : "; rank(s) " + closed + " closed their connections",
+               "; hint: look at rank ", first, "'s own output and exit status for the first error");
 }
 
 void TcpTransport::abort(const std::string& /*reason*/) {

@@ -11,9 +11,10 @@
 // in flight), non-blocking, so one thread sends and receives at the same time.
 //
 // Failure detection: a peer that dies closes its sockets (the kernel does it), so the next read
-// returns EOF and the rank names it at once. Every rank watches all its connections while it
-// waits, not just its ring neighbours, so it also sees the first rank to go even when the EOF
-// that stops it comes from a neighbour that merely aborted after it.
+// returns EOF, or the next write EPIPE, and the rank names it at once. A neighbour that aborts
+// because someone else died closes its sockets too, so the first broken connection may not lead
+// to the culprit: the error therefore also names peers on this host whose process is gone (pid
+// checks) and every peer whose connection was found closed (each rank watches all of them).
 #pragma once
 
 #include <chrono>
@@ -39,9 +40,10 @@ struct TcpTransportOptions {
 class TcpTransport : public Transport {
  public:
   // Connects `rank` with every rank in `peers`. `host_ids[r]` is rank r's host identity (equal
-  // identities talk over loopback). Keys go under `prefix` in `store`; bounded by `timeout`.
+  // identities talk over loopback) and `pids[r]` its process id (checked for peers on this host).
+  // Keys go under `prefix` in `store`; bounded by `timeout`.
   TcpTransport(Store& store, const std::string& prefix, int rank, const std::vector<int>& peers,
-               const std::vector<std::string>& host_ids, std::chrono::milliseconds timeout,
+               const std::vector<std::string>& host_ids, const std::vector<int>& pids, std::chrono::milliseconds timeout,
                TcpTransportOptions options = {});
   ~TcpTransport() override;
 
@@ -62,8 +64,11 @@ class TcpTransport : public Transport {
   };
   void record_hangups(std::chrono::microseconds max_wait);
   std::string hangup_summary() const;
+  // Peers on this host whose process is gone, as "2, 3" ("" when none).
+  std::string dead_local_peers() const;
 
   int rank_;
+  std::vector<int> local_pids_;  // by rank; 0 for this rank and for peers on other hosts
   std::vector<std::unique_ptr<Peer>> peers_;  // in rank order
   std::vector<HangUp> hangups_;
   std::mutex hangups_mutex_;

@@ -1,10 +1,14 @@
 #include "comm/work.h"
 
-#include <thread>
+#include <algorithm>
 
 #include "comm/transport.h"
 
 namespace tinyddp::comm {
+
+namespace {
+constexpr std::chrono::nanoseconds kMaxSpin = std::chrono::microseconds(5);
+}  // namespace
 
 Work::Work(std::string description) : description_(std::move(description)) {}
 
@@ -15,24 +19,27 @@ std::shared_ptr<Work> Work::completed(std::string description) {
 }
 
 void Work::wait() {
-  block_until_done(std::chrono::steady_clock::time_point::max());
+  block_until_done(std::chrono::steady_clock::time_point::max(), /*help=*/true);
   rethrow_if_failed();
 }
 
 bool Work::wait_for(Duration timeout) {
-  bool done = block_until_done(std::chrono::steady_clock::now() + timeout);
+  // No helping here: a caller that ran the collective itself could not give up at its own timeout.
+  bool done = block_until_done(std::chrono::steady_clock::now() + timeout, /*help=*/false);
   if (done) rethrow_if_failed();
   return done;
 }
 
-bool Work::block_until_done(std::chrono::steady_clock::time_point deadline) {
+bool Work::block_until_done(std::chrono::steady_clock::time_point deadline, bool help) {
   if (is_completed()) return true;
-  if (helper_) helper_();
+  if (help && helper_) helper_();
   // A short spin first: a collective that is nearly done finishes sooner than a sleeping thread
   // wakes up (tens of microseconds). Then sleep, so a waiting caller leaves the core to the ranks
   // that do the work (4 ranks on 2 cores).
-  SpinThenSleep spin;
-  while (!is_completed() && spin.keep_spinning()) spin.pause();
+  // The spin is kept short: while this thread spins it takes a core from the one running the
+  // collective.
+  auto spin_until = std::chrono::steady_clock::now() + std::min<std::chrono::nanoseconds>(SpinThenSleep::budget(), kMaxSpin);
+  while (!is_completed() && std::chrono::steady_clock::now() < spin_until) SpinThenSleep::pause();
   std::unique_lock<std::mutex> lock(mutex_);
   if (deadline == std::chrono::steady_clock::time_point::max()) {
     done_.wait(lock, [&] { return is_completed(); });

@@ -8,7 +8,7 @@
 //   ...                                 // compute overlaps the communication
 //   work->wait();                       // blocks until done; rethrows the collective's error
 //
-// wait() first offers the waiting thread to the backend (the "helper"): when the communication
+// wait() (not wait_for) first offers the waiting thread to the backend (the "helper"): when the communication
 // thread has not started the queued collectives yet, the caller runs them itself instead of
 // sleeping, which saves two thread hand-offs on every small, immediately awaited collective.
 #pragma once
@@ -53,7 +53,7 @@ class Work {
  private:
   static constexpr int kPending = 0, kSucceeded = 1, kFailed = 2;
   void finish(int state);
-  bool block_until_done(std::chrono::steady_clock::time_point deadline);
+  bool block_until_done(std::chrono::steady_clock::time_point deadline, bool help);
   void rethrow_if_failed() const;
 
   std::string description_;

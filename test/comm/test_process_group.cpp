@@ -1,0 +1,237 @@
+// ProcessGroup behaviour around the data: asynchronous Work, timeouts that name the missing rank,
+// the TINYDDP_DEBUG=DETAIL fingerprint check, argument errors and backend selection.
+#include <doctest/doctest.h>
+
+#include <future>
+
+#include "comm/ring_backend.h"
+#include "core/cuda_runtime.h"
+#include "core/error.h"
+#include "test_collectives_support.h"
+
+using namespace tinyddp;
+using namespace tinyddp::comm;
+using namespace std::chrono_literals;
+using tinyddp::testing::make_groups;
+using tinyddp::testing::run_ranks;
+
+namespace {
+
+ProcessGroupOptions options(const std::string& name, bool detail = false, const std::string& transport = "auto") {
+  ProcessGroupOptions o;
+  o.group_name = name;
+  o.timeout = 20s;
+  o.debug_detail = detail;
+  o.transport = transport;
+  return o;
+}
+
+// Runs body(rank) on every rank and returns each rank's error text ("" when it did not throw).
+std::vector<std::string> errors_of(int world, const std::function<void(int)>& body) {
+  std::vector<std::string> errors(static_cast<size_t>(world));
+  run_ranks(world, [&](int r) {
+    try {
+      body(r);
+    } catch (const std::exception& e) {
+      errors[size_t(r)] = e.what();
+    }
+  });
+  return errors;
+}
+
+}  // namespace
+
+TEST_CASE("a collective returns before it completes, and completes once every rank has called it") {
+  auto groups = make_groups(2, options("async"));
+  std::promise<void> rank0_checked;
+  bool completed_right_after_call = true;
+  run_ranks(2, [&](int r) {
+    Tensor t = Tensor::from_vector(std::vector<float>{float(r + 1), 10.f});
+    if (r == 0) {
+      auto work = groups[0]->all_reduce(t);
+      // Rank 1 has not called yet (it waits for this promise), so this cannot be complete.
+      completed_right_after_call = work->is_completed();
+      rank0_checked.set_value();
+      work->wait();
+      CHECK(work->is_completed());
+      CHECK(work->is_success());
+      CHECK(work->exception() == nullptr);
+    } else {
+      rank0_checked.get_future().wait();
+      groups[1]->all_reduce(t)->wait();
+    }
+    CHECK(t.to_vector<float>() == std::vector<float>{3.f, 20.f});
+  });
+  CHECK_FALSE(completed_right_after_call);
+}
+
+TEST_CASE("wait_for gives up after its own timeout while the collective goes on") {
+  auto groups = make_groups(2, options("wait-for"));
+  std::promise<void> gave_up;
+  run_ranks(2, [&](int r) {
+    Tensor t = Tensor::from_vector(std::vector<int64_t>{r + 1});
+    if (r == 0) {
+      auto work = groups[0]->all_reduce(t);
+      CHECK_FALSE(work->wait_for(50ms));  // rank 1 only calls after this
+      gave_up.set_value();
+      CHECK(work->wait_for(20s));
+    } else {
+      gave_up.get_future().wait();
+      groups[1]->all_reduce(t)->wait();
+    }
+    CHECK(t.item<int64_t>() == 3);
+  });
+}
+
+TEST_CASE("collectives queued back to back run in call order") {
+  auto groups = make_groups(3, options("order"));
+  run_ranks(3, [&](int r) {
+    std::vector<Tensor> tensors;
+    std::vector<WorkPtr> works;
+    for (int i = 0; i < 20; ++i) {
+      tensors.push_back(Tensor::from_vector(std::vector<int32_t>(size_t(i * 997 + 1), r * 100 + i)));
+      works.push_back(i % 2 ? groups[size_t(r)]->all_reduce(tensors.back(), ReduceOp::max)
+                            : groups[size_t(r)]->all_reduce(tensors.back()));
+    }
+    for (auto& w : works) w->wait();
+    for (int i = 0; i < 20; ++i) {
+      int32_t want = i % 2 ? 200 + i : (0 + 100 + 200) + 3 * i;
+      CHECK(tensors[size_t(i)].item<int32_t>(0) == want);
+      CHECK(tensors[size_t(i)].item<int32_t>(tensors[size_t(i)].numel() - 1) == want);
+    }
+  });
+}
+
+TEST_CASE("a rank that never calls makes the others time out with an error naming it") {
+  for (std::string transport : {"shm", "tcp"}) {
+    CAPTURE(transport);
+    auto groups = make_groups(3, options("timeout-" + transport, false, transport));
+    auto errors = errors_of(3, [&](int r) {
+      if (r == 2) return;  // rank 2 skips the collective
+      Tensor t = Tensor::zeros({16});
+      CallOptions call;
+      call.timeout = 300ms;
+      groups[size_t(r)]->all_reduce(t, ReduceOp::sum, call)->wait();
+    });
+    for (int r = 0; r < 2; ++r) {
+      CHECK_MESSAGE(errors[size_t(r)].find("timed out after 300 ms") != std::string::npos, errors[size_t(r)]);
+      CHECK_MESSAGE(errors[size_t(r)].find("rank(s) 2") != std::string::npos, errors[size_t(r)]);
+      CHECK(errors[size_t(r)].find("hint:") != std::string::npos);
+    }
+    CHECK(errors[2].empty());
+    // The group is aborted now: the next call fails at once and says why.
+    Tensor t = Tensor::zeros({4});
+    CHECK_THROWS_WITH_AS(groups[0]->all_reduce(t)->wait(), doctest::Contains("aborted by an earlier failure"), Error);
+  }
+}
+
+TEST_CASE("TINYDDP_DEBUG=DETAIL: mismatched collectives raise the same error on every rank, listing who differs") {
+  auto groups = make_groups(3, options("detail", true));
+  SUBCASE("element count") {
+    auto errors = errors_of(3, [&](int r) {
+      Tensor t = Tensor::zeros({r == 1 ? 5 : 4});
+      groups[size_t(r)]->all_reduce(t)->wait();
+    });
+    for (auto& e : errors) {
+      CHECK_MESSAGE(e.find("collective mismatch") != std::string::npos, e);
+      CHECK_MESSAGE(e.find("ranks 0, 2 call all_reduce #0 f32 x4 sum") != std::string::npos, e);
+      CHECK_MESSAGE(e.find("rank 1 calls all_reduce #0 f32 x5 sum") != std::string::npos, e);
+      CHECK_MESSAGE(e.find("differ in element count") != std::string::npos, e);
+    }
+  }
+  SUBCASE("collective, dtype and op") {
+    auto errors = errors_of(3, [&](int r) {
+      if (r == 0) {
+        Tensor t = Tensor::zeros({4}, DType::f64);
+        groups[0]->all_reduce(t, ReduceOp::max)->wait();
+      } else if (r == 1) {
+        Tensor t = Tensor::zeros({4});
+        groups[1]->broadcast(t, 0)->wait();
+      } else {
+        Tensor t = Tensor::zeros({4});
+        groups[2]->all_reduce(t)->wait();
+      }
+    });
+    for (auto& e : errors) {
+      CHECK_MESSAGE(e.find("rank 0 calls all_reduce #0 f64 x4 max") != std::string::npos, e);
+      CHECK_MESSAGE(e.find("rank 1 calls broadcast #0 f32 x4 root 0") != std::string::npos, e);
+      CHECK_MESSAGE(e.find("collective, dtype, reduce op, root") != std::string::npos, e);
+    }
+  }
+  // A mismatch leaves the streams in step: the group stays usable for matching calls.
+  auto errors = errors_of(3, [&](int r) {
+    Tensor t = Tensor::from_vector(std::vector<float>{1.f, 2.f});
+    groups[size_t(r)]->all_reduce(t)->wait();
+    CHECK(t.to_vector<float>() == std::vector<float>{3.f, 6.f});
+  });
+  for (auto& e : errors) CHECK_MESSAGE(e.empty(), e);
+}
+
+TEST_CASE("without DETAIL, matching collectives pay no fingerprint round and still agree") {
+  auto groups = make_groups(2, options("no-detail", false));
+  run_ranks(2, [&](int r) {
+    Tensor t = Tensor::from_vector(std::vector<double>{0.5 * (r + 1)});
+    groups[size_t(r)]->all_reduce(t, ReduceOp::avg)->wait();
+    CHECK(t.item<double>() == 0.75);
+  });
+}
+
+TEST_CASE("bad arguments are rejected in the caller's thread with a hint") {
+  auto groups = make_groups(1, options("arguments"));
+  ProcessGroup& pg = *groups[0];
+  Tensor bytes = Tensor::zeros({4}, DType::u8);
+  CHECK_THROWS_WITH_AS(pg.all_reduce(bytes), doctest::Contains("take f32, f64, i32 or i64"), Error);
+  CHECK_THROWS_WITH_AS(pg.all_reduce(Tensor()), doctest::Contains("undefined"), Error);
+  Tensor in = Tensor::zeros({4}), wrong = Tensor::zeros({5});
+  CHECK_THROWS_WITH_AS(pg.all_gather(wrong, in), doctest::Contains("must hold world size (1) x input"), Error);
+  CHECK_THROWS_WITH_AS(pg.reduce_scatter(in, wrong), doctest::Contains("must hold world size (1) x output"), Error);
+  CHECK_THROWS_WITH_AS(pg.all_reduce_into(wrong, in), doctest::Contains("differ"), Error);
+  CHECK_THROWS_WITH_AS(pg.broadcast(in, 3), doctest::Contains("root 3 is not a rank"), Error);
+  CHECK_THROWS_WITH_AS(pg.all_reduce_coalesced({in, Tensor::zeros({2}, DType::f64)}), doctest::Contains("mix f32 and f64"), Error);
+  // World size 1: every collective is a copy or nothing, and avg divides by one.
+  Tensor t = Tensor::from_vector(std::vector<int32_t>{7, -3});
+  pg.all_reduce(t, ReduceOp::avg)->wait();
+  CHECK(t.to_vector<int32_t>() == std::vector<int32_t>{7, -3});
+  pg.barrier()->wait();
+}
+
+TEST_CASE("all_reduce_coalesced reduces every tensor") {
+  auto groups = make_groups(2, options("coalesced"));
+  run_ranks(2, [&](int r) {
+    std::vector<Tensor> ts = {Tensor::from_vector(std::vector<float>(3, float(r + 1))),
+                              Tensor::from_vector(std::vector<float>(50000, float(2 * r)))};
+    groups[size_t(r)]->all_reduce_coalesced(ts)->wait();
+    CHECK(ts[0].to_vector<float>() == std::vector<float>(3, 3.f));
+    CHECK(ts[1].to_vector<float>() == std::vector<float>(50000, 2.f));
+  });
+}
+
+TEST_CASE("backend selection") {
+  auto store = std::make_shared<HashStore>();
+  CHECK_THROWS_WITH_AS(create_process_group("mpi", store, 0, 1), doctest::Contains("unknown process group backend 'mpi'"), Error);
+  CHECK_THROWS_WITH_AS(create_process_group("ring", store, 0, 1, [] {
+                         ProcessGroupOptions o;
+                         o.transport = "udp";
+                         return o;
+                       }()),
+                       doctest::Contains("unknown transport 'udp'"), Error);
+  auto backends = available_backends();
+  CHECK(backends.front() == "ring");
+#ifndef TINYDDP_WITH_NCCL
+  CHECK(backends.size() == 1);
+  CHECK_THROWS_WITH_AS(create_process_group("nccl", store, 0, 1), doctest::Contains("not in this build"), Error);
+#endif
+}
+
+TEST_CASE("CUDA tensors go through pinned host staging on the ring backend") {
+  if (cuda_device_count() == 0) {
+    MESSAGE("skipped: no CUDA device (" << cuda_unavailable_reason() << "); test/gpu covers the staging on a GPU machine");
+    return;
+  }
+  auto groups = make_groups(2, options("staging"));
+  run_ranks(2, [&](int r) {
+    Tensor t = Tensor::from_vector(std::vector<float>(1000, float(r + 1))).to(Device::cuda(0));
+    groups[size_t(r)]->all_reduce(t)->wait();
+    CHECK(t.to_vector<float>() == std::vector<float>(1000, 3.f));
+  });
+}
