@@ -312,7 +312,13 @@ Response decode_response(Command command, std::string_view body, const Limits& l
       case Command::add:
       case Command::num_keys: p.number = r.i64(); break;
       case Command::check:
-      case Command::delete_key: p.number = r.u8() != 0; break;
+      case Command::delete_key: {
+        uint8_t flag = r.u8();
+        TINYDDP_CHECK(flag <= 1, "response: boolean byte ", int(flag), " is neither 0 nor 1; hint: the peer is not a "
+                      "tinyddp store of this version");
+        p.number = flag;
+        break;
+      }
       case Command::multi_get: p.values = r.list(limits.max_keys_per_request, limits.max_value_bytes, "value"); break;
       case Command::set:
       case Command::wait:
