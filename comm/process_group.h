@@ -46,6 +46,8 @@ struct ProcessGroupOptions {
   size_t shm_ring_bytes = 0;    // 0: TINYDDP_SHM_RING_BYTES or the default
   size_t tcp_buffer_bytes = 0;  // 0: TINYDDP_TCP_BUFFER_BYTES or the kernel's auto-tuning
   std::optional<std::string> token;  // the job token for transport handshakes; unset: TINYDDP_TOKEN
+  // nccl backend: the rank's CUDA device; -1: LOCAL_RANK, else rank modulo the device count.
+  int device = -1;
 };
 
 // Per-call settings.
