@@ -1,6 +1,8 @@
 #include "comm/process_group.h"
 
+#include "comm/rendezvous.h"
 #include "comm/ring_backend.h"
+#include "comm/tcp_store.h"
 #ifdef TINYDDP_WITH_NCCL
 #include "comm/nccl/nccl_backend.h"
 #endif
@@ -50,6 +52,17 @@ std::shared_ptr<ProcessGroup> create_process_group(const std::string& backend, s
                " (\"nccl\" needs a build with NCCL)"
 #endif
   );
+}
+
+std::shared_ptr<ProcessGroup> init_process_group(const std::string& backend, const std::string& init_method, int rank,
+                                                 int world, const ProcessGroupOptions& options) {
+  RendezvousOptions join;
+  join.rank = rank;
+  join.world_size = world;
+  join.timeout = options.timeout;
+  if (options.token) join.token = options.token;
+  Rendezvous r = rendezvous(init_method, join);
+  return create_process_group(backend, r.store, r.rank, r.world_size, options);
 }
 
 }  // namespace tinyddp::comm

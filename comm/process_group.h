@@ -103,4 +103,11 @@ std::vector<std::string> available_backends();
 std::shared_ptr<ProcessGroup> create_process_group(const std::string& backend, std::shared_ptr<Store> store, int rank,
                                                    int world, const ProcessGroupOptions& options = {});
 
+// The one-call start of a job, as torch.distributed.init_process_group: rendezvous through
+// `init_method` ("tcp://host:port", rank 0 hosting the store; or "env://" under tinyddp-run,
+// torchrun, srun or mpirun, see rendezvous.h), then create_process_group. rank / world = -1 take
+// them from the environment. The group keeps the store (and, on rank 0, its server) alive.
+std::shared_ptr<ProcessGroup> init_process_group(const std::string& backend, const std::string& init_method = "env://",
+                                                 int rank = -1, int world = -1, const ProcessGroupOptions& options = {});
+
 }  // namespace tinyddp::comm

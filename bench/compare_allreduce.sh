@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# All-reduce, tinyddp against its peers, side by side in one run (these hosts are shared and noisy:
+# only figures taken together are compared). For each world size it runs
+#   - the physical limits of the host (memcpy, a+=b, one loopback TCP stream),
+#   - the peers of ../shared/anchors/run.sh allreduce: Open MPI (shared memory), Gloo (TCP ring),
+#     PyTorch's gloo backend,
+#   - bench/allreduce_perf over shm and over tcp, in place, float32 sum,
+# then prints busbw (latency for the small sizes) per size with our ratios to the peers, and draws
+# busbw against size for every line (bench/plot_allreduce.gp, gnuplot) into an SVG.
+#
+# usage: bench/compare_allreduce.sh [BUILD_DIR] [WORLD ...]        (default: build, worlds 2 4)
+# output: BUILD_DIR/bench-allreduce/ (raw tables, CSV, summary.txt, allreduce_busbw_w<N>.svg)
+set -euo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+build=$(cd "${1:-$top/build}" && pwd)
+shift || true
+worlds=${*:-2 4}
+anchors=$top/../shared/anchors/run.sh
+out=$build/bench-allreduce
+mkdir -p "$out"
+cmake --build "$build" --target allreduce_perf -j "$(nproc)" >/dev/null
+perf=$build/bin/allreduce_perf
+
+# Runs allreduce_perf on N local ranks: under tinyddp-run when it is built, else as a launcher
+# would (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT in each rank's environment).
+launch() {
+  local n=$1; shift
+  if [ -x "$build/bin/tinyddp-run" ]; then
+    "$build/bin/tinyddp-run" -n "$n" "$perf" "$@" | sed -e 's/^\[rank [0-9]*\] //'
+  else
+    local port=$((20000 + RANDOM % 20000)) r
+    for ((r = 1; r < n; r++)); do
+      RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r LOCAL_WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$perf" "$@" >/dev/null &
+    done
+    RANK=0 WORLD_SIZE=$n LOCAL_RANK=0 LOCAL_WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 MASTER_PORT=$port "$perf" "$@"
+    wait
+  fi
+}
+
+have_peers=0
+if [ -x "$anchors" ]; then have_peers=1; else echo "(no ../shared/anchors/run.sh: the peers are skipped)"; fi
+[ $have_peers = 1 ] && "$anchors" limits | tee "$out/limits.txt"
+
+for w in $worlds; do
+  echo "== world $w"
+  if [ $have_peers = 1 ]; then "$anchors" allreduce "$w" 2>&1 | tee "$out/peers_w$w.txt"; fi
+  for t in shm tcp; do
+    launch "$w" -b 1K -e 256M -f 4 -n 20 -w 5 -d float -o sum --transport "$t" --csv "$out/ours_${t}_w$w.csv" \
+      | tee "$out/ours_${t}_w$w.txt"
+  done
+  python3 - "$out" "$w" <<'PY' | tee "$out/summary_w$w.txt"
+import csv, os, re, sys
+out, world = sys.argv[1], int(sys.argv[2])
+def ours(t):
+    path = f"{out}/ours_{t}_w{world}.csv"
+    if not os.path.exists(path): return {}
+    return {int(r["bytes"]): (float(r["ip_time_us"]), float(r["ip_busbw"])) for r in csv.DictReader(open(path))}
+def peers():
+    tables, name = {}, None
+    path = f"{out}/peers_w{world}.txt"
+    if not os.path.exists(path): return tables
+    for line in open(path):
+        low = line.lower()
+        if line.startswith("#"):
+            if "openmpi" in low: name = "ompi"
+            elif "gloo allreduce" in low: name = "gloo"
+            elif "torch" in low: name = "torch"
+            continue
+        f = line.split()
+        if name and len(f) == 4 and f[0].isdigit():
+            tables.setdefault(name, {})[int(f[0])] = (float(f[1]), float(f[3]))
+    return tables
+lines = {"shm": ours("shm"), "tcp": ours("tcp"), **peers()}
+names = ["shm", "tcp", "ompi", "gloo", "torch"]
+labels = {"shm": "ours shm", "tcp": "ours tcp", "ompi": "Open MPI", "gloo": "Gloo", "torch": "PyTorch gloo"}
+sizes = sorted(set().union(*[set(v) for v in lines.values()]))
+def cell(name, size, latency):
+    v = lines.get(name, {}).get(size)
+    if v is None: return "-"
+    return f"{v[0]:.1f} us" if latency else f"{v[1]:.3f}"
+def ratio(a, b, size, latency):
+    x, y = lines.get(a, {}).get(size), lines.get(b, {}).get(size)
+    if not x or not y: return "-"
+    return f"{y[0] / x[0]:.2f}x" if latency else (f"{x[1] / y[1]:.2f}x" if y[1] > 0 else "-")
+print(f"# all-reduce, float32 sum, in place, world {world}: busbw GB/s (time for <= 4 KiB); ratios > 1 mean ours is better")
+head = ["bytes"] + [labels[n] for n in names] + ["shm/OMPI", "tcp/Gloo", "tcp/torch"]
+print("| " + " | ".join(head) + " |")
+print("|" + "---|" * len(head))
+for s in sizes:
+    lat = s <= 4096
+    row = [str(s)] + [cell(n, s, lat) for n in names] + [ratio("shm", "ompi", s, lat), ratio("tcp", "gloo", s, lat), ratio("tcp", "torch", s, lat)]
+    print("| " + " | ".join(row) + " |")
+with open(f"{out}/plot_w{world}.dat", "w") as dat:
+    dat.write("# bytes " + " ".join(names) + "\n")
+    for s in sizes:
+        dat.write(f"{s} " + " ".join(f"{lines[n][s][1]:.4f}" if s in lines.get(n, {}) else "NaN" for n in names) + "\n")
+PY
+  if command -v gnuplot >/dev/null; then
+    gnuplot -e "datafile='$out/plot_w$w.dat'; outfile='$out/allreduce_busbw_w$w.svg'; world=$w" "$top/bench/plot_allreduce.gp"
+    echo "plot: $out/allreduce_busbw_w$w.svg"
+  else
+    echo "(gnuplot not installed: apt-get install gnuplot-nox for the plot)"
+  fi
+done
