@@ -1,0 +1,168 @@
+// Helpers for the DistributedDataParallel suites: threads acting as ranks (from the collective tests),
+// small models, one training step, and a ProcessGroup that records the all-reduces it forwards.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/process_group.h"
+#include "core/random.h"
+#include "nn/activations.h"
+#include "nn/linear.h"
+#include "nn/loss.h"
+#include "nn/sequential.h"
+#include "test/comm/test_collectives_support.h"
+
+namespace tinyddp::testing {
+
+// Every collective in these suites is bounded: a Reducer bug that leaves a rank waiting fails the
+// test after this long instead of hanging it.
+inline std::vector<std::shared_ptr<comm::ProcessGroup>> make_test_groups(int world) {
+  comm::ProcessGroupOptions options;
+  options.timeout = std::chrono::seconds(60);
+  return make_groups(world, options);
+}
+
+// Linear layers of the given widths with ReLU between them, as the examples build their MLPs.
+inline std::unique_ptr<nn::Sequential> make_mlp(const std::vector<int64_t>& widths, uint64_t seed) {
+  Generator gen(seed);
+  auto model = std::make_unique<nn::Sequential>();
+  for (size_t i = 0; i + 1 < widths.size(); ++i) {
+    model->emplace<nn::Linear>(widths[i], widths[i + 1], gen);
+    if (i + 2 < widths.size()) model->emplace<nn::ReLU>();
+  }
+  return model;
+}
+
+// Uniform features in [-1, 1) and class labels, from a seed.
+inline Tensor random_features(int64_t rows, int64_t cols, uint64_t seed) {
+  Generator gen(seed);
+  Tensor x = Tensor::empty({rows, cols});
+  fill_uniform(x, -1.f, 1.f, gen);
+  return x;
+}
+inline Tensor random_labels(int64_t rows, int64_t classes, uint64_t seed) {
+  Generator gen(seed);
+  std::vector<int64_t> labels;
+  for (int64_t i = 0; i < rows; ++i) labels.push_back(int64_t(gen.next_below(uint64_t(classes))));
+  return Tensor::from_vector(labels);
+}
+
+// Rows `indices` of a 2-D tensor (or elements of a 1-D one), copied.
+template <typename T>
+Tensor gather_rows(const Tensor& t, const std::vector<int64_t>& indices) {
+  const int64_t width = t.dim() == 1 ? 1 : t.size(1);
+  std::vector<T> all = t.to_vector<T>(), out;
+  for (int64_t i : indices) out.insert(out.end(), all.begin() + i * width, all.begin() + (i + 1) * width);
+  return t.dim() == 1 ? Tensor::from_vector(out) : Tensor::from_vector(out, {int64_t(indices.size()), width});
+}
+
+// forward + cross-entropy + backward through `model` (a plain module or a DistributedDataParallel).
+inline float train_step_backward(nn::Module& model, const Tensor& x, const Tensor& labels) {
+  nn::CrossEntropyLoss criterion;
+  float loss = criterion.forward(model.forward(x), labels);
+  model.backward(criterion.backward(), /*want_input_grad=*/false);
+  return loss;
+}
+
+// Every parameter's values (or gradients), concatenated in registration order.
+inline std::vector<float> flat_values(nn::Module& model) {
+  std::vector<float> out;
+  for (nn::Parameter* p : model.parameters()) {
+    std::vector<float> v = p->value.to_vector<float>();
+    out.insert(out.end(), v.begin(), v.end());
+  }
+  return out;
+}
+inline std::vector<float> flat_grads(nn::Module& model) {
+  std::vector<float> out;
+  for (nn::Parameter* p : model.parameters()) {
+    std::vector<float> g = p->grad.to_vector<float>();
+    out.insert(out.end(), g.begin(), g.end());
+  }
+  return out;
+}
+
+// A ProcessGroup that forwards to a real one and writes down each all-reduce it was asked for (which
+// buffer, in which order), so a test can see what the Reducer launched and when.
+class RecordingGroup : public comm::ProcessGroup {
+ public:
+  explicit RecordingGroup(std::shared_ptr<comm::ProcessGroup> inner)
+      : ProcessGroup(inner->rank(), inner->size()), inner_(std::move(inner)) {}
+
+  struct Call {
+    const void* data;  // the first byte all-reduced
+    int64_t numel;
+    comm::ReduceOp op;
+  };
+  std::vector<Call> all_reduces;
+
+  std::string backend() const override { return inner_->backend(); }
+  comm::WorkPtr all_reduce(const Tensor& tensor, comm::ReduceOp op, const comm::CallOptions& call) override {
+    all_reduces.push_back({tensor.raw_data(), tensor.numel(), op});
+    return inner_->all_reduce(tensor, op, call);
+  }
+  comm::WorkPtr all_reduce_into(const Tensor& output, const Tensor& input, comm::ReduceOp op,
+                                const comm::CallOptions& call) override {
+    return inner_->all_reduce_into(output, input, op, call);
+  }
+  comm::WorkPtr all_reduce_coalesced(const std::vector<Tensor>& tensors, comm::ReduceOp op,
+                                     const comm::CallOptions& call) override {
+    return inner_->all_reduce_coalesced(tensors, op, call);
+  }
+  comm::WorkPtr broadcast(const Tensor& tensor, int root, const comm::CallOptions& call) override {
+    return inner_->broadcast(tensor, root, call);
+  }
+  comm::WorkPtr all_gather(const Tensor& output, const Tensor& input, const comm::CallOptions& call) override {
+    return inner_->all_gather(output, input, call);
+  }
+  comm::WorkPtr reduce_scatter(const Tensor& output, const Tensor& input, comm::ReduceOp op,
+                               const comm::CallOptions& call) override {
+    return inner_->reduce_scatter(output, input, op, call);
+  }
+  comm::WorkPtr barrier(const comm::CallOptions& call) override { return inner_->barrier(call); }
+
+ private:
+  std::shared_ptr<comm::ProcessGroup> inner_;
+};
+
+// A module whose backward marks its parameters ready in a scripted order (possibly leaving some out,
+// or marking one twice), adding `rank + 1` to each gradient it marks: the test then knows exactly
+// what every gradient must average to.
+class ScriptedModule : public nn::Module {
+ public:
+  ScriptedModule(const std::vector<int64_t>& sizes, int rank) : rank_(rank) {
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      std::string name = "p";
+      name += std::to_string(i);
+      parameters_.push_back(&register_parameter(name, Tensor::zeros({sizes[i]})));
+    }
+  }
+  std::vector<size_t> mark_order;
+  // Called after each mark with the position in mark_order (to look at the reducer mid-backward).
+  std::function<void(size_t)> after_mark;
+
+  Tensor forward(const Tensor& input) override { return input; }
+  Tensor backward(const Tensor& grad_output, bool) override {
+    for (size_t k = 0; k < mark_order.size(); ++k) {
+      nn::Parameter& p = *parameters_[mark_order[k]];
+      float* g = p.grad.data<float>();
+      for (int64_t i = 0; i < p.grad.numel(); ++i) g[i] += float(rank_ + 1);
+      p.mark_grad_ready();
+      if (after_mark) after_mark(k);
+    }
+    return grad_output;
+  }
+  std::string describe() const override { return "ScriptedModule"; }
+  nn::Parameter& param(size_t i) { return *parameters_[i]; }
+
+ private:
+  int rank_;
+  std::vector<nn::Parameter*> parameters_;
+};
+
+}  // namespace tinyddp::testing
