@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include "core/error.h"
@@ -21,6 +23,8 @@ using Clock = std::chrono::steady_clock;
 // How often wait() looks at the workers. waitpid(WNOHANG) on a handful of children costs microseconds,
 // and 10 ms is far below anything a training job would notice.
 constexpr auto kPollInterval = std::chrono::milliseconds(10);
+// After a failure, how long the other workers may take to end on their own (see wait()).
+constexpr auto kSettle = std::chrono::milliseconds(1000);
 
 // This process's environment with `added` replacing or adding variables, as "NAME=value" strings.
 std::vector<std::string> environment_with(const SpawnedWorkers::Environment& added) {
@@ -126,36 +130,46 @@ bool SpawnedWorkers::reap(size_t rank, bool block) {
   return true;
 }
 
-std::optional<WorkerEnd> SpawnedWorkers::wait(std::chrono::milliseconds timeout, std::chrono::milliseconds grace) {
+std::vector<WorkerEnd> SpawnedWorkers::wait(std::chrono::milliseconds timeout, std::chrono::milliseconds grace) {
   auto deadline = timeout > std::chrono::milliseconds::zero() ? Clock::now() + timeout : Clock::time_point::max();
+  std::vector<WorkerEnd> failures;
+  std::optional<Clock::time_point> settle_until;
   for (;;) {
     bool any_running = false;
     for (size_t rank = 0; rank < pids_.size(); ++rank) {
-      if (!running_[rank]) continue;
+      bool was_running = running_[rank];
       if (!reap(rank, false)) {
         any_running = true;
         continue;
       }
       int status = status_[rank];
-      bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-      if (failed) {
-        WorkerEnd end{int(rank), pids_[rank], WIFEXITED(status) ? WEXITSTATUS(status) : 0,
-                      WIFSIGNALED(status) ? WTERMSIG(status) : 0, false};
-        // The others are probably stuck in a collective waiting for this one: stop them now.
-        stop_running(grace);
-        return end;
-      }
+      if (was_running && !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+        failures.push_back({int(rank), pids_[rank], WIFEXITED(status) ? WEXITSTATUS(status) : 0,
+                            WIFSIGNALED(status) ? WTERMSIG(status) : 0, false});
     }
-    if (!any_running) return std::nullopt;
-    if (Clock::now() >= deadline) {
-      WorkerEnd end;
-      for (size_t rank = 0; rank < pids_.size(); ++rank)
-        if (running_[rank]) {
-          end = {int(rank), pids_[rank], 0, 0, true};
-          break;
-        }
-      stop_running(grace);
-      return end;
+    if (!failures.empty()) {
+      // Give the others a moment to end on their own before stopping them. When rank 1 crashes and
+      // takes rank 0 down with it, rank 0 may be reapable first: a crashed process stays unreapable
+      // until its last thread is gone, and the peer noticed the crash as soon as its sockets closed.
+      // The caller needs both to tell which one started it.
+      if (!settle_until) settle_until = Clock::now() + std::min(grace, kSettle);
+      if (!any_running || Clock::now() >= *settle_until) {
+        stop_running(grace);
+        std::sort(failures.begin(), failures.end(), [](const WorkerEnd& a, const WorkerEnd& b) { return a.rank < b.rank; });
+        return failures;
+      }
+    } else {
+      if (!any_running) return {};
+      if (Clock::now() >= deadline) {
+        std::vector<WorkerEnd> late;
+        for (size_t rank = 0; rank < pids_.size(); ++rank)
+          if (running_[rank]) {
+            late.push_back({int(rank), pids_[rank], 0, 0, true});
+            break;
+          }
+        stop_running(grace);
+        return late;
+      }
     }
     std::this_thread::sleep_for(kPollInterval);
   }

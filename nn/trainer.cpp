@@ -222,12 +222,18 @@ void Trainer::train_batch(const Batch& batch, Totals& totals) {
   optimizer_.zero_grad();
   StepOutput step;
   {
-    trace::Span span("train_step", "compute");
-    step = train_step(batch);
-  }
-  TINYDDP_CHECK(step.output_grad.defined(), "Trainer: train_step returned no output_grad",
-                "; hint: return {.loss = loss, .output_grad = loss_fn.backward()} so the backward pass can run");
-  {
+    // Set for train_step and its backward pass, and cleared however they end (an exception included).
+    struct TrainingFlag {
+      bool& flag;
+      explicit TrainingFlag(bool& f) : flag(f) { flag = true; }
+      ~TrainingFlag() { flag = false; }
+    } training(training_);
+    {
+      trace::Span span("train_step", "compute");
+      step = train_step(batch);
+    }
+    TINYDDP_CHECK(step.output_grad.defined(), "Trainer: train_step returned no output_grad",
+                  "; hint: return {.loss = loss, .output_grad = loss_fn.backward()} so the backward pass can run");
     trace::Span span("backward", "compute");
     backward(step.output_grad);
   }

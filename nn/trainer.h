@@ -159,6 +159,9 @@ class Trainer {
   // through DistributedDataParallel.
   virtual Tensor forward(const Tensor& input);
   virtual void backward(const Tensor& output_grad);
+  // True while a training batch runs (train_step and its backward pass); false in test_step. DDP
+  // arms its gradient reducer only for training forwards.
+  bool is_training() const { return training_; }
 
   // Hooks for add-ons; an override calls the wrapped class's version too.
   virtual void on_run_begin(int64_t n_epoch) { (void)n_epoch; }
@@ -188,6 +191,7 @@ class Trainer {
   LRScheduler* scheduler_;
   TrainerOptions options_;
 
+  bool training_ = false;
   int rank_ = 0, world_size_ = 1;
   std::shared_ptr<comm::ProcessGroup> group_;
 

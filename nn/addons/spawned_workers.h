@@ -50,10 +50,14 @@ class SpawnedWorkers {
   SpawnedWorkers& operator=(const SpawnedWorkers&) = delete;
 
   // Waits until every worker has ended, or one has failed, or `timeout` has passed (zero: no limit).
-  // In the last two cases every worker still running is stopped (SIGTERM, then SIGKILL after
-  // `grace`) and reaped before this returns. Returns the first failure, or nothing when all exited 0.
-  std::optional<WorkerEnd> wait(std::chrono::milliseconds timeout = std::chrono::milliseconds::zero(),
-                                std::chrono::milliseconds grace = std::chrono::seconds(5));
+  // After a failure the others get up to a second (at most `grace`) to end on their own; then, as
+  // after a timeout, every worker still running is stopped (SIGTERM, then SIGKILL after `grace`) and
+  // reaped before this returns. Returns nothing when all exited with 0. Otherwise it returns every
+  // worker that failed on its own, in rank order (a crash takes its peers down within milliseconds,
+  // and which of them came first is for the caller to tell), or, after a timeout, one entry with
+  // timed_out set.
+  std::vector<WorkerEnd> wait(std::chrono::milliseconds timeout = std::chrono::milliseconds::zero(),
+                              std::chrono::milliseconds grace = std::chrono::seconds(5));
 
   // The workers' process ids, by rank (for messages; they are reaped once wait() returns).
   const std::vector<pid_t>& pids() const { return pids_; }
