@@ -121,8 +121,12 @@ void DistributedDataParallel::broadcast_parameters() {
 
 Tensor DistributedDataParallel::forward(const Tensor& input) {
   trace::Span span("forward", "ddp");
-  // PyTorch decides at forward time too: a forward inside no_sync() leads to a local-only backward.
-  if (require_sync_) reducer_->prepare_for_backward();
+  // PyTorch decides at forward time too: a forward inside no_sync() leads to a local-only backward,
+  // even when an earlier forward (say, an evaluation without backward) had armed the reducer.
+  if (require_sync_)
+    reducer_->prepare_for_backward();
+  else if (reducer_->armed())
+    reducer_->abandon_iteration();
   return module_->forward(input);
 }
 

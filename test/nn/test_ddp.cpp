@@ -201,6 +201,8 @@ TEST_CASE("no_sync: micro-batches accumulate locally, and the next synchronised 
     auto group = std::make_shared<RecordingGroup>(groups[size_t(rank)]);
     auto model = make_mlp(kWidths, 8);
     DistributedDataParallel ddp(*model, group);
+    // A forward with no backward (an evaluation) arms the reducer; the no_sync() forward disarms it.
+    ddp.forward(gather_rows<float>(x, batch_of(rank, 1)));
     {
       auto guard = ddp.no_sync();
       CHECK_FALSE(ddp.require_gradient_sync());
