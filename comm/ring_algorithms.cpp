@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <thread>
 
 #include "core/error.h"
 
@@ -18,6 +19,8 @@ constexpr size_t kSegmentBytes = 128 << 10;
 // How long one sleep lasts at most: the cadence of the liveness checks while blocked.
 constexpr auto kSleepSlice = std::chrono::microseconds(10'000);
 constexpr auto kMixedSleepSlice = std::chrono::microseconds(500);
+// Retries that spin without yielding before the spin starts to yield (about a microsecond).
+constexpr int kPureSpins = 32;
 
 struct Progress {
   size_t send_total = 0, recv_total = 0;
@@ -33,11 +36,15 @@ class Waiter {
 
   void progressed() {
     spin_.reset();
+    spins_ = 0;
     last_progress_ = Clock::now();
   }
 
   void wait(const std::vector<WaitFor>& waits) {
     if (spin_.keep_spinning()) {
+      // The first microseconds spin on the CPU; after that each retry yields the core first, so a
+      // peer that shares this core (more ranks than free cores) gets to run and answer.
+      if (++spins_ > kPureSpins) std::this_thread::yield();
       SpinThenSleep::pause();
       return;
     }
@@ -68,20 +75,25 @@ class Waiter {
 
   const CollectiveContext& ctx_;
   SpinThenSleep spin_;
+  int spins_ = 0;
   Clock::time_point last_progress_;
 };
 
-// Sends what the dependency rule allows; returns whether any byte moved.
+// Sends what the dependency rule allows, at most one segment per call: one thread drives both
+// directions, and a long send (a TCP send() of megabytes, the kernel copying it all) would leave
+// the incoming direction idle meanwhile. Returns whether any byte moved.
 bool pump_send(Stream& s, Progress& p, size_t elem) {
   bool moved = false;
-  while (p.sent < p.send_total) {
-    size_t allowed = std::min(s.send_lead + p.processed, p.send_total) - p.sent;
+  size_t budget = kSegmentBytes;
+  while (p.sent < p.send_total && budget > 0) {
+    size_t allowed = std::min({std::min(s.send_lead + p.processed, p.send_total) - p.sent, budget});
     if (allowed == 0) break;
     const SendRegion& region = s.send[p.send_region];
     size_t n = std::min(region.bytes - p.send_offset, allowed);
     size_t took = s.to->try_send(region.data + p.send_offset, n, elem);
     if (took == 0) break;
     moved = true;
+    budget -= std::min(budget, took);
     p.sent += took;
     p.send_offset += took;
     while (p.send_region < s.send.size() && p.send_offset == s.send[p.send_region].bytes) {

@@ -6,6 +6,8 @@
 #include <deque>
 #include <thread>
 
+#include <pthread.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include "comm/shm_transport.h"
@@ -33,6 +35,25 @@ class MismatchError : public Error {
  public:
   using Error::Error;
 };
+
+// The CPU for the communication thread of the local_index-th of local_count ranks on this host, or
+// -1 for none. Ranks that exchange through memory wake each other constantly, and the scheduler
+// likes to wake a thread on the CPU of the thread that woke it: left alone, two ranks end up
+// taking turns on one core while the other idles. One core each (what mpirun's default binding
+// does) stops that. Only when every rank gets a core of its own; TINYDDP_BIND=none turns it off.
+// The CPUs come from this process's allowed set, so a launcher's own binding is respected.
+int pick_cpu(int local_index, int local_count) {
+  const char* bind = std::getenv("TINYDDP_BIND");
+  if (bind && std::string(bind) == "none") return -1;
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return -1;
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+  if (local_count < 2 || int(cpus.size()) < local_count) return -1;
+  if (int(cpus.size()) == 1) return -1;
+  return cpus[size_t(local_index) % cpus.size()];
+}
 
 size_t env_size(const char* name, size_t fallback) {
   const char* value = std::getenv(name);
@@ -65,7 +86,16 @@ class RingBackend::Executor {
     std::function<void(Work&)> run;
   };
 
-  Executor() : thread_([this] { loop(); }) {}
+  // `cpu` >= 0: the thread runs on that CPU only (see pick_cpu).
+  explicit Executor(int cpu) : thread_([this, cpu] {
+    if (cpu >= 0) {
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      CPU_SET(cpu, &set);
+      pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+    }
+    loop();
+  }) {}
   ~Executor() { shutdown(); }
 
   void enqueue(Task task) {
@@ -197,7 +227,7 @@ RingBackend::RingBackend(std::shared_ptr<Store> store, int rank, int size, const
   if (local.size() > std::max(1u, std::thread::hardware_concurrency())) SpinThenSleep::set_budget(kOversubscribedSpin);
   if (const char* spin = std::getenv("TINYDDP_SPIN_US"); spin && *spin)  // for tuning on a new host
     SpinThenSleep::set_budget(std::chrono::microseconds(std::stoll(spin)));
-  executor_ = std::make_shared<Executor>();
+  executor_ = std::make_shared<Executor>(pick_cpu(int(std::find(local.begin(), local.end(), rank) - local.begin()), int(local.size())));
 }
 
 RingBackend::~RingBackend() {

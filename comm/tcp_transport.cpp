@@ -182,7 +182,10 @@ class TcpTransport::Peer : public Connection {
       if (got == n) return got;
     }
     ssize_t k = ::recv(fd_, static_cast<char*>(dst) + got, n - got, MSG_DONTWAIT);
-    if (k > 0) return got + size_t(k);
+    if (k > 0) {
+      ack_now();
+      return got + size_t(k);
+    }
     if (k == 0) owner().fail_connection(peer(), "the peer closed the connection (its process exited or aborted)");
     if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return got;
     owner().fail_connection(peer(), "receiving failed: " + errno_text(errno));
@@ -200,6 +203,7 @@ class TcpTransport::Peer : public Connection {
         ssize_t k = ::recv(fd_, staging_.data() + end_, want, MSG_DONTWAIT);
         if (k > 0) {
           end_ += size_t(k);
+          ack_now();
         } else if (k == 0) {
           if (begin_ == end_) owner().fail_connection(peer(), "the peer closed the connection (its process exited or aborted)");
         } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
@@ -213,6 +217,14 @@ class TcpTransport::Peer : public Connection {
   void release(size_t n) override { begin_ += n; }
 
  private:
+  // Linux delays ACKs (up to 40 ms) unless the socket is in quick-ack mode, which it leaves on its
+  // own; the sender, seeing no ACK within a couple of round trips (microseconds on loopback), fires
+  // loss probes and stalls its window. Re-arming TCP_QUICKACK after each read keeps ACKs immediate.
+  void ack_now() {
+    int one = 1;
+    ::setsockopt(fd_, IPPROTO_TCP, TCP_QUICKACK, &one, sizeof one);
+  }
+
   TcpTransport& owner() const { return static_cast<TcpTransport&>(transport()); }
   int fd_;
   std::vector<std::byte> staging_;
