@@ -176,10 +176,10 @@ int main(int argc, char** argv) {
     Tensor wrong_total = Tensor::zeros({1}, DType::i64);
 
     if (rank == 0) {
-      std::printf("#\n#%91s%36s\n", "out-of-place", "in-place");
-      std::printf("#%12s%14s%9s%7s%6s%10s%8s%8s%7s%10s%8s%8s%7s\n", "size", "count", "type", "redop", "root", "time", "algbw",
+      std::printf("#\n#%92s%37s\n", "out-of-place", "in-place");
+      std::printf("#%12s%14s%9s%7s%6s%11s%8s%8s%7s%11s%8s%8s%7s\n", "size", "count", "type", "redop", "root", "time", "algbw",
                   "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
-      std::printf("#%12s%14s%9s%7s%6s%10s%8s%8s%7s%10s%8s%8s%7s\n", "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)",
+      std::printf("#%12s%14s%9s%7s%6s%11s%8s%8s%7s%11s%8s%8s%7s\n", "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)",
                   "", "(us)", "(GB/s)", "(GB/s)", "");
     }
     std::vector<Row> rows;
@@ -229,7 +229,7 @@ int main(int argc, char** argv) {
       busbw_sum += row.busbw[1];
       if (rank == 0) {
         auto wrong_text = [&](int k) { return row.wrong[k] < 0 ? std::string("N/A") : std::to_string(row.wrong[k]); };
-        std::printf(" %12zu%14zu%9s%7s%6d%10.2f%8.3f%8.3f%7s%10.2f%8.3f%8.3f%7s\n", row.bytes, row.count, row.type.c_str(),
+        std::printf(" %12zu%14zu%9s%7s%6d%11.1f%8.3f%8.3f%7s%11.1f%8.3f%8.3f%7s\n", row.bytes, row.count, row.type.c_str(),
                     row.op.c_str(), -1, row.time_us[0], row.algbw[0], row.busbw[0], wrong_text(0).c_str(), row.time_us[1],
                     row.algbw[1], row.busbw[1], wrong_text(1).c_str());
         std::fflush(stdout);

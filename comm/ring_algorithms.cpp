@@ -42,9 +42,9 @@ class Waiter {
 
   void wait(const std::vector<WaitFor>& waits) {
     if (spin_.keep_spinning()) {
-      // The first microseconds spin on the CPU; after that each retry yields the core first, so a
-      // peer that shares this core (more ranks than free cores) gets to run and answer.
-      if (++spins_ > kPureSpins) std::this_thread::yield();
+      // The first microseconds spin on the CPU; after that, unless this rank has a core of its
+      // own, each retry yields the core first, so a peer that shares it gets to run and answer.
+      if (++spins_ > kPureSpins && SpinThenSleep::yield_while_spinning()) std::this_thread::yield();
       SpinThenSleep::pause();
       return;
     }

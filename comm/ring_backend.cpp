@@ -1,6 +1,7 @@
 #include "comm/ring_backend.h"
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -42,6 +43,13 @@ class MismatchError : public Error {
 // taking turns on one core while the other idles. One core each (what mpirun's default binding
 // does) stops that. Only when every rank gets a core of its own; TINYDDP_BIND=none turns it off.
 // The CPUs come from this process's allowed set, so a launcher's own binding is respected.
+void bind_to(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+}
+
 int pick_cpu(int local_index, int local_count) {
   const char* bind = std::getenv("TINYDDP_BIND");
   if (bind && std::string(bind) == "none") return -1;
@@ -86,14 +94,11 @@ class RingBackend::Executor {
     std::function<void(Work&)> run;
   };
 
-  // `cpu` >= 0: the thread runs on that CPU only (see pick_cpu).
-  explicit Executor(int cpu) : thread_([this, cpu] {
-    if (cpu >= 0) {
-      cpu_set_t set;
-      CPU_ZERO(&set);
-      CPU_SET(cpu, &set);
-      pthread_setaffinity_np(pthread_self(), sizeof set, &set);
-    }
+  // `cpu` >= 0: the thread runs on that CPU only (see pick_cpu), and, having a core of its own,
+  // polls for the next collective for a moment before it sleeps: back-to-back collectives then
+  // start without a wake-up.
+  explicit Executor(int cpu) : cpu_(cpu), spin_for_work_(cpu >= 0), thread_([this] {
+    if (cpu_ >= 0) bind_to(cpu_);
     loop();
   }) {}
   ~Executor() { shutdown(); }
@@ -103,7 +108,8 @@ class RingBackend::Executor {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       queue_.push_back(std::move(task));
-      wake = !running_;  // a runner drains what is queued behind it
+      queued_.store(queue_.size(), std::memory_order_release);
+      wake = !running_ && sleeping_;  // a runner drains what is queued behind it; a poller sees it
     }
     if (wake) changed_.notify_one();
   }
@@ -113,8 +119,16 @@ class RingBackend::Executor {
   void help(Work* target) {
     std::unique_lock<std::mutex> lock(mutex_);
     if (running_ || queue_.empty()) return;
+    // A bound thread that is awake (polling) takes the work on its own core within microseconds.
+    if (spin_for_work_ && !sleeping_) return;
     running_ = true;
+    // While it stands in for the bound thread, the caller runs on that thread's core too: the
+    // ranks would otherwise share a core again (see pick_cpu).
+    cpu_set_t caller_cpus;
+    bool rebound = cpu_ >= 0 && pthread_getaffinity_np(pthread_self(), sizeof caller_cpus, &caller_cpus) == 0;
+    if (rebound) bind_to(cpu_);
     while (!target->is_completed() && !queue_.empty()) run_front(lock);
+    if (rebound) pthread_setaffinity_np(pthread_self(), sizeof caller_cpus, &caller_cpus);
     running_ = false;
     bool wake = !queue_.empty() || stopping_;
     lock.unlock();
@@ -135,6 +149,7 @@ class RingBackend::Executor {
   void run_front(std::unique_lock<std::mutex>& lock) {
     Task task = std::move(queue_.front());
     queue_.pop_front();
+    queued_.store(queue_.size(), std::memory_order_release);
     lock.unlock();
     task.run(*task.work);
     lock.lock();
@@ -143,7 +158,15 @@ class RingBackend::Executor {
   void loop() {
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
+      if (spin_for_work_ && queue_.empty() && !stopping_) {
+        lock.unlock();
+        SpinThenSleep spin;
+        while (queued_.load(std::memory_order_acquire) == 0 && spin.keep_spinning()) SpinThenSleep::pause();
+        lock.lock();
+      }
+      sleeping_ = true;
       changed_.wait(lock, [&] { return (stopping_ && !running_) || (!queue_.empty() && !running_); });
+      sleeping_ = false;
       if (queue_.empty()) return;  // stopping, and everything queued has run
       running_ = true;
       while (!queue_.empty()) run_front(lock);
@@ -154,8 +177,12 @@ class RingBackend::Executor {
   std::mutex mutex_;
   std::condition_variable changed_;
   std::deque<Task> queue_;
+  std::atomic<size_t> queued_{0};  // queue_.size(), readable without the lock (the poll)
   bool running_ = false;
   bool stopping_ = false;
+  bool sleeping_ = false;  // the thread waits on changed_ (else it polls or runs)
+  const int cpu_;
+  const bool spin_for_work_;
   std::thread thread_;  // last: it starts after the members it uses exist
 };
 
@@ -227,7 +254,9 @@ RingBackend::RingBackend(std::shared_ptr<Store> store, int rank, int size, const
   if (local.size() > std::max(1u, std::thread::hardware_concurrency())) SpinThenSleep::set_budget(kOversubscribedSpin);
   if (const char* spin = std::getenv("TINYDDP_SPIN_US"); spin && *spin)  // for tuning on a new host
     SpinThenSleep::set_budget(std::chrono::microseconds(std::stoll(spin)));
-  executor_ = std::make_shared<Executor>(pick_cpu(int(std::find(local.begin(), local.end(), rank) - local.begin()), int(local.size())));
+  const int cpu = pick_cpu(int(std::find(local.begin(), local.end(), rank) - local.begin()), int(local.size()));
+  SpinThenSleep::set_yield_while_spinning(cpu < 0);
+  executor_ = std::make_shared<Executor>(cpu);
 }
 
 RingBackend::~RingBackend() {

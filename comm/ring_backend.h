@@ -11,7 +11,6 @@
 // CUDA tensors are staged: copied to pinned host memory, reduced on the CPU, copied back.
 #pragma once
 
-#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -67,7 +66,7 @@ class RingBackend : public ProcessGroup {
   std::unique_ptr<TcpTransport> tcp_;
   std::vector<Connection*> peers_;  // by rank; nullptr at this rank
   std::vector<Transport*> transports_;
-  uint64_t next_sequence_ = 0;      // guarded by enqueue's caller order (one caller thread per group)
+  uint64_t next_sequence_ = 0;      // the next collective's number (under enqueue_mutex_)
   std::mutex enqueue_mutex_;
   std::string aborted_;             // the first failure's message, once the group is aborted
   std::shared_ptr<Executor> executor_;

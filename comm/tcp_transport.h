@@ -1,7 +1,7 @@
 // TcpTransport: a full mesh of TCP connections between the ranks of a group.
 //
 // Every rank listens on a free port and publishes "address:port" in the store; the higher rank of
-// each pair connects to the lower one. Each new connection opens with a handshake (magic, protocol
+// each pair connects to the lower one, twice: one socket per direction. Each new connection opens with a handshake (magic, protocol
 // version, both ranks, a digest of the group and of the job token TINYDDP_TOKEN): a stranger, a
 // stale rank of an earlier job or a connection meant for another group is refused and the reason
 // logged, so a crowded port never mixes two jobs' bytes.

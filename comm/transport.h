@@ -90,6 +90,10 @@ class SpinThenSleep {
   // The process-wide spin budget; the ring backend shortens it when it finds oversubscription.
   static std::chrono::nanoseconds budget() { return std::chrono::nanoseconds(budget_ns().load(std::memory_order_relaxed)); }
   static void set_budget(std::chrono::nanoseconds ns) { budget_ns().store(ns.count(), std::memory_order_relaxed); }
+  // Whether a spinning thread should yield its core between checks: yes unless every rank of the
+  // host has a core of its own (then the peer being waited for is running elsewhere already).
+  static bool yield_while_spinning() { return yield_flag().load(std::memory_order_relaxed); }
+  static void set_yield_while_spinning(bool yield) { yield_flag().store(yield, std::memory_order_relaxed); }
 
   SpinThenSleep() : start_(std::chrono::steady_clock::now()), budget_(budget()) {}
   // True while the spin budget lasts; after it, callers sleep.
@@ -106,6 +110,10 @@ class SpinThenSleep {
   static std::atomic<long long>& budget_ns() {
     static std::atomic<long long> ns{50'000};  // 50 us: a loopback round trip is 10-30 us
     return ns;
+  }
+  static std::atomic<bool>& yield_flag() {
+    static std::atomic<bool> yield{true};
+    return yield;
   }
   std::chrono::steady_clock::time_point start_;
   std::chrono::nanoseconds budget_;
