@@ -329,7 +329,8 @@ std::optional<Response> detail::StoreServerState::execute(const std::shared_ptr<
     waiting++;
     // The timer is the server's half of the wait timeout: the client learns "timeout" and which keys
     // were missing, and the connection stays usable.
-    uint64_t max_ms = uint64_t(std::chrono::milliseconds::max().count() / 2);
+    // Capped at ten years: a longer duration would overflow the timer's nanoseconds.
+    constexpr uint64_t max_ms = uint64_t(24) * 365 * 10 * 3600 * 1000;
     waiter->timer.expires_after(std::chrono::milliseconds(std::min(waiter->request.timeout_ms, max_ms)));
     waiter->timer.async_wait([this, waiter](asio::error_code ec) {
       if (ec || waiter->done) return;

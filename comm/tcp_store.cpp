@@ -25,6 +25,12 @@ constexpr auto kWaitAnswerSlack = std::chrono::seconds(5);
 constexpr auto kFirstBackoff = std::chrono::milliseconds(10);
 constexpr auto kMaxBackoff = std::chrono::seconds(1);
 
+// now + budget, saturating: a caller may well pass Duration::max() to mean "no limit".
+Clock::time_point deadline_after(Store::Duration budget) {
+  constexpr Store::Duration kDecade = std::chrono::hours(24 * 365 * 10);
+  return Clock::now() + std::clamp(budget, Store::Duration::zero(), kDecade);
+}
+
 std::string seconds_text(Clock::duration d) {
   std::ostringstream out;
   out.precision(1);
@@ -247,7 +253,7 @@ TcpStore::TcpStore(std::string host, int port, bool is_master, TcpStoreOptions o
     port_ = server_->port();
   }
   connection_ = std::make_unique<Connection>(host_, port_, token);
-  connection_->connect(Clock::now() + timeout_);
+  connection_->connect(deadline_after(timeout_));
 }
 
 TcpStore::~TcpStore() {
@@ -259,9 +265,11 @@ TcpStore::~TcpStore() {
 Response TcpStore::call(const Request& request, Duration wait_timeout) {
   std::lock_guard<std::mutex> lock(mutex_);
   std::string what = describe(request);
-  if (!connection_->connected()) connection_->connect(Clock::now() + timeout_);
+  if (!connection_->connected()) connection_->connect(deadline_after(timeout_));
   check_request_fits(request, connection_->limits());
-  auto deadline = Clock::now() + (command_waits(request.command) ? wait_timeout + kWaitAnswerSlack : timeout_);
+  auto deadline = command_waits(request.command)
+                      ? deadline_after(std::min<Duration>(wait_timeout, Duration::max() - kWaitAnswerSlack) + kWaitAnswerSlack)
+                      : deadline_after(timeout_);
   std::string body = connection_->roundtrip(encode_request(request), deadline, what);
   Response response;
   try {

@@ -111,6 +111,20 @@ TEST_CASE("get waits for a key and is answered the moment another client sets it
   CHECK(live.stats().waiting == 0);
 }
 
+TEST_CASE("a wait with no practical limit (Duration::max) waits, and is answered") {
+  LiveStore live;
+  auto waiter = live.client();
+  waiter->set_timeout(Store::Duration::max());
+  auto waited = std::async(std::launch::async, [&] {
+    waiter->wait({"forever"}, Store::Duration::max());
+    return waiter->get("forever");
+  });
+  REQUIRE(eventually([&] { return live.stats().waiting == 1; }));
+  live.master.set("forever", "now");
+  REQUIRE(waited.wait_for(10s) == std::future_status::ready);
+  CHECK(waited.get() == "now");
+}
+
 TEST_CASE("many concurrent waiters on one key are all answered by one set") {
   LiveStore live;
   constexpr int kWaiters = 16;
