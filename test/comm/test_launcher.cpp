@@ -231,6 +231,22 @@ TEST_CASE("tinyddp-run: two nodes on one host, as on a cluster") {
     CHECK(contains(o0.report, "worker rank 3 (local rank 1 on node 1, pid "));
     CHECK(contains(o1.report, "worker rank 3 (local rank 1 on node 1, pid "));
   }
+  SUBCASE("SIGTERM to node 0's launcher stops the workers on both nodes, with no restart") {
+    std::string script = "echo ready; exec sleep 1000";
+    Child n0 = spawn_program({kRun, "-n", "2", "--nnodes", "2", "--node-rank", "0", "--master-addr", "127.0.0.1",
+                              "--master-port", std::to_string(port), "--max-restarts", "3", "/bin/sh", "-c", script});
+    Child n1 = spawn_program({kRun, "-n", "2", "--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1",
+                              "--master-port", std::to_string(port), "--max-restarts", "3", "/bin/sh", "-c", script});
+    std::string seen = read_until(n1.out_fd, "ready", 30s) + read_until(n1.out_fd, "ready", 30s);
+    REQUIRE_MESSAGE(std::count(seen.begin(), seen.end(), '\n') >= 2, seen);
+    kill(n0.pid, SIGTERM);
+    auto o0 = finish_child(n0, 60s);
+    auto o1 = finish_child(n1, 60s);
+    CHECK_MESSAGE(o0.exit_code == 128 + SIGTERM, o0.describe());
+    CHECK_MESSAGE(o1.exit_code == 1, o1.describe());
+    CHECK(contains(o1.report, "the job was stopped on another node (node 0 got SIGTERM)"));
+    CHECK_FALSE(contains(o1.report, "restart 1 of 3"));
+  }
   SUBCASE("nodes that disagree on the job's shape are refused") {
     Child n0 = node(0, "exec sleep 1000");
     // Node 0 has registered the job's shape before node 1 comes with another one.
