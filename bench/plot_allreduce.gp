@@ -6,6 +6,7 @@ set title sprintf("All-reduce bus bandwidth, float32 sum, %d ranks on one host",
 set xlabel "message size (bytes)"
 set ylabel "busbw (GB/s)"
 set logscale x 2
+set logscale y 10
 set format x "%.0b%B"
 set key top left
 set grid

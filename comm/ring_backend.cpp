@@ -37,12 +37,6 @@ class MismatchError : public Error {
   using Error::Error;
 };
 
-// The CPU for the communication thread of the local_index-th of local_count ranks on this host, or
-// -1 for none. Ranks that exchange through memory wake each other constantly, and the scheduler
-// likes to wake a thread on the CPU of the thread that woke it: left alone, two ranks end up
-// taking turns on one core while the other idles. One core each (what mpirun's default binding
-// does) stops that. Only when every rank gets a core of its own; TINYDDP_BIND=none turns it off.
-// The CPUs come from this process's allowed set, so a launcher's own binding is respected.
 void bind_to(int cpu) {
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -50,6 +44,12 @@ void bind_to(int cpu) {
   pthread_setaffinity_np(pthread_self(), sizeof set, &set);
 }
 
+// The CPU for the communication thread of the local_index-th of local_count ranks on this host, or
+// -1 for none. Ranks that exchange through memory wake each other constantly, and the scheduler
+// likes to wake a thread on the CPU of the thread that woke it: left alone, two ranks end up
+// taking turns on one core while the other idles. One core each (what mpirun's default binding
+// does) stops that. Only when every rank gets a core of its own; TINYDDP_BIND=none turns it off.
+// The CPUs come from this process's allowed set, so a launcher's own binding is respected.
 int pick_cpu(int local_index, int local_count) {
   const char* bind = std::getenv("TINYDDP_BIND");
   if (bind && std::string(bind) == "none") return -1;
@@ -59,7 +59,6 @@ int pick_cpu(int local_index, int local_count) {
   for (int c = 0; c < CPU_SETSIZE; ++c)
     if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
   if (local_count < 2 || int(cpus.size()) < local_count) return -1;
-  if (int(cpus.size()) == 1) return -1;
   return cpus[size_t(local_index) % cpus.size()];
 }
 
