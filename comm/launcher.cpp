@@ -525,9 +525,9 @@ struct Launcher::Job {
       }
       WorkerFailure cause = decode_failure(store->get(attempt_key(attempt, "failed")));
       if (store->check({"stopped"})) {
-        leave(attempt);
         result.exit_code = 1;
         result.summary = "the job was stopped on another node (" + store->get("stopped") + ")";
+        leave(attempt);  // last: once node 0 has seen every node leave, its store is gone
         return result;
       }
       result.root_cause = cause;

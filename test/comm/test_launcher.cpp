@@ -244,7 +244,7 @@ TEST_CASE("tinyddp-run: two nodes on one host, as on a cluster") {
     auto o1 = finish_child(n1, 60s);
     CHECK_MESSAGE(o0.exit_code == 128 + SIGTERM, o0.describe());
     CHECK_MESSAGE(o1.exit_code == 1, o1.describe());
-    CHECK(contains(o1.report, "the job was stopped on another node (node 0 got SIGTERM)"));
+    CHECK_MESSAGE(contains(o1.report, "the job was stopped on another node (node 0 got SIGTERM)"), o1.report);
     CHECK_FALSE(contains(o1.report, "restart 1 of 3"));
   }
   SUBCASE("nodes that disagree on the job's shape are refused") {

@@ -151,6 +151,7 @@ TEST_CASE("env:// without MASTER_ADDR/PORT, or without a rank, says what to set"
 }
 
 TEST_CASE("4 processes rendezvous by tcp://, rank 0 hosting the store") {
+  TINYDDP_SKIP_UNDER_TSAN();
   int port = free_loopback_port();
   std::string init = "tcp://127.0.0.1:" + std::to_string(port);
   std::vector<Child> children;
@@ -170,6 +171,7 @@ TEST_CASE("4 processes rendezvous by tcp://, rank 0 hosting the store") {
 }
 
 TEST_CASE("4 processes rendezvous by env://, with each launcher's variables") {
+  TINYDDP_SKIP_UNDER_TSAN();
   struct Family {
     const char *rank, *world_size, *local_rank;
   };
@@ -222,6 +224,7 @@ struct ExternalStore {
 }  // namespace
 
 TEST_CASE("rendezvous errors: two processes claim one rank") {
+  TINYDDP_SKIP_UNDER_TSAN();
   ExternalStore store;
   auto first = spawn_child([&](std::string&) {
     rendezvous(store.init(), store.options(1, 3, 3s));
@@ -250,6 +253,7 @@ TEST_CASE("rendezvous errors: two processes claim one rank") {
 }
 
 TEST_CASE("rendezvous errors: world sizes differ") {
+  TINYDDP_SKIP_UNDER_TSAN();
   ExternalStore store;
   auto first = spawn_child([&](std::string&) {
     rendezvous(store.init(), store.options(0, 2, 2s));
@@ -274,6 +278,7 @@ TEST_CASE("rendezvous errors: world sizes differ") {
 }
 
 TEST_CASE("rendezvous errors: a rank that never comes is named after the timeout") {
+  TINYDDP_SKIP_UNDER_TSAN();
   ExternalStore store;
   std::vector<Child> children;
   for (int rank : {0, 1, 3})

@@ -22,6 +22,7 @@ TcpStoreOptions options(std::chrono::milliseconds timeout = 20s) {
 }  // namespace
 
 TEST_CASE("a barrier of 8 processes: nobody passes generation g before everyone reached it") {
+  TINYDDP_SKIP_UNDER_TSAN();
   TcpStore master("127.0.0.1", 0, true, options());
   constexpr int kRanks = 8, kRounds = 5;
   std::vector<Child> children;
@@ -53,6 +54,7 @@ TEST_CASE("a barrier of 8 processes: nobody passes generation g before everyone 
 }
 
 TEST_CASE("a barrier that times out names the ranks that did not arrive") {
+  TINYDDP_SKIP_UNDER_TSAN();
   TcpStore master("127.0.0.1", 0, true, options());
   PrefixStore job(master, "job");
   std::vector<Child> children;

@@ -93,6 +93,7 @@ bool is_local_address(const std::string& address) {
 }  // namespace
 
 TEST_CASE("two hosts: the store on one, clients on the other") {
+  TINYDDP_SKIP_UNDER_TSAN();
   TwoHosts hosts;
   if (!hosts.ready) {
     MESSAGE("skipped: network namespaces are not available (", hosts.why_not, "); this test needs root and `ip netns`");
