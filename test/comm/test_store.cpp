@@ -2,6 +2,8 @@
 // clients, prefix stores, tokens and connection errors.
 #include <doctest/doctest.h>
 
+#include <sys/resource.h>
+
 #include <asio.hpp>
 #include <atomic>
 #include <future>
@@ -222,6 +224,34 @@ TEST_CASE("many clients at once: every connection served, every add counted") {
   CHECK(live.master.get("counter") == std::to_string(kThreads * kClientsPerThread));
   CHECK(live.stats().open == uint64_t(kThreads * kClientsPerThread + 1));
   CHECK(live.stats().rejected == 0);
+}
+
+TEST_CASE("a thousand idle connections are held, and the next client is served at once") {
+  // Each connection costs a descriptor here and one in the server: raise the soft limit if we may.
+  rlimit files{};
+  getrlimit(RLIMIT_NOFILE, &files);
+  files.rlim_cur = files.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &files);
+  getrlimit(RLIMIT_NOFILE, &files);
+  size_t idle = std::min<size_t>(1000, files.rlim_cur > 200 ? (files.rlim_cur - 100) / 2 : 0);
+  if (idle < 1000) MESSAGE("only ", idle, " idle connections: the open-file limit is ", files.rlim_cur);
+  LiveStore live;
+  std::vector<std::unique_ptr<asio::ip::tcp::socket>> sockets;
+  asio::io_context io;
+  std::string hello = protocol::encode_hello({protocol::kMagic, protocol::kVersion, ""});
+  for (size_t i = 0; i < idle; ++i) {
+    auto socket = std::make_unique<asio::ip::tcp::socket>(io);
+    socket->connect({asio::ip::make_address("127.0.0.1"), uint16_t(live.master.port())});
+    asio::write(*socket, asio::buffer(hello));
+    sockets.push_back(std::move(socket));
+  }
+  REQUIRE(eventually([&] { return live.stats().open == idle + 1; }));
+  auto late = live.client();
+  late->set("k", "v");
+  CHECK(late->get("k") == "v");
+  CHECK(live.stats().rejected == 0);
+  sockets.clear();
+  CHECK(eventually([&] { return live.stats().open == 2; }));
 }
 
 TEST_CASE("prefix stores keep namespaces apart and nest") {
