@@ -194,7 +194,6 @@ TensorDataset parse_csv(const std::string& text, const std::string& source, cons
 }
 
 TensorDataset read_csv(const std::string& path, const CsvOptions& options) {
-  check_options(options);
   return parse_csv(read_text(path, options.max_bytes), path, options);
 }
 
