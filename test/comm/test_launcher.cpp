@@ -24,9 +24,12 @@ namespace {
 const std::string kRun = std::string(TINYDDP_BIN_DIR) + "/tinyddp-run";
 const std::string kWorker = std::string(TINYDDP_BIN_DIR) + "/test_rendezvous_worker";
 
+// tinyddp-run with no TINYDDP_TOKEN of ours: one node then makes up its own, two nodes use none.
+Child launch(const std::vector<std::string>& argv) { return spawn_program(argv, {"TINYDDP_TOKEN="}); }
+
 ChildOutcome run_launcher(std::vector<std::string> args, std::chrono::seconds timeout = 60s) {
   args.insert(args.begin(), kRun);
-  return finish_child(spawn_program(args), timeout);
+  return finish_child(launch(args), timeout);
 }
 
 bool contains(const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; }
@@ -175,7 +178,7 @@ TEST_CASE("Launcher: a program that does not exist is an error before anything s
 }
 
 TEST_CASE("tinyddp-run: SIGTERM is forwarded to the workers, which get to finish") {
-  Child launcher = spawn_program({kRun, "-n", "2", "/bin/sh", "-c",
+  Child launcher = launch({kRun, "-n", "2", "/bin/sh", "-c",
                                   "trap 'echo got TERM; exit 0' TERM; echo ready; while true; do sleep 0.05; done"});
   std::string seen = read_until(launcher.out_fd, "ready", 20s);
   seen += read_until(launcher.out_fd, "ready", 20s);
@@ -191,7 +194,7 @@ TEST_CASE("tinyddp-run: SIGTERM is forwarded to the workers, which get to finish
 
 TEST_CASE("tinyddp-run: workers do not outlive a launcher that is killed outright") {
   ScratchDir dir;
-  Child launcher = spawn_program({kRun, "-n", "2", "/bin/sh", "-c",
+  Child launcher = launch({kRun, "-n", "2", "/bin/sh", "-c",
                                   "echo $$ > " + dir.path.string() + "/worker.$RANK; echo ready; exec sleep 1000"});
   std::string seen = read_until(launcher.out_fd, "ready", 20s);
   seen += read_until(launcher.out_fd, "ready", 20s);
@@ -204,7 +207,7 @@ TEST_CASE("tinyddp-run: workers do not outlive a launcher that is killed outrigh
 TEST_CASE("tinyddp-run: two nodes on one host, as on a cluster") {
   int port = free_loopback_port();
   auto node = [&](int rank, const std::string& script) {
-    return spawn_program({kRun, "-n", "2", "--nnodes", "2", "--node-rank", std::to_string(rank), "--master-addr",
+    return launch({kRun, "-n", "2", "--nnodes", "2", "--node-rank", std::to_string(rank), "--master-addr",
                           "127.0.0.1", "--master-port", std::to_string(port), "--grace-ms", "2000", "/bin/sh", "-c",
                           script});
   };
@@ -233,9 +236,9 @@ TEST_CASE("tinyddp-run: two nodes on one host, as on a cluster") {
   }
   SUBCASE("SIGTERM to node 0's launcher stops the workers on both nodes, with no restart") {
     std::string script = "echo ready; exec sleep 1000";
-    Child n0 = spawn_program({kRun, "-n", "2", "--nnodes", "2", "--node-rank", "0", "--master-addr", "127.0.0.1",
+    Child n0 = launch({kRun, "-n", "2", "--nnodes", "2", "--node-rank", "0", "--master-addr", "127.0.0.1",
                               "--master-port", std::to_string(port), "--max-restarts", "3", "/bin/sh", "-c", script});
-    Child n1 = spawn_program({kRun, "-n", "2", "--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1",
+    Child n1 = launch({kRun, "-n", "2", "--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1",
                               "--master-port", std::to_string(port), "--max-restarts", "3", "/bin/sh", "-c", script});
     std::string seen = read_until(n1.out_fd, "ready", 30s) + read_until(n1.out_fd, "ready", 30s);
     REQUIRE_MESSAGE(std::count(seen.begin(), seen.end(), '\n') >= 2, seen);
@@ -255,7 +258,7 @@ TEST_CASE("tinyddp-run: two nodes on one host, as on a cluster") {
     TcpStore watcher("127.0.0.1", port, false, watcher_options);
     watcher.wait({"tinyddp/default/launcher/nnodes"}, 20s);
     auto o1 = finish_child(
-        spawn_program({kRun, "-n", "3", "--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1",
+        launch({kRun, "-n", "3", "--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1",
                        "--master-port", std::to_string(port), "/bin/true"}),
         60s);
     CHECK(o1.exit_code == 1);

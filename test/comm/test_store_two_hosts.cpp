@@ -101,7 +101,8 @@ TEST_CASE("two hosts: the store on one, clients on the other") {
   }
 
   SUBCASE("a standalone tinyddp-store on host A serves a client on host B") {
-    Child store = spawn_program(hosts.exec_in(hosts.a, {kBin + "/tinyddp-store", "--host", kAddressA, "--port", "0"}));
+    Child store = spawn_program(hosts.exec_in(hosts.a, {kBin + "/tinyddp-store", "--host", kAddressA, "--port", "0"}),
+                                {"TINYDDP_TOKEN="});
     std::string banner = read_until(store.out_fd, "listening on", 20s);
     REQUIRE_MESSAGE(!banner.empty(), "tinyddp-store did not start");
     int port = std::stoi(banner.substr(banner.rfind(':') + 1));

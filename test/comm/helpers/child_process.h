@@ -89,10 +89,17 @@ inline Child spawn_child(const std::function<int(std::string& report)>& body) {
   return {pid, fds[0]};
 }
 
-// Runs argv with envp additions (NAME=value), stdout and stderr both captured.
+// Runs argv with this environment plus `env_add` (NAME=value, replacing any NAME already set),
+// stdout and stderr both captured.
 inline Child spawn_program(const std::vector<std::string>& argv, const std::vector<std::string>& env_add = {}) {
   std::vector<std::string> env_strings;
-  for (char** e = environ; *e; ++e) env_strings.emplace_back(*e);
+  auto overridden = [&](const std::string& entry) {
+    for (const auto& e : env_add)
+      if (e.substr(0, e.find('=') + 1) == entry.substr(0, entry.find('=') + 1)) return true;
+    return false;
+  };
+  for (char** e = environ; *e; ++e)
+    if (!overridden(*e)) env_strings.emplace_back(*e);
   for (const auto& e : env_add) env_strings.push_back(e);
   std::vector<char*> args, envs;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
