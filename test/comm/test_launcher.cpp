@@ -179,7 +179,8 @@ TEST_CASE("Launcher: a program that does not exist is an error before anything s
 
 TEST_CASE("tinyddp-run: SIGTERM is forwarded to the workers, which get to finish") {
   Child launcher = launch({kRun, "-n", "2", "/bin/sh", "-c",
-                                  "trap 'echo got TERM; exit 0' TERM; echo ready; while true; do sleep 0.05; done"});
+                           "trap 'echo got TERM; exit 0' TERM; echo ready; while true; do sleep 0.05; done"});
+  ChildGuard guard{launcher};
   std::string seen = read_until(launcher.out_fd, "ready", 20s);
   seen += read_until(launcher.out_fd, "ready", 20s);
   REQUIRE_MESSAGE(std::count(seen.begin(), seen.end(), '\n') >= 2, seen);
@@ -195,7 +196,8 @@ TEST_CASE("tinyddp-run: SIGTERM is forwarded to the workers, which get to finish
 TEST_CASE("tinyddp-run: workers do not outlive a launcher that is killed outright") {
   ScratchDir dir;
   Child launcher = launch({kRun, "-n", "2", "/bin/sh", "-c",
-                                  "echo $$ > " + dir.path.string() + "/worker.$RANK; echo ready; exec sleep 1000"});
+                           "echo $$ > " + dir.path.string() + "/worker.$RANK; echo ready; exec sleep 1000"});
+  ChildGuard guard{launcher};
   std::string seen = read_until(launcher.out_fd, "ready", 20s);
   seen += read_until(launcher.out_fd, "ready", 20s);
   REQUIRE(eventually([&] { return dir.pids("worker.").size() == 2; }));
@@ -208,13 +210,14 @@ TEST_CASE("tinyddp-run: two nodes on one host, as on a cluster") {
   int port = free_loopback_port();
   auto node = [&](int rank, const std::string& script) {
     return launch({kRun, "-n", "2", "--nnodes", "2", "--node-rank", std::to_string(rank), "--master-addr",
-                          "127.0.0.1", "--master-port", std::to_string(port), "--grace-ms", "2000", "/bin/sh", "-c",
-                          script});
+                   "127.0.0.1", "--master-port", std::to_string(port), "--grace-ms", "2000", "/bin/sh", "-c", script});
   };
   SUBCASE("both succeed, with global ranks") {
     std::string script = "echo \"rank $RANK of $WORLD_SIZE, node $GROUP_RANK, local $LOCAL_RANK\"";
     Child n1 = node(1, script);
+    ChildGuard guard_n1{n1};
     Child n0 = node(0, script);
+    ChildGuard guard_n0{n0};
     auto o0 = finish_child(n0, 60s);
     auto o1 = finish_child(n1, 60s);
     REQUIRE_MESSAGE(o0.ok(), o0.describe());
@@ -226,7 +229,9 @@ TEST_CASE("tinyddp-run: two nodes on one host, as on a cluster") {
   SUBCASE("a failure on node 1 stops node 0 too, and both name it") {
     std::string script = "if [ $RANK = 3 ]; then sleep 0.3; exit 4; fi; exec sleep 1000";
     Child n0 = node(0, script);
+    ChildGuard guard_n0{n0};
     Child n1 = node(1, script);
+    ChildGuard guard_n1{n1};
     auto o0 = finish_child(n0, 60s);
     auto o1 = finish_child(n1, 60s);
     CHECK_MESSAGE(o0.exit_code == 4, o0.describe());
@@ -237,9 +242,11 @@ TEST_CASE("tinyddp-run: two nodes on one host, as on a cluster") {
   SUBCASE("SIGTERM to node 0's launcher stops the workers on both nodes, with no restart") {
     std::string script = "echo ready; exec sleep 1000";
     Child n0 = launch({kRun, "-n", "2", "--nnodes", "2", "--node-rank", "0", "--master-addr", "127.0.0.1",
-                              "--master-port", std::to_string(port), "--max-restarts", "3", "/bin/sh", "-c", script});
+                       "--master-port", std::to_string(port), "--max-restarts", "3", "/bin/sh", "-c", script});
+    ChildGuard guard_n0{n0};
     Child n1 = launch({kRun, "-n", "2", "--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1",
-                              "--master-port", std::to_string(port), "--max-restarts", "3", "/bin/sh", "-c", script});
+                       "--master-port", std::to_string(port), "--max-restarts", "3", "/bin/sh", "-c", script});
+    ChildGuard guard_n1{n1};
     std::string seen = read_until(n1.out_fd, "ready", 30s) + read_until(n1.out_fd, "ready", 30s);
     REQUIRE_MESSAGE(std::count(seen.begin(), seen.end(), '\n') >= 2, seen);
     kill(n0.pid, SIGTERM);
@@ -252,14 +259,15 @@ TEST_CASE("tinyddp-run: two nodes on one host, as on a cluster") {
   }
   SUBCASE("nodes that disagree on the job's shape are refused") {
     Child n0 = node(0, "exec sleep 1000");
+    ChildGuard guard_n0{n0};
     // Node 0 has registered the job's shape before node 1 comes with another one.
     TcpStoreOptions watcher_options;
     watcher_options.token = "";
     TcpStore watcher("127.0.0.1", port, false, watcher_options);
     watcher.wait({"tinyddp/default/launcher/nnodes"}, 20s);
     auto o1 = finish_child(
-        launch({kRun, "-n", "3", "--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1",
-                       "--master-port", std::to_string(port), "/bin/true"}),
+        launch({kRun, "-n", "3", "--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1", "--master-port",
+                std::to_string(port), "/bin/true"}),
         60s);
     CHECK(o1.exit_code == 1);
     CHECK_MESSAGE(contains(o1.report, "this node has --nproc-per-node 3 but the node that registered first has 2"),

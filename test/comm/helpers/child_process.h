@@ -129,8 +129,9 @@ inline Child spawn_program(const std::vector<std::string>& argv, const std::vect
   return {pid, fds[0]};
 }
 
-// Reads the child's output until EOF and reaps it, or kills it at the deadline.
-inline ChildOutcome finish_child(Child child, Clock::time_point deadline) {
+// Reads the child's output until EOF and reaps it, or kills it at the deadline. Afterwards `child`
+// is empty (pid -1), so a ChildGuard knows there is nothing left to do.
+inline ChildOutcome finish_child(Child& child, Clock::time_point deadline) {
   ChildOutcome outcome;
   if (child.pid <= 0) {
     outcome.report = "could not start the child";
@@ -163,14 +164,30 @@ inline ChildOutcome finish_child(Child child, Clock::time_point deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   if (child.out_fd >= 0) close(child.out_fd);
+  child = Child{};
   if (WIFEXITED(status)) outcome.exit_code = WEXITSTATUS(status);
   if (WIFSIGNALED(status)) outcome.signal = WTERMSIG(status);
   return outcome;
 }
 
-inline ChildOutcome finish_child(Child child, std::chrono::milliseconds timeout) {
+inline ChildOutcome finish_child(Child& child, std::chrono::milliseconds timeout) {
   return finish_child(child, Clock::now() + timeout);
 }
+inline ChildOutcome finish_child(Child&& child, Clock::time_point deadline) { return finish_child(child, deadline); }
+inline ChildOutcome finish_child(Child&& child, std::chrono::milliseconds timeout) {
+  return finish_child(child, Clock::now() + timeout);
+}
+
+// Kills and reaps a child that a test leaves behind (a failed REQUIRE, an exception), so no process
+// outlives its test.
+struct ChildGuard {
+  Child& child;
+  ~ChildGuard() {
+    if (child.pid <= 0) return;
+    kill(child.pid, SIGKILL);
+    finish_child(child, std::chrono::seconds(5));
+  }
+};
 
 // Reads from a child's output until `marker` has appeared and the line it is on is complete.
 // Returns everything read ("" when the deadline passed first). Used to learn the port a server
