@@ -88,7 +88,7 @@ bool pump_send(Stream& s, Progress& p, size_t elem) {
   bool moved = false;
   size_t budget = kSegmentBytes;
   while (p.sent < p.send_total && budget > 0) {
-    size_t allowed = std::min({std::min(s.send_lead + p.processed, p.send_total) - p.sent, budget});
+    size_t allowed = std::min(std::min(s.send_lead + p.processed, p.send_total) - p.sent, budget);
     if (allowed == 0) break;
     const SendRegion& region = s.send[p.send_region];
     size_t n = std::min(region.bytes - p.send_offset, allowed);

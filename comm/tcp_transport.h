@@ -17,6 +17,7 @@
 // checks) and every peer whose connection was found closed (each rank watches all of them).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -63,15 +64,19 @@ class TcpTransport : public Transport {
     std::chrono::steady_clock::time_point when;
   };
   void record_hangups(std::chrono::microseconds max_wait);
+  void record_hangup(int peer);  // from a receiver thread
+  void ring_doorbell();          // from a receiver thread: bytes arrived
   std::string hangup_summary() const;
   // Peers on this host whose process is gone, as "2, 3" ("" when none).
   std::string dead_local_peers() const;
 
   int rank_;
   std::vector<int> local_pids_;  // by rank; 0 for this rank and for peers on other hosts
-  std::vector<std::unique_ptr<Peer>> peers_;  // in rank order
   std::vector<HangUp> hangups_;
   std::mutex hangups_mutex_;
+  std::atomic<bool> waiting_{false};  // the communication thread sleeps in sleep_once
+  std::vector<std::unique_ptr<Peer>> peers_;  // in rank order; after what their receivers use
+  int wakeup_fd_ = -1;                         // eventfd the receivers ring
 };
 
 }  // namespace tinyddp::comm
