@@ -33,9 +33,21 @@ test-asan:
 test-tsan:
 	@$(MAKE) test BUILD=build-tsan CMAKE_FLAGS="-DTINYDDP_SANITIZE=thread -DTINYDDP_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo"
 
-# The seed job.
+# The seed job on every GPU, or on 2 CPU workers where there is none (examples/dummy_mgpu).
 demo: build
-	@$(BUILD)/bin/dummy --save $(BUILD)/dummy_model.safetensors
+	@$(BUILD)/bin/dummy_mgpu --save $(BUILD)/dummy_model.safetensors
+
+# The UCI handwritten digits for examples/digits (build/bin/digits --data data/digits.csv.gz): the file
+# scikit-learn ships, taken from Debian's python3-sklearn package, downloaded and unpacked here, not installed.
+SKLEARN_DIGITS = usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz
+data:
+	@mkdir -p data
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && cd "$$tmp" && \
+	  { apt-get download python3-sklearn >/dev/null 2>&1 || \
+	    { [ "$$(id -u)" -eq 0 ] && apt-get update -qq && apt-get download python3-sklearn >/dev/null 2>&1; } || \
+	    { echo "make data: apt-get download python3-sklearn failed; hint: run 'sudo apt-get update' first"; exit 1; }; } && \
+	  dpkg -x python3-sklearn_*.deb unpacked && cp unpacked/$(SKLEARN_DIGITS) "$(CURDIR)/data/digits.csv.gz"
+	@echo "data/digits.csv.gz: $$(gzip -dc data/digits.csv.gz | wc -l) rows (64 pixel counts and the label on each)"
 
 bench: build
 	@bench/run_all.sh $(BUILD)

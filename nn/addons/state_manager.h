@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -70,6 +71,10 @@ class StateManager : public Base {
       resumed_from_ = load_training_state(last_checkpoint_path(), *this);
       if (checkpoint_exists(best_checkpoint_path()))
         this->set_best_weights(load_model_tensors(best_checkpoint_path(), this->model()));
+      // Said where the progress bar speaks (stderr, rank 0), so nobody wonders why epoch 1 never shows.
+      if (this->options().log_bar && this->is_rank_zero())
+        std::fprintf(stderr, "resuming from %s: %lld of %lld epochs done\n", last_checkpoint_path().c_str(),
+                     (long long)*resumed_from_, (long long)n_epoch);
     }
   }
 

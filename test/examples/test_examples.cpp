@@ -1,0 +1,210 @@
+// The examples, run as a user runs them (the built programs, each within a time limit): the seed job
+// in one process; the seed's multi-device job on 2 CPU workers, spawned and under tinyddp-run, its
+// checkpoints and resume, its timeline; digits reaching 95% test accuracy with 2 workers.
+#include <doctest/doctest.h>
+#include <stdlib.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/safetensors.h"
+#include "core/trace.h"
+#include "examples/dummy_dataset.h"
+#include "nn/checkpoint.h"
+#include "nn/linear.h"
+#include "nn/loss.h"
+#include "test/comm/helpers/child_process.h"
+
+using namespace tinyddp;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "tinyddp_examples_XXXXXX").string();
+    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
+    path = pattern;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path, ignored);
+  }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+};
+
+std::string program(const std::string& name) { return std::string(TINYDDP_BIN_DIR) + "/" + name; }
+
+bool have_programs(std::initializer_list<const char*> names) {
+  for (const char* name : names)
+    if (!std::filesystem::exists(program(name))) {
+      MESSAGE("skipped: ", program(name), " is not built (configure with -DTINYDDP_EXAMPLES=ON and build it)");
+      return false;
+    }
+  return true;
+}
+
+// Runs a program to its end (at most two minutes, then it is killed: its workers die with it), with
+// stdout and stderr together.
+testing::ChildOutcome run(std::vector<std::string> argv, const std::vector<std::string>& env = {}) {
+  argv[0] = program(argv[0]);
+  testing::ChildOutcome outcome = testing::finish_child(testing::spawn_program(argv, env), 120s);
+  INFO(outcome.report);
+  CHECK_MESSAGE(!outcome.timed_out, argv[0], " did not finish within 120 s");
+  return outcome;
+}
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// The number after `label` in `text` (the first occurrence); fails the test when there is none.
+double number_after(const std::string& text, const std::string& label) {
+  size_t at = text.find(label);
+  REQUIRE_MESSAGE(at != std::string::npos, "no \"", label, "\" in the output:\n", text);
+  return std::stod(text.substr(at + label.size()));
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+}  // namespace
+
+TEST_CASE("examples/dummy: the seed job in one process trains and saves") {
+  if (!have_programs({"dummy"})) return;
+  TempDir dir;
+  auto out = run({"dummy", "--epochs", "2", "--save", dir.file("m.safetensors")});
+  REQUIRE(out.exit_code == 0);
+  CHECK(count(out.report, "epoch ") == 2);
+  CHECK(out.report.find("final: loss") != std::string::npos);
+  CHECK(load_safetensors(dir.file("m.safetensors")).get("weight").shape() == Shape{2, 10});
+}
+
+TEST_CASE("examples/dummy_mgpu: 2 CPU workers; only rank 0 reports; the spawner saves rank 0's weights") {
+  if (!have_programs({"dummy_mgpu", "tinyddp-run"})) return;
+  TempDir dir;
+  auto out = run({"dummy_mgpu", "--device", "cpu", "--world-size", "2", "--epochs", "3", "--save", dir.file("spawned.safetensors")});
+  REQUIRE(out.exit_code == 0);
+  // One progress line per epoch: rank 1 trains but does not print.
+  CHECK(count(out.report, "epoch 1/3") == 1);
+  CHECK(count(out.report, "epoch 3/3") == 1);
+  CHECK(count(out.report, "2 CPU workers, 3 epochs: final loss") == 1);
+
+  // The saved file is a PyTorch nn.Linear(10, 2) state_dict, and the loss printed is the loss of these
+  // weights on the whole data set, recomputed here.
+  SafetensorsFile saved = load_safetensors(dir.file("spawned.safetensors"));
+  CHECK(saved.get("weight").shape() == Shape{2, 10});
+  CHECK(saved.get("bias").shape() == Shape{2});
+  Generator unused(0);
+  nn::Linear model(10, 2, unused);
+  nn::load_model(dir.file("spawned.safetensors"), model);
+  auto data = examples::make_dummy_dataset(1000, 10, 0);
+  nn::CrossEntropyLoss loss_fn;
+  double loss = loss_fn.evaluate(model.forward(data->features()), data->targets());
+  CHECK(number_after(out.report, "final loss ") == doctest::Approx(loss).epsilon(2e-4));
+
+  // The same job started by the launcher instead (the program joins, spawns nothing) ends bitwise the same.
+  auto launched = run({"tinyddp-run", "-n", "2", program("dummy_mgpu"), "--device", "cpu", "--epochs", "3", "--save",
+                       dir.file("launched.safetensors")});
+  REQUIRE(launched.exit_code == 0);
+  CHECK(count(launched.report, "saved ") == 1);  // rank 0 only
+  CHECK(read_file(dir.file("launched.safetensors")) == read_file(dir.file("spawned.safetensors")));
+}
+
+TEST_CASE("examples/dummy_mgpu: --checkpoint-dir resumes where a stopped run left off and ends where an unstopped one does") {
+  if (!have_programs({"dummy_mgpu"})) return;
+  TempDir dir;
+  auto first = run({"dummy_mgpu", "--device", "cpu", "--world-size", "2", "--epochs", "2", "--checkpoint-dir",
+                    dir.file("ck"), "--save", ""});
+  REQUIRE(first.exit_code == 0);
+  CHECK(std::filesystem::exists(dir.file("ck/last.safetensors")));
+  CHECK(std::filesystem::exists(dir.file("ck/best.safetensors")));
+  auto resumed = run({"dummy_mgpu", "--device", "cpu", "--world-size", "2", "--epochs", "4", "--checkpoint-dir",
+                      dir.file("ck"), "--save", dir.file("resumed.safetensors")});
+  REQUIRE(resumed.exit_code == 0);
+  CHECK(resumed.report.find("2 of 4 epochs done") != std::string::npos);
+  CHECK(count(resumed.report, "epoch 1/4") == 0);
+  CHECK(count(resumed.report, "epoch 3/4") == 1);
+  auto straight = run({"dummy_mgpu", "--device", "cpu", "--world-size", "2", "--epochs", "4", "--save",
+                       dir.file("straight.safetensors")});
+  REQUIRE(straight.exit_code == 0);
+  CHECK(read_file(dir.file("resumed.safetensors")) == read_file(dir.file("straight.safetensors")));
+}
+
+TEST_CASE("examples/dummy_mgpu: TINYDDP_TRACE writes one timeline with both ranks' compute and communication") {
+  if (!have_programs({"dummy_mgpu"})) return;
+  TempDir dir;
+  auto out = run({"dummy_mgpu", "--device", "cpu", "--world-size", "2", "--epochs", "1", "--save", ""},
+                 {"TINYDDP_TRACE=" + dir.file("trace.json")});
+  REQUIRE(out.exit_code == 0);
+  std::ifstream in(dir.file("trace.json"));
+  REQUIRE(in.good());
+  nlohmann::json trace = nlohmann::json::parse(in);
+  std::map<int, std::map<std::string, int>> spans;  // by rank: name -> count
+  std::map<int, std::set<int>> lanes;
+  for (const auto& e : trace.at("traceEvents")) {
+    if (e.at("ph") != "X") continue;
+    int rank = e.at("pid");
+    spans[rank][e.at("name").get<std::string>()]++;
+    lanes[rank].insert(e.at("tid").get<int>());
+  }
+  for (int rank : {0, 1}) {
+    INFO("rank ", rank);
+    // 1000 samples, 500 per rank, batches of 32: 16 steps.
+    CHECK(spans[rank]["optimizer step"] == 16);
+    CHECK(spans[rank]["train_step"] == 16);
+    CHECK(lanes[rank].count(int(trace::Lane::compute)) == 1);
+    CHECK(lanes[rank].count(int(trace::Lane::comm)) == 1);  // the gradient buckets' all-reduces
+  }
+}
+
+TEST_CASE("examples/digits: at least 95% test accuracy with 2 workers, saved under PyTorch's names") {
+  if (!have_programs({"digits"})) return;
+  std::string data = std::string(TINYDDP_SHARED_DATA) + "/digits.csv.gz";
+  if (!std::filesystem::exists(data)) {
+    MESSAGE("skipped: ", data, " is absent (make data extracts the same file into data/)");
+    return;
+  }
+  TempDir dir;
+  auto out = run({"digits", "--data", data, "--device", "cpu", "--world-size", "2", "--save", dir.file("digits.safetensors")});
+  REQUIRE(out.exit_code == 0);
+  CHECK(out.report.find("1438 training rows") != std::string::npos);
+  CHECK(out.report.find("359 test rows") != std::string::npos);
+  CHECK(out.report.find("2 CPU workers") != std::string::npos);
+  double accuracy = number_after(out.report, "test accuracy ");
+  MESSAGE("digits test accuracy with 2 workers: ", accuracy);
+  CHECK(accuracy >= 0.95);
+
+  SafetensorsFile saved = load_safetensors(dir.file("digits.safetensors"));
+  std::vector<std::pair<std::string, Shape>> expected = {
+      {"0.weight", {128, 64}}, {"0.bias", {128}}, {"2.weight", {10, 128}}, {"2.bias", {10}}};
+  REQUIRE(saved.tensors.size() == expected.size());
+  for (const auto& [name, shape] : expected) CHECK(saved.get(name).shape() == shape);
+}
+
+TEST_CASE("examples/digits: bad options are refused with a message that says what to do") {
+  if (!have_programs({"digits"})) return;
+  auto bad_hidden = run({"digits", "--data", "/nonexistent.csv", "--hidden", "12,x"});
+  CHECK(bad_hidden.exit_code == 1);
+  CHECK(bad_hidden.report.find("\"x\" is not a positive layer width; hint: ") != std::string::npos);
+  auto missing = run({"digits", "--data", "/nonexistent/digits.csv.gz", "--world-size", "1"});
+  CHECK(missing.exit_code == 1);
+  CHECK(missing.report.find("/nonexistent/digits.csv.gz") != std::string::npos);
+  TempDir dir;
+  { std::ofstream(dir.file("d.csv")) << "1,2,3\n4,5,6\n"; }
+  auto narrow = run({"digits", "--data", dir.file("d.csv"), "--world-size", "1"});
+  CHECK(narrow.exit_code == 1);
+  CHECK(narrow.report.find("64 features") != std::string::npos);
+}
