@@ -3,24 +3,36 @@
 // GEMMs alone through the same BLAS, with nothing else. The ratio says how much the rest of the step
 // (bias, activations, loss, optimizer, data loading) costs on top of the unavoidable matrix products.
 //
+// With --world-size W > 1 it then trains the same model data-parallel on W CPU workers (the Trainer with
+// its MultiDevice add-on: W processes, DistributedDataParallel, batch --batch per rank), and prints the
+// global samples/s and the scaling efficiency: W-rank samples/s / (W x single-process samples/s).
+// --torch-anchor runs PyTorch's DDP on the same job in the same run and prints the ratio.
+//
 //   build/bin/train_bench                           # 784-1024-1024-10, batch 256, 16384 samples, 2 epochs
 //   build/bin/train_bench --in 10 --hidden 0 --out 2 --samples 1000 --batch 32 --epochs 10   # the seed job
+//   build/bin/train_bench --world-size 2 --torch-anchor ../shared/anchors/torch_ddp_train.py
+//   build/bin/tinyddp-run -n 2 build/bin/train_bench --world-size 2   # the data-parallel part, launched
 //
 // The PyTorch figure for the same job: ../shared/anchors/torch_ddp_train.py 1 784 1024 10 16384 256 2
 // (bench/run_all.sh runs both in one command).
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <string>
 
 #include "examples/dummy_dataset.h"
 #include "kernels/ops.h"
 #include "nn/activations.h"
 #include "nn/adam.h"
+#include "nn/addons/multi_device.h"
+#include "nn/addons/trace.h"
 #include "nn/data_loader.h"
 #include "nn/linear.h"
 #include "nn/loss.h"
 #include "nn/schedulers.h"
 #include "nn/sequential.h"
+#include "nn/trainer.h"
 
 using namespace tinyddp;
 using Clock = std::chrono::steady_clock;
@@ -76,12 +88,81 @@ double gemm_only_seconds(int64_t batch, const std::vector<int64_t>& widths, int6
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// The data-parallel job: the plain training step, as a Trainer, so that MultiDevice runs it on W ranks.
+class BenchTrainer : public nn::Trainer {
+ public:
+  using nn::Trainer::Trainer;
+  nn::StepOutput train_step(const nn::Batch& batch) override {
+    float loss = loss_fn_.forward(forward(batch.inputs), batch.targets);
+    return {.loss = loss, .output_grad = loss_fn_.backward()};
+  }
+  nn::StepOutput test_step(const nn::Batch& batch) override {
+    return {.loss = loss_fn_.evaluate(forward(batch.inputs), batch.targets)};
+  }
+
+ private:
+  nn::CrossEntropyLoss loss_fn_;
+};
+
+struct DataParallelResult {
+  bool main_process = false;
+  double seconds = 0, samples_per_second = 0, last_loss = 0;
+};
+
+// Trains on `world` CPU ranks; the time is rank 0's, from the first batch to the end of the last epoch
+// (what the PyTorch anchor times between its barriers): process start-up and joining are not in it.
+DataParallelResult data_parallel(int world, int64_t in, int64_t hidden, int64_t out, int64_t samples, int64_t batch,
+                                 int64_t epochs) {
+  auto dataset = examples::make_dummy_dataset(samples, in, 0);
+  nn::DataLoader loader(dataset, {.batch_size = batch, .shuffle = true, .seed = 0});
+  Generator init(1);
+  auto model = make_mlp(in, hidden, out, init);
+  nn::Adam optimizer(model->named_parameters(), 1e-3);
+  int64_t steps_per_rank = (samples / world + batch - 1) / batch;
+  nn::CosineAnnealing scheduler(optimizer, epochs * steps_per_rank);
+  nn::WithAddOns<BenchTrainer, nn::MultiDevice, nn::Trace> trainer(*model, std::vector<Device>(size_t(world), Device::cpu()),
+                                                         optimizer, &scheduler,
+                                                         {.log_bar = false, .scheduler_step_on_batch = true});
+  trainer.run(epochs, loader);
+  DataParallelResult result;
+  result.main_process = trainer.is_main_process();
+  for (const nn::EpochRecord& r : trainer.history()) result.seconds += r.seconds;
+  result.samples_per_second = double(samples * epochs) / result.seconds;
+  if (!trainer.history().empty()) result.last_loss = trainer.history().back().train.at("loss");
+  return result;
+}
+
+// Runs the PyTorch DDP anchor on the same job and returns its global samples/s (0 when it did not run).
+double torch_anchor(const std::string& script, int world, int64_t in, int64_t hidden, int64_t out, int64_t samples,
+                    int64_t batch, int64_t epochs) {
+  if (!std::filesystem::exists(script) || !std::filesystem::exists("/usr/bin/python3")) {
+    std::printf("  PyTorch anchor: %s or /usr/bin/python3 not found, skipped\n", script.c_str());
+    return 0;
+  }
+  std::string command = "/usr/bin/python3 " + script + " " + std::to_string(world) + " " + std::to_string(in) + " " +
+                        std::to_string(hidden) + " " + std::to_string(out) + " " + std::to_string(samples) + " " +
+                        std::to_string(batch) + " " + std::to_string(epochs) + " 2>&1";
+  std::FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return 0;
+  std::string text;
+  char buffer[512];
+  while (std::fgets(buffer, sizeof buffer, pipe)) text += buffer;
+  pclose(pipe);
+  // "... train 4.740s 6913 samples/s, ..."
+  size_t at = text.find(" samples/s");
+  size_t begin = at == std::string::npos ? at : text.rfind(' ', at - 1);
+  double rate = begin == std::string::npos ? 0 : std::atof(text.c_str() + begin + 1);
+  std::printf("  PyTorch anchor: %s", text.c_str());
+  return rate;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"tinyddp train_bench: MLP training samples/s against the GEMM-only bound"};
   int64_t in = 784, hidden = 1024, out = 10, samples = 16384, batch = 256, epochs = 2;
-  int threads = 1;
+  int threads = 1, world_size = 1;
+  std::string anchor;
   app.add_option("--in", in)->capture_default_str();
   app.add_option("--hidden", hidden, "0 for a single Linear(in, out)")->capture_default_str();
   app.add_option("--out", out)->capture_default_str();
@@ -89,9 +170,21 @@ int main(int argc, char** argv) {
   app.add_option("--batch", batch)->capture_default_str();
   app.add_option("--epochs", epochs)->capture_default_str();
   app.add_option("--threads", threads, "BLAS threads")->capture_default_str();
+  app.add_option("--world-size", world_size, "also train data-parallel on this many CPU workers (batch per rank)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--torch-anchor", anchor, "torch_ddp_train.py: run PyTorch DDP on the same job and compare");
   CLI11_PARSE(app, argc, argv);
 
   try {
+    // A worker of the data-parallel run (spawned by it, or started by tinyddp-run) does only that part.
+    nn::ProcessRole role = nn::detect_process_role(size_t(world_size));
+    if (role == nn::ProcessRole::spawned_worker || role == nn::ProcessRole::launched_worker) {
+      DataParallelResult dp = data_parallel(world_size, in, hidden, out, samples, batch, epochs);
+      if (role == nn::ProcessRole::launched_worker && dp.main_process)
+        std::printf("  data-parallel : %.3f s  %8.0f samples/s  (launched ranks, last epoch loss %.4f)\n", dp.seconds,
+                    dp.samples_per_second, dp.last_loss);
+      return 0;
+    }
     kernels::set_cpu_threads(threads);
     auto dataset = examples::make_dummy_dataset(samples, in, 0);
     nn::DataLoader loader(dataset, {.batch_size = batch, .shuffle = true, .seed = 0});
@@ -127,6 +220,20 @@ int main(int argc, char** argv) {
                 (long long)steps, last_loss);
     std::printf("  GEMM-only     : %.3f s  %8.0f samples/s\n", gemm_s, bound_rate);
     std::printf("  training / GEMM-only bound = %.1f%%\n", 100.0 * train_rate / bound_rate);
+
+    if (world_size > 1) {
+      DataParallelResult dp = data_parallel(world_size, in, hidden, out, samples, batch, epochs);
+      std::printf("  data-parallel : %.3f s  %8.0f samples/s  (%d CPU ranks, batch %lld per rank, last epoch loss %.4f)\n",
+                  dp.seconds, dp.samples_per_second, world_size, (long long)batch, dp.last_loss);
+      std::printf("  scaling efficiency = %.1f%%  (%d-rank samples/s / (%d x single-process samples/s); speed-up %.2fx)\n",
+                  100.0 * dp.samples_per_second / (world_size * train_rate), world_size, world_size,
+                  dp.samples_per_second / train_rate);
+      if (!anchor.empty()) {
+        double torch_rate = torch_anchor(anchor, world_size, in, hidden, out, samples, batch, epochs);
+        if (torch_rate > 0)
+          std::printf("  tinyddp / PyTorch DDP, %d ranks = %.2fx\n", world_size, dp.samples_per_second / torch_rate);
+      }
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 1;

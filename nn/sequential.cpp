@@ -3,8 +3,18 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/trace.h"
 
 namespace tinyddp::nn {
+
+namespace {
+// "backward 2 Linear": child `index`'s span on the trace's compute lane (built only while tracing).
+std::string span_name(const char* pass, size_t index, const Module& child) {
+  if (!trace::enabled()) return {};
+  std::string text = child.describe();
+  return std::string(pass) + " " + std::to_string(index) + " " + text.substr(0, text.find('('));
+}
+}  // namespace
 
 Module& Sequential::append(std::unique_ptr<Module> child) {
   TINYDDP_CHECK(child != nullptr, "Sequential::append: the module is null; hint: pass std::make_unique<Layer>(...)");
@@ -17,7 +27,10 @@ Module& Sequential::append(std::unique_ptr<Module> child) {
 
 Tensor Sequential::forward(const Tensor& input) {
   Tensor x = input;
-  for (auto& child : children_) x = child->forward(x);
+  for (size_t i = 0; i < children_.size(); ++i) {
+    trace::Span span(span_name("forward", i, *children_[i]), "compute");
+    x = children_[i]->forward(x);
+  }
   return x;
 }
 
@@ -26,7 +39,10 @@ Tensor Sequential::backward(const Tensor& grad_output, bool want_input_grad) {
   // are complete (and announced through mark_grad_ready) as soon as its own backward returns, so the
   // last layer's gradients are ready first -- the order DDP's buckets are laid out in.
   Tensor grad = grad_output;
-  for (size_t i = children_.size(); i-- > 0;) grad = children_[i]->backward(grad, i > 0 || want_input_grad);
+  for (size_t i = children_.size(); i-- > 0;) {
+    trace::Span span(span_name("backward", i, *children_[i]), "compute");
+    grad = children_[i]->backward(grad, i > 0 || want_input_grad);
+  }
   return grad;
 }
 

@@ -234,7 +234,7 @@ void Trainer::train_batch(const Batch& batch, Totals& totals) {
     }
     TINYDDP_CHECK(step.output_grad.defined(), "Trainer: train_step returned no output_grad",
                   "; hint: return {.loss = loss, .output_grad = loss_fn.backward()} so the backward pass can run");
-    trace::Span span("backward", "compute");
+    trace::Span span("backward pass", "compute");
     backward(step.output_grad);
   }
   // Under DDP the gradients are already averaged over the ranks here, so every rank computes the

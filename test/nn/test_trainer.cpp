@@ -403,7 +403,9 @@ TEST_CASE("Trace writes a Chrome-trace timeline with the step's spans on the com
   // is process-wide and may hold other tests' events too).
   CHECK(spans["optimizer step"] >= 14);
   CHECK(spans["train_step"] >= 14);
-  CHECK(spans["backward"] >= 14);
+  CHECK(spans["backward pass"] >= 14);
+  CHECK(spans["backward 2 Linear"] >= 14);  // and each layer, from Sequential
+  CHECK(spans["forward 1 ReLU"] >= 14);
   CHECK(instants.count("run begins") == 1);
   CHECK(instants.count("run ends") == 1);
 }
