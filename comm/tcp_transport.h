@@ -7,8 +7,10 @@
 // logged, so a crowded port never mixes two jobs' bytes.
 //
 // The sockets are tuned for bulk transfer between two cores: TCP_NODELAY (a ring step's last
-// segment must not wait for Nagle's timer), large kernel buffers (a whole pipelined segment fits
-// in flight), non-blocking, so one thread sends and receives at the same time.
+// segment must not wait for Nagle's timer), optionally fixed large kernel buffers, one socket per
+// direction. The communication thread sends with non-blocking send(); a receiver thread per peer
+// drains the incoming socket into a ring the algorithms read in place, so both directions move at
+// once (see TcpTransport::Peer in the .cpp for the measurement behind that).
 //
 // Failure detection: a peer that dies closes its sockets (the kernel does it), so the next read
 // returns EOF, or the next write EPIPE, and the rank names it at once. A neighbour that aborts

@@ -11,9 +11,10 @@
 //                                    receiver reduces straight out of the sender's buffer
 //
 // Receiving has two forms because the two transports are good at different things:
-//   try_recv(dst, n)   copies into the destination (TCP: recv() writes straight into it)
+//   try_recv(dst, n)   copies into the destination
 //   try_peek / release looks at the bytes where they already are (shared memory: in the peer's
-//                      ring; TCP: in a small staging buffer), so a reduction reads them in place.
+//                      ring; TCP: in the ring its receiver thread fills), so a reduction reads
+//                      them in place.
 #pragma once
 
 #include <atomic>
