@@ -33,14 +33,22 @@ namespace tinyddp::comm {
 
 // What every algorithm needs to know besides the data: element type and op, a name for error
 // messages, when to give up, and every transport of the group (to notice any dead peer).
+// Cheap to copy: the names are only turned into text when an error needs them.
 struct CollectiveContext {
-  std::string what;  // "all_reduce #3 f32 x1024 sum"
+  int rank = 0;
+  const std::string* description = nullptr;  // "all_reduce #3 f32 x1024 sum" (the Work's)
+  const char* phase = "";                     // appended to the description in messages
   DType dtype = DType::f32;
   ReduceOp op = ReduceOp::sum;
   int world_size = 1;
   std::chrono::milliseconds timeout{0};
   std::chrono::steady_clock::time_point deadline;
-  std::vector<Transport*> transports;
+  std::span<Transport* const> transports;
+
+  // "rank 0: all_reduce #3 f32 x1024 sum", for messages.
+  std::string what() const {
+    return "rank " + std::to_string(rank) + ": " + (description ? *description : std::string("collective")) + phase;
+  }
 };
 
 // ---- the stream engine ----

@@ -293,7 +293,8 @@ void RingBackend::run_task(const Fingerprint& fingerprint, std::chrono::millisec
                   " cannot run: this process group was aborted by an earlier failure: ", aborted_,
                   "; hint: handle that failure, then create a new process group on every rank");
     CollectiveContext ctx;
-    ctx.what = "rank " + std::to_string(rank()) + ": " + work.description();
+    ctx.rank = rank();
+    ctx.description = &work.description();
     ctx.dtype = DType(fingerprint.dtype);
     ctx.op = ReduceOp(fingerprint.op);
     ctx.world_size = size();
@@ -321,7 +322,7 @@ void RingBackend::run_task(const Fingerprint& fingerprint, std::chrono::millisec
 void RingBackend::check_fingerprints(const Fingerprint& mine, const CollectiveContext& ctx) {
   std::vector<Fingerprint> all(static_cast<size_t>(size()));
   CollectiveContext check = ctx;
-  check.what += " (TINYDDP_DEBUG=DETAIL fingerprint exchange)";
+  check.phase = " (TINYDDP_DEBUG=DETAIL fingerprint exchange)";
   direct_all_gather(peers_, rank(), reinterpret_cast<const std::byte*>(&mine), reinterpret_cast<std::byte*>(all.data()),
                     sizeof(Fingerprint), check);
   std::string mismatch = fingerprint_mismatch(all);
