@@ -3,7 +3,10 @@
 // share, a crashing or throwing worker naming its rank, no orphans; and the pieces underneath:
 // SpawnedWorkers on plain shell commands, role detection, loader sharding.
 #include <doctest/doctest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 
@@ -134,6 +137,45 @@ TEST_CASE("MultiDevice epoch means cover both ranks' halves: with lr 0 they equa
   double whole = loss_fn.evaluate(s.model->forward(data->features()), data->targets());
   REQUIRE(trainer.history().size() == 1);
   CHECK(trainer.history()[0].train.at("loss") == doctest::Approx(whole).epsilon(1e-6));
+}
+
+TEST_CASE("MultiDevice uses a free port when the init_method's port is taken") {
+  // Hold tcp://localhost:12355 (the seed's default) on every loopback address, as another job would.
+  std::vector<int> holders;
+  if (!in_spawned_worker()) {
+    for (int family : {AF_INET, AF_INET6}) {
+      int fd = ::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (fd < 0) continue;
+      int one = 1;
+      if (family == AF_INET6) ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+      sockaddr_storage address{};
+      socklen_t length = 0;
+      if (family == AF_INET) {
+        auto* a = reinterpret_cast<sockaddr_in*>(&address);
+        a->sin_family = AF_INET;
+        a->sin_port = htons(12355);
+        a->sin_addr.s_addr = htonl(INADDR_ANY);
+        length = sizeof *a;
+      } else {
+        auto* a = reinterpret_cast<sockaddr_in6*>(&address);
+        a->sin6_family = AF_INET6;
+        a->sin6_port = htons(12355);
+        a->sin6_addr = in6addr_any;
+        length = sizeof *a;
+      }
+      if (::bind(fd, reinterpret_cast<sockaddr*>(&address), length) == 0 && ::listen(fd, 1) == 0) holders.push_back(fd);
+      else ::close(fd);
+    }
+  }
+  Setup s;
+  nn::DataLoader loader = loader_for(40, 11, false);
+  Spawning trainer(*s.model, std::vector<Device>(2, Device::cpu()), *s.optimizer, nullptr, {.log_bar = false});
+  CHECK(trainer.multi_device_options().init_method == "tcp://localhost:12355");
+  configure_workers(trainer.multi_device_options(), "MultiDevice uses a free port when the init_method's port is taken");
+  trainer.run(1, loader);
+  for (int fd : holders) ::close(fd);
+  if (in_spawned_worker()) return;
+  CHECK(trainer.epochs_done() == 1);
 }
 
 TEST_CASE("MultiDevice a worker that crashes makes run fail naming its rank and no worker is left") {
