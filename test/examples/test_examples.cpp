@@ -115,6 +115,12 @@ TEST_CASE("examples/dummy_mgpu: 2 CPU workers; only rank 0 reports; the spawner 
   double loss = loss_fn.evaluate(model.forward(data->features()), data->targets());
   CHECK(number_after(out.report, "final loss ") == doctest::Approx(loss).epsilon(2e-4));
 
+  // --load starts from a saved file: with no epochs to train, the same weights come back out.
+  auto reloaded = run({"dummy_mgpu", "--device", "cpu", "--world-size", "2", "--epochs", "0", "--load",
+                       dir.file("spawned.safetensors"), "--save", dir.file("reloaded.safetensors")});
+  REQUIRE(reloaded.exit_code == 0);
+  CHECK(read_file(dir.file("reloaded.safetensors")) == read_file(dir.file("spawned.safetensors")));
+
   // The same job started by the launcher instead (the program joins, spawns nothing) ends bitwise the same.
   auto launched = run({"tinyddp-run", "-n", "2", program("dummy_mgpu"), "--device", "cpu", "--epochs", "3", "--save",
                        dir.file("launched.safetensors")});
