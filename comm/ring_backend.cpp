@@ -11,6 +11,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include "comm/prefix_store.h"
 #include "comm/shm_transport.h"
 #include "comm/small_message_allreduce.h"
 #include "comm/tcp_store.h"
@@ -244,6 +245,10 @@ RingBackend::RingBackend(std::shared_ptr<Store> store, int rank, int size, const
     TcpTransportOptions tcp_options;
     tcp_options.token = options.token.value_or(TcpStore::token_from_environment());
     tcp_options.socket_buffer_bytes = options.tcp_buffer_bytes ? options.tcp_buffer_bytes : env_size("TINYDDP_TCP_BUFFER_BYTES", 0);
+    // The store's host: every rank reaches it, so the interface toward it faces the other hosts.
+    Store* inner = store_.get();
+    while (auto* prefixed = dynamic_cast<PrefixStore*>(inner)) inner = &prefixed->underlying();
+    if (const auto* tcp_store = dynamic_cast<const TcpStore*>(inner)) tcp_options.route_to = tcp_store->host();
     tcp_ = std::make_unique<TcpTransport>(*store_, prefix, rank, tcp_peers, hosts, pids, options.timeout, tcp_options);
     transports_.push_back(tcp_.get());
   }

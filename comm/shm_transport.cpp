@@ -145,6 +145,7 @@ class ShmTransport::Peer : public Connection {
 
   size_t send_room() const { return capacity_ - (written_ - out_->read.load(std::memory_order_acquire)); }
   size_t recv_available() const { return in_->written.load(std::memory_order_acquire) - read_; }
+  ControlBlock* peer_control() const { return peer_control_; }
 
   size_t try_send(const void* data, size_t n, size_t granule) override {
     n = std::min(n, send_room());
@@ -327,15 +328,24 @@ void ShmTransport::check_peers(std::chrono::milliseconds stalled_for) {
                    "'s own output for the first error");
     }
   }
-  for (auto& segment : mapped_) {
-    if (!segment) continue;
-    ControlBlock* c = segment->control();
-    if (c->pid != ::getpid() && !process_alive(c->pid))
-      TINYDDP_FAIL("shm transport: rank ", c->rank, " (pid ", c->pid, ") died while rank ", rank_,
-                   " was in a collective with it; hint: look at rank ", c->rank,
+  // A peer that is gone (or closed) is a failure only once everything it sent us has been read: a
+  // rank may send its last bytes and exit at once, and those bytes stay in its ring, readable,
+  // after the process has left. The order matters: whether it is gone first, the unread bytes
+  // after; every byte it wrote before it went is visible by then, so none is missed in between.
+  for (int r : local_ranks_) {
+    if (r == rank_) continue;
+    const Peer& peer = *peers_[r];
+    ControlBlock* c = peer.peer_control();
+    const bool gone = c->pid != ::getpid() && !process_alive(c->pid);
+    const bool closed = c->state.load(std::memory_order_acquire) == kClosed;
+    if (!gone && !closed) continue;
+    if (peer.recv_available() > 0) continue;  // still ours to read: the caller makes progress first
+    if (gone)
+      TINYDDP_FAIL("shm transport: rank ", r, " (pid ", c->pid, ") died while rank ", rank_,
+                   " was in a collective with it; hint: look at rank ", r,
                    "'s output and exit status (killed by a signal? out of memory?)");
-    if (c->state.load(std::memory_order_acquire) == kClosed && stalled_for >= kClosedGrace)
-      TINYDDP_FAIL("shm transport: rank ", c->rank, " closed its process group while rank ", rank_,
+    if (stalled_for >= kClosedGrace)
+      TINYDDP_FAIL("shm transport: rank ", r, " closed its process group while rank ", rank_,
                    " still waits for it; hint: every rank must make the same collective calls before shutting down");
   }
 }

@@ -16,6 +16,8 @@
 // Liveness: a peer killed with SIGKILL cannot say goodbye, so a sleeping rank checks every peer's
 // pid (kill(pid, 0) and /proc/<pid>/stat for zombies) between sleeps, and reads the peer's state
 // word: an aborting rank writes its reason there, so everyone can name the rank that failed first.
+// A peer that is gone counts as failed only once its ring to us is empty: a rank may send its last
+// bytes and exit at once, and what it sent stays readable in its (still mapped) segment.
 // The segments are unlinked as soon as every rank has mapped them: nothing is left in /dev/shm
 // even when a rank is killed.
 #pragma once

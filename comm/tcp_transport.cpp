@@ -2,6 +2,8 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -137,27 +139,100 @@ void tune_socket(int fd, size_t buffer_bytes) {
   }
 }
 
-std::string advertised_address(const std::string& configured) {
-  if (!configured.empty()) return configured;
-  if (const char* env = std::getenv("TINYDDP_SOCKET_ADDR"); env && *env) return env;
-  char name[256] = {};
-  if (::gethostname(name, sizeof name - 1) == 0) {
-    addrinfo hints{};
-    hints.ai_family = AF_INET;
-    hints.ai_socktype = SOCK_STREAM;
-    addrinfo* found = nullptr;
-    if (::getaddrinfo(name, nullptr, &hints, &found) == 0) {
-      std::string address;
-      for (addrinfo* a = found; a && address.empty(); a = a->ai_next) {
-        char text[INET_ADDRSTRLEN] = {};
-        auto* in = reinterpret_cast<sockaddr_in*>(a->ai_addr);
-        if (::inet_ntop(AF_INET, &in->sin_addr, text, sizeof text) && std::string(text).rfind("127.", 0) != 0) address = text;
-      }
-      ::freeaddrinfo(found);
-      if (!address.empty()) return address;
-    }
+bool is_loopback(const std::string& address) { return address.rfind("127.", 0) == 0; }
+
+// The IPv4 address of network interface `name` ("" when it has none).
+std::string interface_address(const std::string& name) {
+  ifaddrs* all = nullptr;
+  if (::getifaddrs(&all) != 0) return "";
+  std::string address;
+  for (ifaddrs* i = all; i && address.empty(); i = i->ifa_next) {
+    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || name != i->ifa_name) continue;
+    char text[INET_ADDRSTRLEN] = {};
+    if (::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, text, sizeof text)) address = text;
   }
+  ::freeifaddrs(all);
+  return address;
+}
+
+// The first IPv4 address of an interface that is up and not loopback ("" when there is none).
+std::string first_interface_address() {
+  ifaddrs* all = nullptr;
+  if (::getifaddrs(&all) != 0) return "";
+  std::string address;
+  for (ifaddrs* i = all; i && address.empty(); i = i->ifa_next) {
+    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || !(i->ifa_flags & IFF_UP) || (i->ifa_flags & IFF_LOOPBACK)) continue;
+    char text[INET_ADDRSTRLEN] = {};
+    if (::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, text, sizeof text)) address = text;
+  }
+  ::freeifaddrs(all);
+  return address;
+}
+
+// The local address this host uses to reach `host`: the kernel's route lookup, through a UDP
+// socket's connect(), which sends nothing. "" when `host` does not resolve or is unreachable.
+std::string route_source(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), "9", &hints, &found) != 0 || !found) return "";
+  std::string address;
+  int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_in local{};
+  socklen_t len = sizeof local;
+  char text[INET_ADDRSTRLEN] = {};
+  if (fd >= 0 && ::connect(fd, found->ai_addr, found->ai_addrlen) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0 && ::inet_ntop(AF_INET, &local.sin_addr, text, sizeof text))
+    address = text;
+  if (fd >= 0) ::close(fd);
+  ::freeaddrinfo(found);
+  return address;
+}
+
+// The first IPv4 address, not loopback, that this host's name resolves to ("" when none).
+std::string hostname_address() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return "";
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(name, nullptr, &hints, &found) != 0) return "";
+  std::string address;
+  for (addrinfo* a = found; a && address.empty(); a = a->ai_next) {
+    char text[INET_ADDRSTRLEN] = {};
+    auto* in = reinterpret_cast<sockaddr_in*>(a->ai_addr);
+    if (::inet_ntop(AF_INET, &in->sin_addr, text, sizeof text) && !is_loopback(text)) address = text;
+  }
+  ::freeaddrinfo(found);
+  return address;
+}
+
+// The address of the interface this rank talks to other hosts through: it listens there (and
+// only there) and publishes it. In order: what the caller or TINYDDP_SOCKET_ADDR names, the
+// interface TINYDDP_IFNAME names, the interface the route to the store's host leaves through
+// (the one the store connection itself uses), the address of this host's name, the first
+// interface that is up, and loopback when there is nothing else.
+std::string peer_facing_address(const TcpTransportOptions& options) {
+  if (!options.advertise_address.empty()) return options.advertise_address;
+  if (const char* env = std::getenv("TINYDDP_SOCKET_ADDR"); env && *env) return env;
+  if (const char* ifname = std::getenv("TINYDDP_IFNAME"); ifname && *ifname) {
+    std::string address = interface_address(ifname);
+    TINYDDP_CHECK(!address.empty(), "tcp transport: TINYDDP_IFNAME='", ifname,
+                  "' names no network interface with an IPv4 address; hint: pick one that `ip -4 addr` lists, or unset it");
+    return address;
+  }
+  if (!options.route_to.empty())
+    if (std::string address = route_source(options.route_to); !address.empty() && !is_loopback(address)) return address;
+  if (std::string address = hostname_address(); !address.empty()) return address;
+  if (std::string address = first_interface_address(); !address.empty()) return address;
   return "127.0.0.1";
+}
+
+bool bind_all_from_environment() {
+  const char* env = std::getenv("TINYDDP_BIND_ALL");
+  return env && (std::string(env) == "1" || std::string(env) == "true" || std::string(env) == "yes");
 }
 
 }  // namespace
@@ -194,6 +269,8 @@ class TcpTransport::Peer : public Connection {
   // This rank is aborting: the receiver stops without reporting the peer as gone.
   void stop_receiving() { stopping_.store(true); }
   bool available() const { return written_.load(std::memory_order_acquire) > read_ || closed_.load(); }
+  // Bytes that arrived and are not consumed yet (for the communication thread, which consumes).
+  bool has_unread() const { return written_.load(std::memory_order_acquire) > read_; }
 
   size_t try_send(const void* data, size_t n, size_t /*granule*/) override {
     if (n == 0) return 0;
@@ -294,21 +371,32 @@ TcpTransport::TcpTransport(Store& store, const std::string& prefix, int rank, co
   bool any_remote = false;
   for (int p : peers) any_remote |= host_ids[p] != host_ids[rank];
 
-  // 1. Listen (on every address only when a peer is on another host) and publish where.
+  // 1. Listen and publish where. Peers all on this host: on loopback only. Some on another host:
+  // on the one interface that faces them (see peer_facing_address), never on every address of
+  // the host unless asked (TINYDDP_BIND_ALL=1): the port takes data from anyone who reaches it.
+  const std::string interface = any_remote ? peer_facing_address(options) : "127.0.0.1";
+  const bool bind_all = any_remote && (options.bind_all || bind_all_from_environment());
   int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   TINYDDP_CHECK(listener >= 0, "tcp transport: socket() failed: ", errno_text(errno), "; hint: check the open-file limit (ulimit -n)");
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(any_remote ? INADDR_ANY : INADDR_LOOPBACK);
   addr.sin_port = 0;
+  if (bind_all) {
+    addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  } else if (::inet_pton(AF_INET, interface.c_str(), &addr.sin_addr) != 1) {
+    ::close(listener);
+    TINYDDP_FAIL("tcp transport: rank ", rank, " would listen on '", interface,
+                 "', which is not an IPv4 address; hint: set TINYDDP_SOCKET_ADDR to this host's IPv4 address (or TINYDDP_IFNAME to its interface)");
+  }
   socklen_t len = sizeof addr;
   if (::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(listener, 128) != 0 ||
       ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
     int err = errno;
     ::close(listener);
-    TINYDDP_FAIL("tcp transport: rank ", rank, " could not listen: ", errno_text(err), "; hint: check the network setup");
+    TINYDDP_FAIL("tcp transport: rank ", rank, " could not listen on ", bind_all ? std::string("every address") : interface, ": ",
+                 errno_text(err), "; hint: the address must belong to this host (TINYDDP_SOCKET_ADDR / TINYDDP_IFNAME pick it)");
   }
-  const std::string advertised = advertised_address(options.advertise_address) + ":" + std::to_string(ntohs(addr.sin_port));
+  const std::string advertised = interface + ":" + std::to_string(ntohs(addr.sin_port));
   store.set(prefix + "tcp/" + std::to_string(rank), advertised);
 
   // The two sockets of each pair, [peer][channel], until both are there.
@@ -488,36 +576,48 @@ std::string TcpTransport::hangup_summary() const {
   return text;
 }
 
-std::string TcpTransport::dead_local_peers() const {
+std::string TcpTransport::dead_local_peers(bool skip_unread) const {
   std::string dead;
-  for (size_t r = 0; r < local_pids_.size(); ++r)
-    if (local_pids_[r] > 0 && !process_alive(local_pids_[r])) dead += (dead.empty() ? "" : ", ") + std::to_string(r);
+  for (size_t r = 0; r < local_pids_.size(); ++r) {
+    if (local_pids_[r] <= 0 || process_alive(local_pids_[r])) continue;
+    // Gone, but what it sent before it went is still in our ring: not a failure while it lasts
+    // (the pid is looked at first, so bytes that arrive in between are seen).
+    if (skip_unread && peers_[r] && peers_[r]->has_unread()) continue;
+    dead += (dead.empty() ? "" : ", ") + std::to_string(r);
+  }
   return dead;
 }
 
 void TcpTransport::check_peers(std::chrono::milliseconds stalled_for) {
   if (stalled_for < kHangupGrace) return;
   // A peer process that is gone and a rank that made no progress since: it died mid-collective
-  // (a clean exit after the last collective leaves nothing waiting on it).
-  std::string dead = dead_local_peers();
+  // (a clean exit after the last collective leaves nothing waiting on it). A peer that sent its
+  // last bytes and exited at once is no failure until those bytes are read: its receiver thread
+  // drains the socket before it reports the hang-up, and peers with unread bytes are skipped.
+  std::string dead = dead_local_peers(/*skip_unread=*/true);
   if (!dead.empty())
     TINYDDP_FAIL("tcp transport: rank(s) ", dead, " died (the process is gone) while rank ", rank_,
                  " waited in a collective with them; hint: look at rank ", dead.substr(0, dead.find(',')),
                  "'s output and exit status (killed by a signal? out of memory?)");
   std::lock_guard<std::mutex> lock(hangups_mutex_);
-  if (hangups_.empty()) return;
-  if (Clock::now() - hangups_.front().when < kHangupGrace) return;
-  TINYDDP_FAIL("tcp transport: rank ", hangups_.front().rank,
+  const HangUp* first = nullptr;
+  for (const HangUp& h : hangups_)
+    if (!peers_[h.rank] || !peers_[h.rank]->has_unread()) {
+      first = &h;
+      break;
+    }
+  if (!first || Clock::now() - first->when < kHangupGrace) return;
+  TINYDDP_FAIL("tcp transport: rank ", first->rank,
                " closed its connections (its process died or aborted) and rank ", rank_,
                " has made no progress since; ranks that hung up, first first: ", hangup_summary(),
-               "; hint: look at rank ", hangups_.front().rank, "'s own output for the first error");
+               "; hint: look at rank ", first->rank, "'s own output for the first error");
 }
 
 void TcpTransport::fail_connection(int peer, const std::string& what) {
   // The broken connection may lead to a neighbour that merely aborted after someone else failed:
   // name the peers on this host that are gone, and every peer whose connection is closed by now
   // (a moment's wait lets the hang-ups already on their way arrive).
-  std::string dead = dead_local_peers();
+  std::string dead = dead_local_peers(/*skip_unread=*/false);
   record_hangups(std::chrono::microseconds(100'000));
   std::string closed;
   {

@@ -1,9 +1,11 @@
 // TcpTransport: a full mesh of TCP connections between the ranks of a group.
 //
-// Every rank listens on a free port and publishes "address:port" in the store; the higher rank of
-// each pair connects to the lower one, twice: one socket per direction. Each new connection opens with a handshake (magic, protocol
-// version, both ranks, a digest of the group and of the job token TINYDDP_TOKEN): a stranger, a
-// stale rank of an earlier job or a connection meant for another group is refused and the reason
+// Every rank listens on a free port of one address (loopback when every peer shares its host, else
+// the interface that faces the other hosts, see TcpTransportOptions) and publishes "address:port"
+// in the store; the higher rank of each pair connects to the lower one, twice: one socket per
+// direction. Each new connection opens with a handshake (magic, protocol version, both ranks, a
+// digest of the group and of the job token TINYDDP_TOKEN): a stranger, a stale rank of an earlier
+// job or a connection meant for another group is refused and the reason
 // logged, so a crowded port never mixes two jobs' bytes.
 //
 // The sockets are tuned for bulk transfer between two cores: TCP_NODELAY (a ring step's last
@@ -35,9 +37,16 @@ struct TcpTransportOptions {
   std::string token;  // the job's shared secret (TINYDDP_TOKEN); both sides must agree
   // SO_SNDBUF / SO_RCVBUF in bytes; 0 keeps the kernel's auto-tuning (which grows to tcp_rmem's max).
   size_t socket_buffer_bytes = 0;
-  // The address peers on other hosts connect to. Empty: TINYDDP_SOCKET_ADDR, else the first IPv4
-  // address of this host's name, else 127.0.0.1. Peers on this host always use 127.0.0.1.
+  // The address peers on other hosts connect to, and the only one this rank listens on. Empty:
+  // TINYDDP_SOCKET_ADDR, else the interface TINYDDP_IFNAME names, else the one the route to
+  // `route_to` leaves through, else the first IPv4 address of this host's name, else the first
+  // interface that is up. Peers on this host always use 127.0.0.1 (and then it listens there).
   std::string advertise_address;
+  // A host the ranks all reach (the store's): the interface toward it is the one that faces them.
+  std::string route_to;
+  // Listen on every address (INADDR_ANY), as TINYDDP_BIND_ALL=1 asks: only for hosts whose peers
+  // come in through an address this host cannot name (NAT, some containers).
+  bool bind_all = false;
 };
 
 class TcpTransport : public Transport {
@@ -69,8 +78,9 @@ class TcpTransport : public Transport {
   void record_hangup(int peer);  // from a receiver thread
   void ring_doorbell();          // from a receiver thread: bytes arrived
   std::string hangup_summary() const;
-  // Peers on this host whose process is gone, as "2, 3" ("" when none).
-  std::string dead_local_peers() const;
+  // Peers on this host whose process is gone, as "2, 3" ("" when none); with `skip_unread`, not
+  // those whose bytes are still waiting to be read.
+  std::string dead_local_peers(bool skip_unread) const;
 
   int rank_;
   std::vector<int> local_pids_;  // by rank; 0 for this rank and for peers on other hosts

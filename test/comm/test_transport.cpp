@@ -1,6 +1,7 @@
 // Transports on their own terms: the TCP handshake refuses strangers and wrong tokens, the shared
-// memory ring wraps correctly when it is far smaller than a message, and no segment is left in
-// /dev/shm once a group is up.
+// memory ring wraps correctly when it is far smaller than a message, no segment is left in
+// /dev/shm once a group is up, a peer that sends and exits at once is read to the end before it
+// counts as dead, and a multi-host group listens on one interface, not on every address.
 #include <doctest/doctest.h>
 
 #include <arpa/inet.h>
@@ -9,8 +10,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <fstream>
+#include <sstream>
+
 #include "comm/shm_transport.h"
+#include "comm/tcp_store.h"
+#include "comm/tcp_transport.h"
 #include "core/error.h"
+#include "test/comm/helpers/child_process.h"
 #include "test_collectives_support.h"
 
 using namespace tinyddp;
@@ -19,6 +26,10 @@ using namespace std::chrono_literals;
 using tinyddp::testing::make_input;
 using tinyddp::testing::reference_reduce;
 using tinyddp::testing::run_ranks;
+using tinyddp::testing::Child;
+using tinyddp::testing::ChildGuard;
+using tinyddp::testing::finish_child;
+using tinyddp::testing::spawn_child;
 
 namespace {
 
@@ -49,7 +60,154 @@ bool refused_after_sending(const std::string& where, const std::string& bytes) {
   return closed;
 }
 
+// Bytes a sender can produce and a receiver can check on its own: byte i is (i * 131 + 7) mod 251.
+std::vector<std::byte> pattern(size_t n) {
+  std::vector<std::byte> bytes(n);
+  for (size_t i = 0; i < n; ++i) bytes[i] = std::byte((i * 131 + 7) % 251);
+  return bytes;
+}
+
+// Sends all of `bytes` to `to` through non-blocking try_send; false when `timeout` passed first.
+bool send_all(Connection& to, const std::vector<std::byte>& bytes, std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (size_t sent = 0; sent < bytes.size();) {
+    size_t n = to.try_send(bytes.data() + sent, bytes.size() - sent, 1);
+    sent += n;
+    if (n == 0 && std::chrono::steady_clock::now() > deadline) return false;
+    if (n == 0) std::this_thread::sleep_for(100us);
+  }
+  return true;
+}
+
+// Receives `n` bytes from `from`; fewer when `timeout` passed first.
+std::vector<std::byte> receive(Connection& from, size_t n, std::chrono::milliseconds timeout) {
+  std::vector<std::byte> bytes(n);
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  size_t got = 0;
+  while (got < n && std::chrono::steady_clock::now() < deadline) {
+    size_t k = from.try_recv(bytes.data() + got, n - got);
+    got += k;
+    if (k == 0) std::this_thread::sleep_for(100us);
+  }
+  bytes.resize(got);
+  return bytes;
+}
+
+// The address a listening TCP socket on `port` is bound to, from /proc/net/tcp ("" if none listens).
+std::string listening_address(int port) {
+  std::ifstream table("/proc/net/tcp");
+  std::string line;
+  std::getline(table, line);  // the header
+  while (std::getline(table, line)) {
+    std::istringstream fields(line);
+    std::string slot, local, remote, state;
+    fields >> slot >> local >> remote >> state;
+    if (state != "0A" || local.size() != 13 || std::stoi(local.substr(9), nullptr, 16) != port) continue;
+    in_addr addr{};
+    addr.s_addr = uint32_t(std::stoul(local.substr(0, 8), nullptr, 16));  // the kernel prints it as a raw word
+    char text[INET_ADDRSTRLEN] = {};
+    ::inet_ntop(AF_INET, &addr, text, sizeof text);
+    return text;
+  }
+  return "";
+}
+
 }  // namespace
+
+TEST_CASE("shm: a peer that sends its last bytes and exits at once is read to the end before it counts as dead") {
+  TINYDDP_SKIP_UNDER_TSAN();
+  constexpr size_t kBytes = 256 << 10;  // fits the ring: the sender never waits for room
+  for (bool goodbye : {false, true}) {
+    CAPTURE(goodbye);
+    TcpStoreOptions store_options;
+    store_options.timeout = 20s;
+    TcpStore store("127.0.0.1", 0, true, store_options);
+    const std::string prefix = std::string("exit-after-send/") + (goodbye ? "closed/" : "gone/");
+    const int port = store.port();
+    Child child = spawn_child([&](std::string& report) {
+      TcpStore client("127.0.0.1", port, false, store_options);
+      auto sender = std::make_unique<ShmTransport>(client, prefix, 1, std::vector<int>{0, 1}, 20s);
+      if (!send_all(*sender->connection(0), pattern(kBytes), 10s)) {
+        report = "could not send";
+        return 1;
+      }
+      if (goodbye) sender.reset();  // a clean close: the state word says so
+      _exit(0);                     // at once, with the bytes still in the ring
+    });
+    ChildGuard guard{child};
+    ShmTransport receiver(store, prefix, 0, {0, 1}, 20s);
+    auto outcome = finish_child(child, 20s);  // reaped: its pid is gone for sure
+    REQUIRE_MESSAGE(outcome.ok(), outcome.describe());
+    // Long stalled, and the peer gone, but everything it sent is still there to read.
+    CHECK_NOTHROW(receiver.check_peers(10s));
+    CHECK(receive(*receiver.connection(1), kBytes, 10s) == pattern(kBytes));
+    // Now nothing of it is left to read: waiting on it further is a failure, named.
+    CHECK_THROWS_WITH_AS(receiver.check_peers(10s), doctest::Contains("rank 1 (pid"), Error);
+  }
+}
+
+TEST_CASE("tcp: a peer that sends its last bytes and exits at once is read to the end before it counts as dead") {
+  TINYDDP_SKIP_UNDER_TSAN();
+  constexpr size_t kBytes = 1 << 20;  // fits the receiver's ring
+  TcpStoreOptions store_options;
+  store_options.timeout = 20s;
+  TcpStore store("127.0.0.1", 0, true, store_options);
+  const int port = store.port();
+  const std::vector<std::string> hosts = {"one-host", "one-host"};
+  Child child = spawn_child([&](std::string& report) {
+    TcpStore client("127.0.0.1", port, false, store_options);
+    TcpTransport sender(client, "exit-after-send/", 1, {0}, hosts, {int(::getppid()), int(::getpid())}, 20s);
+    if (!send_all(*sender.connection(0), pattern(kBytes), 10s)) {
+      report = "could not send";
+      return 1;
+    }
+    _exit(0);  // the kernel still delivers what sits in the socket, then the EOF
+  });
+  ChildGuard guard{child};
+  TcpTransport receiver(store, "exit-after-send/", 0, {1}, hosts, {int(::getpid()), int(child.pid)}, 20s);
+  auto outcome = finish_child(child, 20s);
+  REQUIRE_MESSAGE(outcome.ok(), outcome.describe());
+  // Past the hang-up grace: the EOF has arrived and the pid is gone, but the bytes are unread.
+  std::this_thread::sleep_for(1200ms);
+  CHECK_NOTHROW(receiver.check_peers(10s));
+  CHECK(receive(*receiver.connection(1), kBytes, 10s) == pattern(kBytes));
+  CHECK_THROWS_WITH_AS(receiver.check_peers(10s), doctest::Contains("rank(s) 1 died"), Error);
+}
+
+TEST_CASE("tcp: a group spanning hosts listens on its interface, every address only when asked") {
+  // Two threads of one process given two host identities: each takes the other for a remote peer.
+  const std::vector<std::string> hosts = {"host-a", "host-b"};
+  for (bool bind_all : {false, true}) {
+    CAPTURE(bind_all);
+    HashStore store;
+    store.set_timeout(20s);
+    TcpTransportOptions options;
+    options.bind_all = bind_all;
+    const std::string prefix = bind_all ? "bind-all/" : "bind-one/";
+    std::unique_ptr<TcpTransport> rank0, rank1;
+    std::string published, listening;
+    run_ranks(2, [&](int r) {
+      if (r == 0) {
+        rank0 = std::make_unique<TcpTransport>(store, prefix, 0, std::vector<int>{1}, hosts, std::vector<int>{0, 0}, 20s, options);
+        return;
+      }
+      // Rank 0 listens until rank 1 connects: look at its socket first.
+      store.wait({prefix + "tcp/0"}, 20s);
+      published = store.get(prefix + "tcp/0");
+      listening = listening_address(std::stoi(published.substr(published.rfind(':') + 1)));
+      rank1 = std::make_unique<TcpTransport>(store, prefix, 1, std::vector<int>{0}, hosts, std::vector<int>{0, 0}, 20s, options);
+    });
+    const std::string host = published.substr(0, published.rfind(':'));
+    CHECK(host != "0.0.0.0");
+    if (bind_all)
+      CHECK(listening == "0.0.0.0");
+    else
+      CHECK_MESSAGE(listening == host, "published ", published, ", listening on '", listening, "'");
+    // And the group works through that address.
+    REQUIRE(send_all(*rank1->connection(0), pattern(1000), 10s));
+    CHECK(receive(*rank0->connection(1), 1000, 10s) == pattern(1000));
+  }
+}
 
 TEST_CASE("tcp: a stranger knocking on a rank's port is refused and the group still forms") {
   auto store = std::make_shared<HashStore>();
