@@ -187,6 +187,7 @@ struct WorkerProcess {
   pid_t pid = -1;
   int fds[2] = {-1, -1};   // read ends: stdout, stderr
   std::string partial[2];  // the unfinished last line of each
+  int pidfd = -1;          // readable once the process has ended (-1: kernels before 5.3)
   bool running = false;
   int status = 0;
 };
@@ -213,6 +214,7 @@ struct Launcher::Job {
       if (w.running) waitpid(w.pid, nullptr, 0);
       for (int& fd : w.fds)
         if (fd >= 0) close(fd), fd = -1;
+      if (w.pidfd >= 0) close(w.pidfd);
     }
   }
 
@@ -326,9 +328,14 @@ struct Launcher::Job {
       close(err[1]);
       w.fds[0] = out[0];
       w.fds[1] = err[0];
+      // A pidfd wakes the supervision poll the moment the worker dies, so the launcher sees the first
+      // death before the peers' own failures follow it (they come milliseconds later).
+      w.pidfd = int(syscall(SYS_pidfd_open, w.pid, 0));
       w.running = true;
     }
   }
+
+  static constexpr int kEnded = 2;  // pump_output's mark for a pidfd (0 and 1 are stdout and stderr)
 
   void emit(WorkerProcess& w, int stream, std::string_view line) {
     if (o.output) o.output(w.rank, stream + 1, line);
@@ -340,18 +347,24 @@ struct Launcher::Job {
     std::vector<std::pair<WorkerProcess*, int>> owners;
     fds.push_back({launcher.wake_pipe_[0], POLLIN, 0});
     owners.push_back({nullptr, 0});
-    for (auto& w : workers)
+    for (auto& w : workers) {
       for (int s = 0; s < 2; ++s)
         if (w.fds[s] >= 0) {
           fds.push_back({w.fds[s], POLLIN, 0});
           owners.push_back({&w, s});
         }
+      if (w.running && w.pidfd >= 0) {  // once reaped it would stay readable: only while running
+        fds.push_back({w.pidfd, POLLIN, 0});
+        owners.push_back({&w, kEnded});
+      }
+    }
     if (poll(fds.data(), fds.size(), int(timeout.count())) <= 0) return;
     char buffer[65536];
     for (size_t i = 0; i < fds.size(); ++i) {
       if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      ssize_t n = read(fds[i].fd, buffer, sizeof buffer);
       auto [w, s] = owners[i];
+      if (s == kEnded) continue;  // a worker ended: the poll is over, and the caller reaps it
+      ssize_t n = read(fds[i].fd, buffer, sizeof buffer);
       if (!w) continue;  // the wake pipe: drained, its job (ending the poll) is done
       if (n <= 0) {
         if (!w->partial[s].empty()) emit(*w, s, w->partial[s]);
@@ -387,6 +400,19 @@ struct Launcher::Job {
   }
 
   bool failed(const WorkerProcess& w) { return !(WIFEXITED(w.status) && WEXITSTATUS(w.status) == 0); }
+
+  // The root cause among workers reaped together: one ended by a signal before one that exited with
+  // an error code. A worker's error exits with a code (exceptions reach main), and the usual error
+  // after a peer died is exactly that ("peer rank 1 closed the connection"); a signal is not
+  // something a peer's death causes. Otherwise the lowest rank. nullptr when none failed.
+  WorkerProcess* root_cause_of(const std::vector<WorkerProcess*>& ended) {
+    WorkerProcess* first = nullptr;
+    for (WorkerProcess* w : ended) {
+      if (!failed(*w)) continue;
+      if (!first || (WIFSIGNALED(w->status) && !WIFSIGNALED(first->status))) first = w;
+    }
+    return first;
+  }
 
   WorkerFailure failure_of(const WorkerProcess& w) {
     WorkerFailure f;
@@ -436,9 +462,11 @@ struct Launcher::Job {
     // The last output, up to the pipes' end (bounded: a process stuck in the kernel may keep one open).
     auto drain_deadline = Clock::now() + 1s;
     while (!all_output_closed() && Clock::now() < drain_deadline) pump_output(10ms);
-    for (auto& w : workers)
+    for (auto& w : workers) {
       for (int s = 0; s < 2; ++s)
         if (w.fds[s] >= 0) close(w.fds[s]), w.fds[s] = -1;
+      if (w.pidfd >= 0) close(w.pidfd), w.pidfd = -1;
+    }
   }
 
   enum class End { success, failure, stopped };
@@ -452,8 +480,7 @@ struct Launcher::Job {
       pump_output(local_done ? kStorePollInterval : 50ms);
       if (launcher.stop_signal_.load()) return End::stopped;
       if (!local_done) {
-        for (WorkerProcess* w : reap()) {
-          if (!failed(*w)) continue;
+        if (WorkerProcess* w = root_cause_of(reap())) {
           // The first failure anywhere is the root cause: compare_set lets exactly one node publish it.
           store->compare_set(failed_key, "", encode_failure(failure_of(*w)));
           return End::failure;

@@ -15,9 +15,14 @@
 //   - each worker runs in its own process group, its output read line by line and handed to
 //     `output` with its rank (tinyddp-run prints "[rank 1] ...");
 //   - when a worker fails (non-zero exit or a signal), that worker is the root cause; the others get
-//     SIGTERM, then SIGKILL after the grace period, and so does anything they started;
-//   - with restarts left the whole group starts again (TINYDDP_RESTART_COUNT + 1); otherwise run()
-//     returns the root cause: which rank, and its exit code or signal;
+//     SIGTERM, then SIGKILL after the grace period, and so does anything they started. The launcher
+//     watches each worker through a pidfd, so it wakes the moment the first one dies, before its
+//     peers fail in turn ("peer closed the connection"); when several are found ended at once, one
+//     killed by a signal is named before one that exited with an error code;
+//   - with restarts left the whole group starts again (TINYDDP_RESTART_COUNT + 1), on the same store,
+//     its rendezvous keys under the new restart count, and a program that checkpoints (nn::StateManager)
+//     resumes from its last complete checkpoint; otherwise run() returns the root cause: which rank,
+//     and its exit code or signal;
 //   - SIGINT/SIGTERM given to the launcher (request_stop) go to every worker, then the same grace.
 //   - a worker also gets PR_SET_PDEATHSIG, so even a launcher killed by SIGKILL leaves no worker.
 //
