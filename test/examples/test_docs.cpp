@@ -1,0 +1,222 @@
+// docs/how-ddp-works.md stays true: every command block marked
+//
+//   <!-- doc-test expect="some text" -->
+//   ```sh
+//   ...
+//   ```
+//
+// is run as the page tells a reader to run it (bash, from a directory laid out like the repository
+// root: build/bin, scripts, data), within a time limit, and must exit 0 and print the expected text.
+// Blocks are skipped, with a message, when a program they name is not built or the digits data set
+// is absent. Also checked: every relative link of the page leads to a file that exists.
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+namespace {
+
+// The repository root: this file is test/examples/test_docs.cpp.
+fs::path repository_root() { return fs::path(__FILE__).parent_path().parent_path().parent_path(); }
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+struct DocCommand {
+  int line = 0;          // of the marker, for messages
+  std::string expect;    // text the output must contain
+  std::string script;    // the block's lines
+};
+
+// The marked blocks of a markdown page, in order.
+std::vector<DocCommand> marked_commands(const std::string& markdown) {
+  static const std::regex marker(R"re(^<!-- doc-test expect="([^"]*)" -->$)re");
+  std::vector<DocCommand> commands;
+  std::istringstream in(markdown);
+  std::string line;
+  int number = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    std::smatch m;
+    if (!std::regex_match(line, m, marker)) continue;
+    DocCommand command{number, m[1].str(), ""};
+    std::string fence;
+    std::getline(in, fence);
+    ++number;
+    REQUIRE_MESSAGE(fence == "```sh", "line ", number, ": a doc-test marker must be followed by a ```sh block");
+    bool closed = false;
+    while (std::getline(in, line)) {
+      ++number;
+      if (line == "```") {
+        closed = true;
+        break;
+      }
+      command.script += line + "\n";
+    }
+    REQUIRE_MESSAGE(closed, "the block after line ", command.line, " is never closed");
+    commands.push_back(command);
+  }
+  return commands;
+}
+
+struct ScriptOutcome {
+  int exit_code = -1;
+  bool timed_out = false;
+  std::string output;
+};
+
+// Runs `script` with bash -e in `directory`, in a process group of its own so that whatever it
+// leaves running in the background is killed with it; stdout and stderr together.
+ScriptOutcome run_script(const std::string& script, const fs::path& directory, std::chrono::seconds limit) {
+  ScriptOutcome outcome;
+  int fds[2];
+  REQUIRE(pipe2(fds, O_CLOEXEC) == 0);
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    setpgid(0, 0);
+    dup2(fds[1], 1);
+    dup2(fds[1], 2);
+    if (chdir(directory.c_str()) != 0) _exit(126);
+    // The page's commands set what they need; the test's own environment must not leak in.
+    for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                             "TINYDDP_LAUNCHER_STORE", "TINYDDP_TRACE", "TINYDDP_DEBUG"})
+      unsetenv(name);
+    execl("/bin/bash", "bash", "-e", "-c", script.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(fds[1]);
+  setpgid(pid, pid);  // also here, so the group exists before any kill below
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  bool exited = false;
+  int status = 0;
+  char buffer[4096];
+  for (;;) {
+    pollfd p{fds[0], POLLIN, 0};
+    if (poll(&p, 1, 100) > 0) {
+      ssize_t n = read(fds[0], buffer, sizeof buffer);
+      if (n > 0) {
+        outcome.output.append(buffer, size_t(n));
+        continue;
+      }
+      if (exited || n == 0) break;  // EOF: everyone holding the pipe is gone
+    }
+    if (!exited && waitpid(pid, &status, WNOHANG) == pid) {
+      exited = true;
+      kill(-pid, SIGKILL);  // background leftovers of the script still hold the pipe
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      outcome.timed_out = !exited;
+      kill(-pid, SIGKILL);
+      if (!exited) waitpid(pid, &status, 0);
+      exited = true;
+      break;
+    }
+  }
+  close(fds[0]);
+  if (!exited) waitpid(pid, &status, 0);
+  outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return outcome;
+}
+
+// A scratch directory removed at the end of the test.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "tinyddp_docs_XXXXXX").string();
+    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
+    path = pattern;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    fs::remove_all(path, ignored);
+  }
+};
+
+bool python3_available() {
+  return run_script("command -v python3 > /dev/null", fs::temp_directory_path(), 10s).exit_code == 0;
+}
+
+}  // namespace
+
+TEST_CASE("docs/how-ddp-works.md: every marked command runs and prints what the page says") {
+  const fs::path root = repository_root();
+  const std::string page = read_text(root / "docs/how-ddp-works.md");
+  REQUIRE_MESSAGE(!page.empty(), "cannot read ", (root / "docs/how-ddp-works.md").string());
+  const std::vector<DocCommand> commands = marked_commands(page);
+  // The page marks its commands (store, ring, all-reduce table, buckets, trace, two failures):
+  // losing the markers must not pass for success.
+  CHECK(commands.size() >= 8);
+
+  // A directory laid out like the repository root, as the page's commands expect.
+  TempDir dir;
+  fs::create_directories(dir.path / "build");
+  fs::create_directory_symlink(TINYDDP_BIN_DIR, dir.path / "build/bin");
+  fs::create_directory_symlink(root / "scripts", dir.path / "scripts");
+  fs::create_directories(dir.path / "docs/images");  // trace_to_svg writes here, not into the repository
+  const fs::path data = fs::path(TINYDDP_SHARED_DATA);
+  const bool have_data = fs::exists(data / "digits.csv.gz");
+  if (have_data) fs::create_directory_symlink(data, dir.path / "data");
+  const bool have_python = python3_available();
+
+  static const std::regex program(R"re(build/bin/([A-Za-z0-9_.-]+))re");
+  for (const DocCommand& command : commands) {
+    INFO("the block after line ", command.line, " of docs/how-ddp-works.md:\n", command.script);
+    std::string missing;
+    for (auto it = std::sregex_iterator(command.script.begin(), command.script.end(), program);
+         it != std::sregex_iterator(); ++it)
+      if (!fs::exists(fs::path(TINYDDP_BIN_DIR) / (*it)[1].str())) missing = (*it)[1].str();
+    if (!missing.empty()) {
+      MESSAGE("skipped the block after line ", command.line, ": ", missing, " is not built");
+      continue;
+    }
+    if (command.script.find("data/") != std::string::npos && !have_data) {
+      MESSAGE("skipped the block after line ", command.line, ": ", (data / "digits.csv.gz").string(), " is absent");
+      continue;
+    }
+    if (command.script.find("python3 ") != std::string::npos && !have_python) {
+      MESSAGE("skipped the block after line ", command.line, ": no python3 on PATH");
+      continue;
+    }
+    ScriptOutcome outcome = run_script(command.script, dir.path, 90s);
+    INFO("output:\n", outcome.output);
+    CHECK_MESSAGE(!outcome.timed_out, "did not finish within 90 s");
+    CHECK(outcome.exit_code == 0);
+    CHECK_MESSAGE(outcome.output.find(command.expect) != std::string::npos, "expected \"", command.expect,
+                  "\" in the output");
+  }
+}
+
+TEST_CASE("docs/how-ddp-works.md: every relative link leads to a file that exists") {
+  const fs::path root = repository_root();
+  const fs::path page = root / "docs/how-ddp-works.md";
+  const std::string text = read_text(page);
+  REQUIRE(!text.empty());
+  // [label](target) and ![alt](target); absolute URLs and #anchors are not files.
+  static const std::regex link(R"re(\]\(([^)#\s]+)(#[^)]*)?\))re");
+  int checked = 0;
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), link); it != std::sregex_iterator(); ++it) {
+    const std::string target = (*it)[1].str();
+    if (target.find("://") != std::string::npos) continue;
+    ++checked;
+    CHECK_MESSAGE(fs::exists(page.parent_path() / target), "docs/how-ddp-works.md links to ", target,
+                  ", which does not exist");
+  }
+  CHECK(checked >= 20);  // the page links each section to its code
+}
