@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <pthread.h>
 
 #include "core/cuda_runtime.h"
 #include "core/error.h"
@@ -84,6 +85,79 @@ class CudaCache {
   std::mutex mutex_;
   std::map<int, PerDevice> devices_;
 };
+// Freed CPU blocks, by size (rounded to the alignment), kept for the next request of the same size.
+// Exact sizes only: a training step asks for the same few sizes again and again, and an exact match
+// never wastes memory. Pinned and ordinary blocks live in separate lists (a request made after pinning
+// was enabled must get pinned memory).
+class CpuCache {
+ public:
+  // Smaller blocks are cheap for malloc (thread caches, no page faults); caching them would only add
+  // the lock.
+  static constexpr size_t kMinBytes = size_t(64) << 10;
+  static constexpr size_t kLimitBytes = size_t(256) << 20;
+
+  // Never destroyed: tensors in static objects may be freed after a static cache would be gone.
+  static CpuCache& instance() {
+    static CpuCache* cache = new CpuCache;
+    return *cache;
+  }
+
+  // A cached block of exactly `bytes`, or nullptr (the caller allocates and counts it).
+  void* take(size_t bytes, bool pinned) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto& free = pinned ? pinned_free_ : free_;
+    auto it = free.find(bytes);
+    if (it == free.end()) {
+      ++stats_.system_allocations;
+      return nullptr;
+    }
+    void* ptr = it->second;
+    free.erase(it);
+    stats_.bytes_cached -= bytes;
+    ++stats_.reuses;
+    return ptr;
+  }
+
+  // Keeps the block if there is room; false: the caller frees it.
+  bool give(void* ptr, size_t bytes, bool pinned) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stats_.bytes_cached + bytes > kLimitBytes) return false;
+    (pinned ? pinned_free_ : free_).emplace(bytes, ptr);
+    stats_.bytes_cached += bytes;
+    return true;
+  }
+
+  CpuCacheStats stats() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return stats_;
+  }
+
+  void release() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& [bytes, ptr] : free_) std::free(ptr);
+    for (auto& [bytes, ptr] : pinned_free_) cuda_host_free_pinned(ptr);
+    free_.clear();
+    pinned_free_.clear();
+    stats_.bytes_cached = 0;
+  }
+
+  // fork() copies only the calling thread: a lock held by another thread (a communication thread
+  // freeing a buffer) would stay locked forever in the child. Hold it across the fork, as glibc's
+  // malloc does with its own locks, so both sides start with it free.
+  void lock_for_fork() { mutex_.lock(); }
+  void unlock_after_fork() { mutex_.unlock(); }
+
+ private:
+  CpuCache() {
+    pthread_atfork([] { instance().lock_for_fork(); }, [] { instance().unlock_after_fork(); },
+                   [] { instance().unlock_after_fork(); });
+  }
+
+  std::mutex mutex_;
+  std::multimap<size_t, void*> free_, pinned_free_;
+  CpuCacheStats stats_;
+};
+
 }  // namespace
 
 void enable_pinned_cpu_memory() { g_pinned = true; }
@@ -94,11 +168,16 @@ Allocation allocate(size_t bytes, Device device) {
   if (device.is_cpu()) {
     block.bytes = bytes;
     if (bytes == 0) return block;
-    if (g_pinned) {
-      block.ptr = cuda_host_alloc_pinned(bytes);
-      block.pinned = true;
+    const size_t rounded = round_up(bytes, kCpuAlignment);
+    block.pinned = g_pinned;  // read once: another thread may enable pinning meanwhile
+    if (rounded >= CpuCache::kMinBytes) {
+      block.ptr = CpuCache::instance().take(rounded, block.pinned);
+      if (block.ptr != nullptr) return block;
+    }
+    if (block.pinned) {
+      block.ptr = cuda_host_alloc_pinned(rounded);  // the rounded size: the block may be cached and reused
     } else {
-      block.ptr = std::aligned_alloc(kCpuAlignment, round_up(bytes, kCpuAlignment));
+      block.ptr = std::aligned_alloc(kCpuAlignment, rounded);
       TINYDDP_CHECK(block.ptr != nullptr, "out of CPU memory allocating ", bytes, " bytes; hint: use a smaller batch or model");
     }
     return block;
@@ -113,12 +192,17 @@ Allocation allocate(size_t bytes, Device device) {
 void deallocate(const Allocation& block, Device device) {
   if (block.ptr == nullptr) return;
   if (device.is_cpu()) {
+    const size_t rounded = round_up(block.bytes, kCpuAlignment);
+    if (rounded >= CpuCache::kMinBytes && CpuCache::instance().give(block.ptr, rounded, block.pinned)) return;
     if (block.pinned) cuda_host_free_pinned(block.ptr);
     else std::free(block.ptr);
     return;
   }
   CudaCache::instance().give(block.ptr, block.bytes, device.index);
 }
+
+CpuCacheStats cpu_cache_stats() { return CpuCache::instance().stats(); }
+void cpu_cache_release() { CpuCache::instance().release(); }
 
 CudaCacheStats cuda_cache_stats(int device) { return CudaCache::instance().stats(device); }
 void cuda_cache_release() { CudaCache::instance().release(); }

@@ -4,6 +4,12 @@
 // use, new CPU blocks are page-locked ("pinned") so host<->device copies run at full PCIe speed and can
 // be asynchronous: that is what staging buffers for the ring backend need.
 //
+// CPU blocks of 64 KiB and more are cached too: a training step allocates the same activation and
+// gradient sizes every iteration, and handing a freed block back to the C library lets it shrink the
+// heap (or munmap the block), so the next step pays page faults to touch the same memory again --
+// several percent of an MLP step. Freed blocks are kept in a free list by size and handed out again;
+// at most 256 MiB are kept, beyond that blocks go back to the system.
+//
 // CUDA memory comes from a caching allocator: cudaMalloc/cudaFree synchronise the whole device and
 // cost tens of microseconds, so freed blocks are kept in per-device free lists, by rounded size, and
 // handed out again. (PyTorch's CUDACachingAllocator does the same with more machinery.)
@@ -32,6 +38,17 @@ void deallocate(const Allocation& block, Device device);
 // program never touches the CUDA runtime.
 void enable_pinned_cpu_memory();
 bool pinned_cpu_memory_enabled();
+
+// Statistics of the CPU block cache (for tests: a training step that reuses its buffers makes no new
+// system allocations after the first step).
+struct CpuCacheStats {
+  size_t bytes_cached = 0;         // freed by tensors, kept for reuse
+  size_t system_allocations = 0;   // cacheable requests that the cache could not serve (malloc'd)
+  size_t reuses = 0;               // requests served from the cache
+};
+CpuCacheStats cpu_cache_stats();
+// Returns every cached CPU block to the system.
+void cpu_cache_release();
 
 // Statistics of the CUDA caching allocator for one device (for tests and the trace).
 struct CudaCacheStats {
