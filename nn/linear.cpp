@@ -47,15 +47,22 @@ Tensor Linear::backward(const Tensor& grad_output, bool want_input_grad) {
   TINYDDP_CHECK(grad_output.shape() == Shape({input_.size(0), out_features_}), describe(),
                 ".backward: expected grad_output [", input_.size(0), ", ", out_features_, "], got ",
                 grad_output.describe(), "; hint: pass the gradient of this layer's forward output");
-  // beta = 1: gradients accumulate across backward passes, as PyTorch's .grad does, which is what
-  // makes gradient accumulation over micro-batches (and DDP's no_sync()) work.
-  kernels::gemm(grad_output, true, input_, false, weight_->grad, 1.f, 1.f);  // dW += dy^T x
-  if (bias_) kernels::bias_grad(grad_output, bias_->grad, 1.f);              // db += sum over rows of dy
-  // Both gradients are final now. Announcing it *before* computing dx is the point of DDP's design:
+  // The first backward after zero_grad() overwrites the gradient (beta = 0: no memset of it beforehand,
+  // no read of stale numbers); a later one accumulates (beta = 1), as PyTorch's .grad does, which is
+  // what makes gradient accumulation over micro-batches (and DDP's no_sync()) work.
+  //
+  // The bias first, then the weight, each announced as soon as it is final: PyTorch's autograd runs
+  // addmm's backward this way round too (its bias gradient is a separate node that finishes first),
+  // so DDP's hooks fire in the same order as PyTorch's -- the order the Reducer records in the first
+  // iteration to rebuild its buckets. Announcing *before* computing dx is the point of DDP's design:
   // the Reducer can start all-reducing this layer's bucket while we (and the earlier layers) keep
   // computing, so communication hides behind the rest of backward.
+  if (bias_) {
+    kernels::bias_grad(grad_output, bias_->grad, bias_->begin_grad_write());  // db (+)= sum over rows of dy
+    bias_->mark_grad_ready();
+  }
+  kernels::gemm(grad_output, true, input_, false, weight_->grad, 1.f, weight_->begin_grad_write());  // dW (+)= dy^T x
   weight_->mark_grad_ready();
-  if (bias_) bias_->mark_grad_ready();
   if (!want_input_grad) return Tensor();
   Tensor grad_input = Tensor::empty(input_.shape(), DType::f32, device_);
   kernels::gemm(grad_output, false, weight_->value, false, grad_input);  // dx = dy W

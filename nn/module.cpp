@@ -44,8 +44,8 @@ void Module::to(Device device) {
   device_ = device;
 }
 
-void Module::zero_grad() {
-  for (Parameter* p : parameters()) p->grad.zero_();
+void Module::zero_grad(bool set_to_none) {
+  for (Parameter* p : parameters()) p->clear_grad(set_to_none);
 }
 
 Parameter& Module::register_parameter(const std::string& name, Tensor value) {

@@ -20,15 +20,41 @@ namespace tinyddp::nn {
 
 struct Parameter {
   Tensor value;
-  // Same shape as value. Backward *accumulates* into it (as PyTorch's .grad does); zero_grad clears it.
-  // DDP rebinds it to a view into a flat bucket buffer, so it must be written in place, never reassigned
-  // by layers.
+  // Same shape as value. Backward *accumulates* into it (as PyTorch's .grad does), except for the
+  // first backward after zero_grad(), which overwrites it (see has_grad). DDP rebinds it to a view into
+  // a flat bucket buffer, so it must be written in place, never reassigned by layers.
   Tensor grad;
+  // PyTorch's `param.grad is not None`. zero_grad() (set_to_none, PyTorch 2's default) only clears this
+  // flag: the buffer keeps stale numbers, which the next backward overwrites (GEMM with beta = 0)
+  // instead of adding to them. That saves a memset of every gradient per step and a read of it in
+  // the first accumulation. While it is false, grad's contents mean nothing: optimizers skip the
+  // parameter, as PyTorch's skip a None gradient.
+  bool has_grad = false;
   // Run by mark_grad_ready(), in registration order, each time backward has finished this gradient.
   std::vector<std::function<void(Parameter&)>> grad_ready_hooks;
 
   void mark_grad_ready() {
     for (auto& hook : grad_ready_hooks) hook(*this);
+  }
+
+  // For a layer about to write this gradient: the `beta` to pass to the kernel (out = beta*out + new):
+  // 0 when there is no gradient yet (overwrite the stale buffer), 1 when there is (accumulate, which
+  // is what makes gradient accumulation and DDP's no_sync() work). From then on the gradient exists.
+  float begin_grad_write() {
+    const float beta = has_grad ? 1.f : 0.f;
+    has_grad = true;
+    return beta;
+  }
+
+  // zero_grad for one parameter. set_to_none (the default, as in PyTorch 2): forget the gradient
+  // (O(1), see has_grad). Otherwise write zeros into it in place (PyTorch 1's default; the gradient,
+  // if there was one, is then a zero tensor).
+  void clear_grad(bool set_to_none = true) {
+    if (set_to_none) {
+      has_grad = false;
+    } else if (has_grad) {
+      grad.zero_();
+    }
   }
 };
 
@@ -71,11 +97,14 @@ class Module {
   // moving replaces the gradient tensors that DDP's buckets would otherwise be viewing.
   virtual void to(Device device);
   Device device() const { return device_; }
-  // Sets every gradient to zero, in place (DDP's bucket views stay valid).
-  void zero_grad();
+  // Clears every gradient: by default forgets them (set_to_none, PyTorch 2's default: the next
+  // backward overwrites instead of accumulating), or writes zeros in place. DDP's bucket views stay
+  // valid either way.
+  void zero_grad(bool set_to_none = true);
 
  protected:
-  // Registers a parameter owned by this module; its gradient starts as zeros of the same shape.
+  // Registers a parameter owned by this module; its gradient buffer starts as zeros of the same shape,
+  // with has_grad false (PyTorch's .grad starts as None).
   Parameter& register_parameter(const std::string& name, Tensor value);
 
   Device device_ = Device::cpu();

@@ -21,8 +21,8 @@ Optimizer::Optimizer(std::vector<NamedParameter> params, double lr)
   }
 }
 
-void Optimizer::zero_grad() {
-  for (auto& p : params_) p.parameter->grad.zero_();
+void Optimizer::zero_grad(bool set_to_none) {
+  for (auto& p : params_) p.parameter->clear_grad(set_to_none);
 }
 
 void Optimizer::check_gradient(const NamedParameter& p, const char* optimizer_name) {

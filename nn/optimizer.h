@@ -22,10 +22,13 @@ class Optimizer {
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
 
-  // Applies one update from the current gradients, with the current lr(), and counts it.
+  // Applies one update from the current gradients, with the current lr(), and counts it. Parameters
+  // without a gradient (has_grad false: no backward reached them since zero_grad) are skipped, as
+  // PyTorch skips a None .grad.
   virtual void step() = 0;
-  // Sets every gradient to zero, in place (DDP's bucket views stay valid).
-  void zero_grad();
+  // Clears every gradient, as Module::zero_grad does: by default forgets them (set_to_none), or
+  // writes zeros in place. DDP's bucket views stay valid either way.
+  void zero_grad(bool set_to_none = true);
 
   // The learning rate the next step() uses (schedulers set it), and the one it started with.
   double lr() const { return lr_; }

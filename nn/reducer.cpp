@@ -114,7 +114,8 @@ void Reducer::install(std::vector<BucketSpec> specs) {
       Tensor view = buckets[b].buffer.view(offset, p.value.shape());
       // Keep whatever the gradient holds (a gradient accumulated before wrapping, or before a
       // rebuild), then make the view *the* gradient: from now on backward writes into the bucket.
-      if (p.grad.defined()) view.copy_from(p.grad);
+      // A gradient that is "none" (has_grad false) has nothing worth keeping.
+      if (p.grad.defined() && p.has_grad) view.copy_from(p.grad);
       p.grad = view;
       locations[index] = {b, offset};
       offset += p.value.numel();
@@ -208,8 +209,18 @@ void Reducer::finalize() {
                    "iteration, or make every parameter take part in the loss");
     }
     // Unused here: this rank contributes what backward accumulated for them in this iteration, which
-    // is nothing new; the all-reduce still runs, since other ranks may have used them.
-    for (size_t index : missing) mark(index, false);
+    // is nothing new; the all-reduce still runs, since other ranks may have used them. A parameter
+    // with no gradient at all (zero_grad set it to none) holds stale numbers in its part of the
+    // bucket: it contributes zeros instead, as PyTorch's reducer zero-fills the bucket view of a
+    // gradient that is None, and afterwards holds the average like every other parameter.
+    for (size_t index : missing) {
+      Parameter& p = *parameters_[index].parameter;
+      if (!p.has_grad) {
+        p.grad.zero_();
+        p.has_grad = true;
+      }
+      mark(index, false);
+    }
   }
   TINYDDP_CHECK(next_to_launch_ == buckets_.size(), "Reducer::finalize: only ", next_to_launch_, " of ",
                 buckets_.size(), " buckets started although every gradient is ready; hint: this is a bug in tinyddp");

@@ -36,6 +36,13 @@
 //   - a gradient never marked ready by the end of backward (a layer that did not run), unless
 //     find_unused_parameters is on: then such parameters count as ready with no new gradient (what
 //     backward accumulated: nothing), and the all-reduce averages in this rank's zero contribution.
+//     (A parameter whose gradient was set to none by zero_grad gets zeros first. PyTorch goes one
+//     step further and leaves a gradient that *no* rank produced as None, so the optimizer skips it;
+//     here it becomes zeros, which the optimizer does apply -- as with PyTorch's set_to_none=False.)
+//
+// set_to_none: zero_grad() only forgets the gradients (Parameter::has_grad); the first backward
+// writes each one (beta = 0) straight into its place in the bucket, later ones (no_sync) add to it.
+// The buckets stay where they are, so no view is ever rebound for it.
 //
 // Threads: hooks run on the thread that runs backward, so the Reducer's state has one writer. The
 // all-reduces themselves run on the process group's communication thread.

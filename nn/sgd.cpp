@@ -38,8 +38,9 @@ void SGD::step() {
   const bool first_step = step_count_ == 0;
   Tensor no_buffer;
   for (size_t i = 0; i < params_.size(); ++i) {
-    check_gradient(params_[i], "SGD");
     Parameter& p = *params_[i].parameter;
+    if (!p.has_grad) continue;  // no backward reached it since zero_grad: PyTorch skips a None grad too
+    check_gradient(params_[i], "SGD");
     kernels::sgd_step(p.value, p.grad, momentum_ == 0 ? no_buffer : momentum_buffers_[i], config, first_step);
   }
   ++step_count_;

@@ -239,7 +239,13 @@ void Trainer::train_batch(const Batch& batch, Totals& totals) {
   }
   // Under DDP the gradients are already averaged over the ranks here, so every rank computes the
   // same norm and clips by the same factor: the replicas stay identical.
-  if (options_.gradient_clip > 0) clip_grad_norm(model_.parameters(), options_.gradient_clip);
+  // Only gradients that exist count, as clip_grad_norm_ skips a None .grad (zero_grad set them to none).
+  if (options_.gradient_clip > 0) {
+    std::vector<Parameter*> with_grad;
+    for (Parameter* p : model_.parameters())
+      if (p->has_grad) with_grad.push_back(p);
+    clip_grad_norm(with_grad, options_.gradient_clip);
+  }
   {
     trace::Span span("optimizer step", "compute");
     optimizer_.step();

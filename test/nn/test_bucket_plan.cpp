@@ -60,7 +60,8 @@ TEST_CASE("the bench MLP 784-1024-1024-10: a first bucket that closes at 1 MiB, 
   CHECK(buckets[1].bytes == 3215360);
   CHECK(buckets[1].size_limit == 25 * MiB);
 
-  // The ready order tinyddp's Linear produces (weight, then bias, last layer first) regroups them:
+  // A ready order with each weight before its bias (not what Linear produces: it follows PyTorch's
+  // autograd, bias first, which is reverse registration order) would regroup them:
   // 4.weight + 4.bias + 2.weight = 4235304 B closes bucket 0; 2.bias + 0.weight + 0.bias = 3219456 B.
   auto rebuilt = plan_buckets(Indices{4, 5, 2, 3, 0, 1}, bytes);
   CHECK(parameter_lists(rebuilt) == std::vector<Indices>{{4, 5, 2}, {3, 0, 1}});

@@ -5,10 +5,12 @@
 // trained in one process, or gradients whose average the test knows in closed form.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <vector>
 
+#include "kernels/ops.h"
 #include "nn/adam.h"
 #include "nn/distributed_data_parallel.h"
 #include "nn/distributed_sampler.h"
@@ -123,13 +125,15 @@ TEST_CASE("bucket layout of the bench MLP: reverse registration order at first, 
     CHECK_FALSE(reducer.buckets_rebuilt());
 
     train_step_backward(ddp, random_features(2, 784, 10 + uint64_t(rank)), random_labels(2, 10, 20 + uint64_t(rank)));
-    // tinyddp's Linear finishes the weight's gradient before the bias's, last layer first.
-    CHECK(reducer.last_ready_order() == Indices{4, 5, 2, 3, 0, 1});
+    // Last layer first, each Linear's bias before its weight, as PyTorch's autograd (test_layers.cpp
+    // checks that order against PyTorch's): exactly reverse registration order, so the rebuild lays
+    // out the same buckets that PyTorch's DDP ends up with.
+    CHECK(reducer.last_ready_order() == Indices{5, 4, 3, 2, 1, 0});
     CHECK(reducer.buckets_rebuilt());
     REQUIRE(reducer.buckets().size() == 2);
-    CHECK(reducer.buckets()[0].parameters == Indices{4, 5, 2});  // 4235304 B >= 1 MiB
-    CHECK(reducer.buckets()[0].bytes == 4235304);
-    CHECK(reducer.buckets()[1].parameters == Indices{3, 0, 1});
+    CHECK(reducer.buckets()[0].parameters == Indices{5, 4, 3, 2});  // 4239400 B >= 1 MiB
+    CHECK(reducer.buckets()[0].bytes == 4239400);
+    CHECK(reducer.buckets()[1].parameters == Indices{1, 0});
     CHECK(reducer.iterations() == 1);
   });
 }
@@ -201,6 +205,19 @@ TEST_CASE("no_sync: micro-batches accumulate locally, and the next synchronised 
     auto group = std::make_shared<RecordingGroup>(groups[size_t(rank)]);
     auto model = make_mlp(kWidths, 8);
     DistributedDataParallel ddp(*model, group);
+    // A whole synchronised step first, then zero_grad (set to none, the default): the buckets keep
+    // that step's numbers, which the next backward must overwrite, not add to. Poisoned with NaN,
+    // any of them that leaked into the accumulation would show.
+    {
+      auto rows = batch_of(rank, 1);
+      train_step_backward(ddp, gather_rows<float>(x, rows), gather_rows<int64_t>(y, rows));
+    }
+    ddp.zero_grad();
+    for (const NamedParameter& named : ddp.named_parameters()) {
+      CHECK_FALSE(named.parameter->has_grad);
+      kernels::fill(named.parameter->grad, std::nanf(""));
+    }
+    const size_t all_reduces_before = group->all_reduces.size();
     // A forward with no backward (an evaluation) arms the reducer; the no_sync() forward disarms it.
     ddp.forward(gather_rows<float>(x, batch_of(rank, 1)));
     {
@@ -210,7 +227,7 @@ TEST_CASE("no_sync: micro-batches accumulate locally, and the next synchronised 
       train_step_backward(ddp, gather_rows<float>(x, rows), gather_rows<int64_t>(y, rows));
     }
     CHECK(ddp.require_gradient_sync());
-    all_reduces_under_no_sync[size_t(rank)] = group->all_reduces.size();
+    all_reduces_under_no_sync[size_t(rank)] = group->all_reduces.size() - all_reduces_before;
     local[size_t(rank)] = flat_grads(*model);
     auto rows = batch_of(rank, 1);
     train_step_backward(ddp, gather_rows<float>(x, rows), gather_rows<int64_t>(y, rows));

@@ -4,10 +4,12 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "kernels/ops.h"
 #include "nn/distributed_data_parallel.h"
 #include "nn/loss.h"
 #include "test/nn/test_ddp_support.h"
@@ -151,6 +153,34 @@ TEST_CASE("find_unused_parameters: a layer used on one rank only gets the averag
   for (int rank = 0; rank < 2; ++rank) {
     check_close(first_weight[size_t(rank)], expected_first, 1e-7, 1e-6, "first.weight");
     check_close(second_weight[size_t(rank)], expected_second, 1e-7, 1e-6, "second.weight");
+  }
+}
+
+TEST_CASE("find_unused_parameters after zero_grad: a gradient set to none contributes zeros, not stale numbers") {
+  auto groups = make_test_groups(2);
+  std::vector<std::vector<float>> second_weight(2);
+  std::vector<bool> second_has_grad(2);
+  run_ranks(2, [&](int rank) {
+    Generator gen(2);
+    SkippableHead model(gen);
+    DistributedDataParallel ddp(model, groups[size_t(rank)], {.find_unused_parameters = true});
+    mse_step(ddp, rank);  // every layer runs: every bucket place holds a gradient now
+    ddp.zero_grad();      // set to none: the numbers stay in the buckets; poison them
+    for (const NamedParameter& named : ddp.named_parameters()) kernels::fill(named.parameter->grad, std::nanf(""));
+    model.use_second = rank == 0;
+    mse_step(ddp, rank);
+    second_weight[size_t(rank)] = grad_of(model, "second.weight");
+    second_has_grad[size_t(rank)] = model.parameter("second.weight").has_grad;
+  });
+  // Rank 1 skipped the layer: the average is half of rank 0's gradient (as in the test above).
+  Generator gen(2);
+  SkippableHead alone(gen);
+  mse_step(alone, 0);
+  std::vector<float> expected = grad_of(alone, "second.weight");
+  for (float& g : expected) g /= 2;
+  for (int rank = 0; rank < 2; ++rank) {
+    check_close(second_weight[size_t(rank)], expected, 1e-7, 1e-6, "second.weight");
+    CHECK(second_has_grad[size_t(rank)]);
   }
 }
 

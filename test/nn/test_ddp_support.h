@@ -151,7 +151,8 @@ class ScriptedModule : public nn::Module {
     for (size_t k = 0; k < mark_order.size(); ++k) {
       nn::Parameter& p = *parameters_[mark_order[k]];
       float* g = p.grad.data<float>();
-      for (int64_t i = 0; i < p.grad.numel(); ++i) g[i] += float(rank_ + 1);
+      const float beta = p.begin_grad_write();  // 0 after zero_grad: the buffer holds stale numbers
+      for (int64_t i = 0; i < p.grad.numel(); ++i) g[i] = (beta == 0.f ? 0.f : g[i]) + float(rank_ + 1);
       p.mark_grad_ready();
       if (after_mark) after_mark(k);
     }

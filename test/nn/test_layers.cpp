@@ -74,8 +74,27 @@ TEST_CASE("Linear forward and backward match PyTorch autograd") {
     kernels::scale(twice_b, 2.f);
     check_close(linear.weight().grad, twice_w, kAtol, kRtol, "dweight after two passes");
     check_close(linear.bias().grad, twice_b, kAtol, kRtol, "dbias after two passes");
-    linear.zero_grad();
+    linear.zero_grad(/*set_to_none=*/false);
     CHECK(kernels::sum_of_squares(linear.weight().grad) == 0.0);
+    CHECK(kernels::sum_of_squares(linear.bias().grad) == 0.0);
+  }
+  SUBCASE("after zero_grad (set to none) the next backward overwrites, the one after accumulates") {
+    linear.zero_grad();
+    CHECK_FALSE(linear.weight().has_grad);
+    CHECK_FALSE(linear.bias().has_grad);
+    // Stale numbers, even NaN, must not leak into the new gradient (GEMM and bias_grad with beta = 0).
+    kernels::fill(linear.weight().grad, std::nanf(""));
+    kernels::fill(linear.bias().grad, std::nanf(""));
+    linear.backward(f.get("linear.dy"), false);
+    CHECK(linear.weight().has_grad);
+    check_close(linear.weight().grad, f.get("linear.dweight"), kAtol, kRtol, "dweight over a stale buffer");
+    check_close(linear.bias().grad, f.get("linear.dbias"), kAtol, kRtol, "dbias over a stale buffer");
+    linear.backward(f.get("linear.dy"), false);
+    Tensor twice_w = f.get("linear.dweight").clone(), twice_b = f.get("linear.dbias").clone();
+    kernels::scale(twice_w, 2.f);
+    kernels::scale(twice_b, 2.f);
+    check_close(linear.weight().grad, twice_w, kAtol, kRtol, "dweight summed over two passes");
+    check_close(linear.bias().grad, twice_b, kAtol, kRtol, "dbias summed over two passes");
   }
   SUBCASE("want_input_grad = false skips dx but still produces the parameter gradients") {
     linear.zero_grad();
@@ -191,7 +210,10 @@ TEST_CASE("backward announces each gradient once, last layer first: the order DD
   }
   seq.forward(f.get("seq.x"));
   seq.backward(f.get("seq.dy"), false);
-  CHECK(ready == std::vector<std::string>{"4.weight", "4.bias", "2.weight", "2.bias", "0.weight", "0.bias"});
+  // PyTorch's autograd order for the same model, recorded by make_nn.py with hooks on the AccumulateGrad
+  // nodes DDP hooks: each Linear's bias before its weight (addmm's bias gradient needs no transpose).
+  CHECK(ready == meta("seq_ready_order").get<std::vector<std::string>>());
+  CHECK(ready == std::vector<std::string>{"4.bias", "4.weight", "2.bias", "2.weight", "0.bias", "0.weight"});
 }
 
 TEST_CASE("Sequential describes itself as PyTorch prints it, and can be iterated") {

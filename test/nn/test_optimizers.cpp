@@ -56,6 +56,7 @@ nn::Parameter make_parameter(const Tensor& value) {
   nn::Parameter p;
   p.value = value.clone();
   p.grad = Tensor::zeros(value.shape());
+  p.has_grad = true;  // the tests write the gradients themselves
   return p;
 }
 
@@ -70,7 +71,10 @@ nn::Sequential small_model(uint64_t seed) {
 // Gives every gradient of `model` deterministic values that change with `step`.
 void fake_gradients(nn::Module& model, int step) {
   Generator gen(1000 + uint64_t(step));
-  for (nn::Parameter* p : model.parameters()) fill_uniform(p->grad, -1.f, 1.f, gen);
+  for (nn::Parameter* p : model.parameters()) {
+    fill_uniform(p->grad, -1.f, 1.f, gen);
+    p->has_grad = true;
+  }
 }
 
 }  // namespace
@@ -169,13 +173,27 @@ TEST_CASE("restoring state_tensors and the step count resumes a run bitwise") {
   }
 }
 
-TEST_CASE("zero_grad clears every gradient in place") {
+TEST_CASE("zero_grad sets the gradients to none by default, or to zeros in place") {
   nn::Sequential model = small_model(0);
   nn::SGD sgd(model.named_parameters(), 0.1);
   fake_gradients(model, 0);
   Tensor handle = model.parameters()[0]->grad;  // DDP's bucket views must stay valid: same memory
-  sgd.zero_grad();
-  for (nn::Parameter* p : model.parameters()) CHECK(kernels::sum_of_squares(p->grad) == 0.0);
+
+  SUBCASE("set_to_none (PyTorch 2's default): forgotten, and step() leaves the parameters alone") {
+    std::vector<std::vector<float>> before;
+    for (nn::Parameter* p : model.parameters()) before.push_back(p->value.to_vector<float>());
+    sgd.zero_grad();
+    for (nn::Parameter* p : model.parameters()) CHECK_FALSE(p->has_grad);
+    sgd.step();  // PyTorch skips a None .grad: no update at all
+    for (size_t i = 0; i < before.size(); ++i) CHECK(model.parameters()[i]->value.to_vector<float>() == before[i]);
+  }
+  SUBCASE("set_to_none = false (PyTorch 1's default): zeros, written in place") {
+    sgd.zero_grad(/*set_to_none=*/false);
+    for (nn::Parameter* p : model.parameters()) {
+      CHECK(p->has_grad);
+      CHECK(kernels::sum_of_squares(p->grad) == 0.0);
+    }
+  }
   CHECK(handle.shares_storage_with(model.parameters()[0]->grad));
 }
 

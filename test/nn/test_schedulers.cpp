@@ -31,7 +31,7 @@ nlohmann::json case_config(const std::string& name) {
 
 // An optimizer to schedule: one parameter, no gradients needed (schedulers only read and set the lr).
 struct Rig {
-  nn::Parameter p{Tensor::zeros({1}), Tensor::zeros({1}), {}};
+  nn::Parameter p{Tensor::zeros({1}), Tensor::zeros({1}), /*has_grad=*/false, {}};
   nn::SGD optimizer;
   explicit Rig(double lr) : optimizer({{"p", &p}}, lr) {}
 };
