@@ -98,8 +98,10 @@ TINYDDP_HD void sgd_update(float& param, float grad, float& buf, const SgdScalar
 // The scalars of one Adam/AdamW step. The bias corrections depend only on the step number, so the
 // host computes them once per step (in double, as PyTorch does in Python) instead of per element.
 struct AdamScalars {
-  float lr, beta1, beta2, eps, weight_decay;
+  float beta1, beta2, eps, weight_decay;
+  float one_minus_beta1, one_minus_beta2;  // rounded from double, as PyTorch passes alpha = 1 - beta1
   bool decoupled_weight_decay;  // AdamW
+  float decay_factor;           // AdamW: 1 - lr * wd, rounded from double
   float step_size;              // lr / (1 - beta1^t)
   float bias_correction2_sqrt;  // sqrt(1 - beta2^t)
 };
@@ -114,10 +116,10 @@ struct AdamScalars {
 TINYDDP_HD void adam_update(float& param, float grad, float& exp_avg, float& exp_avg_sq, const AdamScalars& s) {
   float p = param;
   float g = grad;
-  if (s.decoupled_weight_decay) p = p * (1.f - s.lr * s.weight_decay);
+  if (s.decoupled_weight_decay) p = p * s.decay_factor;
   else g = g + s.weight_decay * p;
-  float m = s.beta1 * exp_avg + (1.f - s.beta1) * g;
-  float v = s.beta2 * exp_avg_sq + (1.f - s.beta2) * g * g;
+  float m = s.beta1 * exp_avg + s.one_minus_beta1 * g;
+  float v = s.beta2 * exp_avg_sq + s.one_minus_beta2 * g * g;
   float denom = sqrtf(v) / s.bias_correction2_sqrt + s.eps;
   exp_avg = m;
   exp_avg_sq = v;

@@ -57,8 +57,11 @@ struct SgdConfig {
 // p -= lr*g. momentum_buffer may be undefined when momentum == 0.
 void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const SgdConfig& config, bool first_step);
 
+// Doubles, as PyTorch's hyper-parameters are Python floats: the scalars derived from them (1 - beta,
+// 1 - lr * wd, the bias corrections) are computed in double and only then rounded to f32, as PyTorch
+// rounds them when it hands them to its f32 kernels. (float(1 - 0.9) is 0.1f; 1.f - 0.9f is not.)
 struct AdamConfig {
-  float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.f;
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
   bool decoupled_weight_decay = false;  // true: AdamW (p *= 1 - lr*wd), false: Adam (g += wd*p)
 };
 // torch.optim.Adam / AdamW with step counting from 1 (bias corrections 1 - beta^step).

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kernels/argument_checks.h"
+#include "kernels/cpu_vector_clones.h"
 #include "kernels/elementwise.h"
 #include "kernels/ops.h"
 
@@ -12,6 +13,15 @@
 #endif
 
 namespace tinyddp::kernels {
+
+namespace {
+// The CPU loop of adam_step, built for AVX2 and for plain x86-64 (kernels/cpu_vector_clones.h).
+TINYDDP_CPU_VECTOR_CLONES
+void adam_cpu(float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v, int64_t n,
+              const AdamScalars& s) {
+  for (int64_t i = 0; i < n; ++i) adam_update(p[i], g[i], m[i], v[i], s);
+}
+}  // namespace
 
 void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const SgdConfig& config, bool first_step) {
   constexpr const char* op = "sgd_step";
@@ -75,15 +85,17 @@ void adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_a
                 " is negative; hint: use weight_decay >= 0");
 
   // The bias corrections depend on the step only: computed once here, in double, as PyTorch does.
-  const double bias_correction1 = 1.0 - std::pow(double(config.beta1), double(step));
-  const double bias_correction2 = 1.0 - std::pow(double(config.beta2), double(step));
-  const AdamScalars s{config.lr,
-                      config.beta1,
-                      config.beta2,
-                      config.eps,
-                      config.weight_decay,
+  const double bias_correction1 = 1.0 - std::pow(config.beta1, double(step));
+  const double bias_correction2 = 1.0 - std::pow(config.beta2, double(step));
+  const AdamScalars s{float(config.beta1),
+                      float(config.beta2),
+                      float(config.eps),
+                      float(config.weight_decay),
+                      float(1.0 - config.beta1),
+                      float(1.0 - config.beta2),
                       config.decoupled_weight_decay,
-                      float(double(config.lr) / bias_correction1),
+                      float(1.0 - config.lr * config.weight_decay),
+                      float(config.lr / bias_correction1),
                       float(std::sqrt(bias_correction2))};
   const int64_t n = param.numel();
   if (param.device().is_cuda()) {
@@ -95,11 +107,7 @@ void adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_a
     detail::cuda_not_built(op);
 #endif
   }
-  float* __restrict p = param.data<float>();
-  const float* __restrict g = grad.data<float>();
-  float* __restrict m = exp_avg.data<float>();
-  float* __restrict v = exp_avg_sq.data<float>();
-  for (int64_t i = 0; i < n; ++i) adam_update(p[i], g[i], m[i], v[i], s);
+  adam_cpu(param.data<float>(), grad.data<float>(), exp_avg.data<float>(), exp_avg_sq.data<float>(), n, s);
 }
 
 }  // namespace tinyddp::kernels

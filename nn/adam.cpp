@@ -43,18 +43,19 @@ void Adam::create_state() {
 
 void Adam::step() {
   kernels::AdamConfig config;
-  config.lr = float(lr_);
-  config.beta1 = float(beta1_);
-  config.beta2 = float(beta2_);
-  config.eps = float(eps_);
-  config.weight_decay = float(weight_decay_);
+  config.lr = lr_;
+  config.beta1 = beta1_;
+  config.beta2 = beta2_;
+  config.eps = eps_;
+  config.weight_decay = weight_decay_;
   config.decoupled_weight_decay = decoupled_weight_decay_;
   create_state();
   ++step_count_;  // bias corrections count steps from 1
   const char* name = decoupled_weight_decay_ ? "AdamW" : "Adam";
   for (size_t i = 0; i < params_.size(); ++i) {
-    check_gradient(params_[i], name);
     Parameter& p = *params_[i].parameter;
+    if (!p.has_grad) continue;  // no backward reached it since zero_grad: PyTorch skips a None grad too
+    check_gradient(params_[i], name);
     kernels::adam_step(p.value, p.grad, exp_avg_[i], exp_avg_sq_[i], config, step_count_);
   }
 }
