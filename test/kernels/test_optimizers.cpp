@@ -43,14 +43,16 @@ TEST_CASE("adam_step follows torch.optim.Adam and AdamW, with and without weight
   for (const char* name : {"adam", "adam_wd", "adamw", "adamw_wd", "adamw_betas"}) {
     CAPTURE(name);
     const std::string c = name;
-    const Tensor& config = f.get(c + ".config");  // lr, beta1, beta2, eps, weight_decay, decoupled
+    // lr, beta1, beta2, eps, weight_decay, decoupled: f64, the Python floats PyTorch was given
+    const Tensor& config = f.get(c + ".config");
+    REQUIRE(config.dtype() == DType::f64);
     kernels::AdamConfig adam;
-    adam.lr = config.item<float>(0);
-    adam.beta1 = config.item<float>(1);
-    adam.beta2 = config.item<float>(2);
-    adam.eps = config.item<float>(3);
-    adam.weight_decay = config.item<float>(4);
-    adam.decoupled_weight_decay = config.item<float>(5) != 0.f;
+    adam.lr = config.item<double>(0);
+    adam.beta1 = config.item<double>(1);
+    adam.beta2 = config.item<double>(2);
+    adam.eps = config.item<double>(3);
+    adam.weight_decay = config.item<double>(4);
+    adam.decoupled_weight_decay = config.item<double>(5) != 0.0;
     Tensor param = f.get("param").clone();
     Tensor exp_avg = Tensor::zeros(param.shape()), exp_avg_sq = Tensor::zeros(param.shape());
     const Tensor& trajectory = f.get(c + ".params");
