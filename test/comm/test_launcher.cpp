@@ -135,6 +135,23 @@ TEST_CASE("tinyddp-run: a worker exiting 3 stops the others and is named with it
   for (pid_t pid : background) CHECK_MESSAGE(eventually([&] { return process_is_gone(pid); }, 5s), "child ", pid);
 }
 
+TEST_CASE("tinyddp-run: a worker killed by a signal is the root cause, not the peer that exits with an error just after") {
+  ScratchDir dir;
+  std::string d = dir.path.string();
+  // What a data-parallel job does when one rank is SIGKILLed: its peers notice the lost connection and
+  // exit with an error a few milliseconds later. Rank 1 is killed; ranks 0 and 2 exit 3 as soon as
+  // they see it dead (a zombie, not yet reaped): well inside one of the launcher's 50 ms polls. Rank 1
+  // leaves a child holding its output open, so its pipes do not tell of its death; only its exit does.
+  std::string script =
+      "if [ $RANK = 1 ]; then sleep 1000 & echo $$ > " + d + "/victim.tmp; mv " + d + "/victim.tmp " + d + "/victim; kill -KILL $$; fi; "
+      "while [ ! -e " + d + "/victim ]; do sleep 0.001; done; v=$(cat " + d + "/victim); "
+      "while [ -e /proc/$v ] && ! grep -q ') Z' /proc/$v/stat 2>/dev/null; do sleep 0.001; done; exit 3";
+  auto outcome = run_launcher({"-n", "3", "--grace-ms", "3000", "/bin/sh", "-c", script});
+  CHECK_MESSAGE(outcome.exit_code == 128 + SIGKILL, outcome.describe());
+  CHECK_MESSAGE(contains(outcome.report, "tinyddp-run: worker rank 1 (local rank 1 on node 0, pid "), outcome.report);
+  CHECK(contains(outcome.report, ") was killed by SIGKILL (the first to fail); stopped the other 2 workers; no restarts"));
+}
+
 TEST_CASE("tinyddp-run: --max-restarts 1 with a worker that fails once succeeds on the second attempt") {
   auto outcome = run_launcher({"-n", "4", "--max-restarts", "1", kWorker, "--fail-rank", "1", "--fail-code", "7",
                                "--fail-on-restart", "0"});
