@@ -194,9 +194,9 @@ TEST_CASE("docs/how-ddp-works.md: every marked command runs and prints what the 
       MESSAGE("skipped the block after line ", command.line, ": no python3 on PATH");
       continue;
     }
-    ScriptOutcome outcome = run_script(command.script, dir.path, 90s);
+    ScriptOutcome outcome = run_script(command.script, dir.path, 60s);
     INFO("output:\n", outcome.output);
-    CHECK_MESSAGE(!outcome.timed_out, "did not finish within 90 s");
+    CHECK_MESSAGE(!outcome.timed_out, "did not finish within 60 s");
     CHECK(outcome.exit_code == 0);
     CHECK_MESSAGE(outcome.output.find(command.expect) != std::string::npos, "expected \"", command.expect,
                   "\" in the output");
