@@ -112,7 +112,7 @@ int main(int argc, char** argv) {
   CLI::App app{"allreduce_perf: tinyddp all-reduce bandwidth, nccl-tests compatible"};
   std::string min_text = "32M", max_text = "32M", type_text = "float", op_text = "sum";
   double factor = 2;
-  int iters = 20, warmup = 5, check = 1;
+  int iters = 20, warmup = 5, check = 1, blocking = 0;
   std::string backend = "ring", transport = "auto", json_path, csv_path, init_method = "env://", device_text;
   app.add_option("-b,--minbytes", min_text, "smallest size (K, M, G suffixes)");
   app.add_option("-e,--maxbytes", max_text, "largest size");
@@ -120,6 +120,7 @@ int main(int argc, char** argv) {
   app.add_option("-n,--iters", iters, "timed iterations per size");
   app.add_option("-w,--warmup_iters", warmup, "untimed iterations first");
   app.add_option("-c,--check", check, "check the results (1) or not (0)");
+  app.add_option("-z,--blocking", blocking, "wait for each all-reduce before the next (1), as MPI_Allreduce does, or launch them all and wait for the last (0)");
   app.add_option("-d,--datatype", type_text, "float, double, int32, int64");
   app.add_option("-o,--op", op_text, "sum, prod, max, min, avg");
   app.add_option("--backend", backend, "ring or nccl");
@@ -155,8 +156,8 @@ int main(int argc, char** argv) {
     if (rank == 0) {
       std::printf("# tinyddp allreduce_perf: backend %s, transport %s, device %s, world %d\n", backend.c_str(),
                   transport.c_str(), device.str().c_str(), world);
-      std::printf("# minBytes %zu maxBytes %zu step: %g(factor) warmup iters: %d iters: %d validation: %d\n", min_bytes,
-                  max_bytes, factor, warmup, iters, check);
+      std::printf("# minBytes %zu maxBytes %zu step: %g(factor) warmup iters: %d iters: %d validation: %d blocking: %d\n",
+                  min_bytes, max_bytes, factor, warmup, iters, check, blocking);
       std::printf("#\n# Using devices\n");
     }
     char host[256] = {};
@@ -199,8 +200,13 @@ int main(int argc, char** argv) {
         auto start = Clock::now();
         // Launched back to back and awaited at the end, as nccl-tests does on its stream: the
         // communication thread runs them in order.
+        // With -z 1 each one is awaited before the next is called: the latency a synchronous caller
+        // sees, and what a blocking MPI_Allreduce loop measures.
         std::vector<WorkPtr> works;
-        for (int i = 0; i < iters; ++i) works.push_back(one());
+        for (int i = 0; i < iters; ++i) {
+          works.push_back(one());
+          if (blocking) works.back()->wait();
+        }
         works.back()->wait();  // they run in order: the last done means all done
         for (auto& w : works) w->wait();
         double seconds = std::chrono::duration<double>(Clock::now() - start).count() / iters;

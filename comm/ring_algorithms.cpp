@@ -31,55 +31,49 @@ struct Progress {
   size_t recv_region = 0, recv_offset = 0;
 };
 
-// Spin, then sleep on the transports, checking peers and the deadline between sleeps.
-class Waiter {
- public:
-  explicit Waiter(const CollectiveContext& ctx) : ctx_(ctx), last_progress_(Clock::now()) {}
+}  // namespace
 
-  void progressed() {
-    spin_.reset();
-    spins_ = 0;
-    last_progress_ = Clock::now();
+Waiter::Waiter(const CollectiveContext& ctx) : ctx_(ctx), last_progress_(Clock::now()) {}
+
+void Waiter::progressed() {
+  spin_.reset();
+  spins_ = 0;
+  last_progress_ = Clock::now();
+}
+
+void Waiter::wait(const std::vector<WaitFor>& waits) {
+  if (spin_.keep_spinning()) {
+    // The first microseconds spin on the CPU; after that, unless this rank has a core of its
+    // own, each retry yields the core first, so a peer that shares it gets to run and answer.
+    if (++spins_ > kPureSpins && SpinThenSleep::yield_while_spinning()) std::this_thread::yield();
+    SpinThenSleep::pause();
+    return;
   }
+  std::map<Transport*, std::vector<WaitFor>> by_transport;
+  for (const WaitFor& w : waits) by_transport[&w.connection->transport()].push_back(w);
+  auto slice = by_transport.size() > 1 ? kMixedSleepSlice : kSleepSlice;
+  for (auto& [transport, list] : by_transport) transport->sleep_once(list, slice);
+  auto now = Clock::now();
+  auto stalled = std::chrono::duration_cast<std::chrono::milliseconds>(now - last_progress_);
+  for (Transport* t : ctx_.transports) t->check_peers(stalled);
+  if (now > ctx_.deadline) fail_timeout(waits);
+}
 
-  void wait(const std::vector<WaitFor>& waits) {
-    if (spin_.keep_spinning()) {
-      // The first microseconds spin on the CPU; after that, unless this rank has a core of its
-      // own, each retry yields the core first, so a peer that shares it gets to run and answer.
-      if (++spins_ > kPureSpins && SpinThenSleep::yield_while_spinning()) std::this_thread::yield();
-      SpinThenSleep::pause();
-      return;
-    }
-    std::map<Transport*, std::vector<WaitFor>> by_transport;
-    for (const WaitFor& w : waits) by_transport[&w.connection->transport()].push_back(w);
-    auto slice = by_transport.size() > 1 ? kMixedSleepSlice : kSleepSlice;
-    for (auto& [transport, list] : by_transport) transport->sleep_once(list, slice);
-    auto now = Clock::now();
-    auto stalled = std::chrono::duration_cast<std::chrono::milliseconds>(now - last_progress_);
-    for (Transport* t : ctx_.transports) t->check_peers(stalled);
-    if (now > ctx_.deadline) fail_timeout(waits);
+void Waiter::fail_timeout(const std::vector<WaitFor>& waits) const {
+  std::string from, to;
+  for (const WaitFor& w : waits) {
+    if (w.recv) from += (from.empty() ? "" : ", ") + std::to_string(w.connection->peer());
+    if (w.send) to += (to.empty() ? "" : ", ") + std::to_string(w.connection->peer());
   }
+  std::string waiting;
+  if (!from.empty()) waiting += "to receive from rank(s) " + from;
+  if (!to.empty()) waiting += (waiting.empty() ? "" : " and ") + std::string("to send to rank(s) ") + to;
+  TINYDDP_FAIL(ctx_.what(), ": timed out after ", ctx_.timeout.count(), " ms waiting ", waiting,
+               "; hint: those ranks did not make the same collective call (run with TINYDDP_DEBUG=DETAIL to check "
+               "that every rank calls the same collectives), are stuck elsewhere, or need a longer timeout");
+}
 
- private:
-  [[noreturn]] void fail_timeout(const std::vector<WaitFor>& waits) const {
-    std::string from, to;
-    for (const WaitFor& w : waits) {
-      if (w.recv) from += (from.empty() ? "" : ", ") + std::to_string(w.connection->peer());
-      if (w.send) to += (to.empty() ? "" : ", ") + std::to_string(w.connection->peer());
-    }
-    std::string waiting;
-    if (!from.empty()) waiting += "to receive from rank(s) " + from;
-    if (!to.empty()) waiting += (waiting.empty() ? "" : " and ") + std::string("to send to rank(s) ") + to;
-    TINYDDP_FAIL(ctx_.what(), ": timed out after ", ctx_.timeout.count(), " ms waiting ", waiting,
-                 "; hint: those ranks did not make the same collective call (run with TINYDDP_DEBUG=DETAIL to check "
-                 "that every rank calls the same collectives), are stuck elsewhere, or need a longer timeout");
-  }
-
-  const CollectiveContext& ctx_;
-  SpinThenSleep spin_;
-  int spins_ = 0;
-  Clock::time_point last_progress_;
-};
+namespace {
 
 // Sends what the dependency rule allows, at most one segment per call: one thread drives both
 // directions, and a long send (a TCP send() of megabytes, the kernel copying it all) would leave

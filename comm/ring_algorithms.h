@@ -51,6 +51,24 @@ struct CollectiveContext {
   }
 };
 
+// Spin, then sleep on the transports, checking every peer and the deadline between sleeps: how
+// every blocked algorithm waits. progressed() after any byte moved restarts the spin.
+class Waiter {
+ public:
+  explicit Waiter(const CollectiveContext& ctx);
+  void progressed();
+  // Spins once, or sleeps once on the transports of `waits`; throws on a dead peer or the deadline.
+  void wait(const std::vector<WaitFor>& waits);
+
+ private:
+  [[noreturn]] void fail_timeout(const std::vector<WaitFor>& waits) const;
+
+  const CollectiveContext& ctx_;
+  SpinThenSleep spin_;
+  int spins_ = 0;
+  std::chrono::steady_clock::time_point last_progress_;
+};
+
 // ---- the stream engine ----
 struct SendRegion {
   const std::byte* data;

@@ -65,9 +65,17 @@ void futex_wake_all(std::atomic<uint32_t>* word) {
   ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
+// Wakes `control`'s rank if it sleeps, after this rank changed a counter it may wait on. Only a
+// sleeper needs the doorbell (and the system call): a rank that spins sees the counter itself, and
+// bumping a line the other core reads on every send would cost a cache miss per message. The
+// fence orders the counter's store before the look at `sleepers`; sleep_once orders its
+// announcement before its last look at the counters the same way, so one of the two always sees
+// the other (a sleeper that missed the counter is woken, a waker that missed the sleeper is seen).
 void ring_doorbell(ControlBlock* control) {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (control->sleepers.load(std::memory_order_relaxed) == 0) return;
   control->doorbell.fetch_add(1, std::memory_order_seq_cst);
-  if (control->sleepers.load(std::memory_order_seq_cst) > 0) futex_wake_all(&control->doorbell);
+  futex_wake_all(&control->doorbell);
 }
 
 bool process_alive(int pid) {
@@ -141,14 +149,20 @@ class ShmTransport::Peer : public Connection {
         capacity_(own.ring_bytes()),
         peer_control_(theirs.control()),
         written_(out_->written.load(std::memory_order_relaxed)),
-        read_(in_->read.load(std::memory_order_relaxed)) {}
+        read_(in_->read.load(std::memory_order_relaxed)),
+        their_read_(out_->read.load(std::memory_order_relaxed)),
+        their_written_(in_->written.load(std::memory_order_relaxed)) {}
 
+  // Fresh looks at the peer's counters (each a cache line the other core writes).
   size_t send_room() const { return capacity_ - (written_ - out_->read.load(std::memory_order_acquire)); }
   size_t recv_available() const { return in_->written.load(std::memory_order_acquire) - read_; }
   ControlBlock* peer_control() const { return peer_control_; }
 
   size_t try_send(const void* data, size_t n, size_t granule) override {
-    n = std::min(n, send_room());
+    // The peer's read counter is looked at only when the room last seen is too small: a small
+    // message then costs no cache miss on that line.
+    if (capacity_ - (written_ - their_read_) < n) their_read_ = out_->read.load(std::memory_order_acquire);
+    n = std::min(n, capacity_ - (written_ - their_read_));
     n -= n % granule;
     if (n == 0) return 0;
     size_t at = written_ % capacity_;
@@ -174,8 +188,9 @@ class ShmTransport::Peer : public Connection {
   }
 
   std::span<const std::byte> try_peek(size_t max) override {
+    if (their_written_ - read_ < max) their_written_ = in_->written.load(std::memory_order_acquire);
     size_t at = read_ % capacity_;
-    size_t n = std::min({recv_available(), capacity_ - at, max});
+    size_t n = std::min({size_t(their_written_ - read_), capacity_ - at, max});
     return {in_data_ + at, n};
   }
 
@@ -194,6 +209,8 @@ class ShmTransport::Peer : public Connection {
   ControlBlock* peer_control_;
   uint64_t written_;  // our copy of out_->written (we are its only writer)
   uint64_t read_;     // our copy of in_->read (we are its only writer)
+  uint64_t their_read_;     // out_->read as last seen (it only grows: the room is at least this)
+  uint64_t their_written_;  // in_->written as last seen (likewise: at least this has arrived)
 };
 
 ShmTransport::ShmTransport(Store& store, const std::string& prefix, int rank, const std::vector<int>& local_ranks,
@@ -307,6 +324,7 @@ void ShmTransport::sleep_once(std::span<const WaitFor> waits, std::chrono::micro
   // Announce the sleep before the last look: a peer that changes something after our look sees
   // sleepers > 0 and wakes us, or changed the doorbell first and the futex returns at once.
   me->sleepers.fetch_add(1, std::memory_order_seq_cst);
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with ring_doorbell's fence
   uint32_t bell = me->doorbell.load(std::memory_order_seq_cst);
   bool ready = false;
   for (const WaitFor& w : waits) {
