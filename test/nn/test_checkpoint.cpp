@@ -1,5 +1,6 @@
 // Checkpoints: PyTorch names and layout, exact resume, every bad file refused with the model, the
-// optimizer and the scheduler left untouched, and a save killed mid-write never damaging the old file.
+// optimizer and the scheduler left untouched, and a save killed mid-write never damaging the old file;
+// the same for StateManager's pair of files (last and best), which must also agree with each other.
 #include <doctest/doctest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -8,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -22,7 +24,10 @@
 #include "nn/loss.h"
 #include "nn/schedulers.h"
 #include "nn/sequential.h"
+#include "nn/addons/state_manager.h"
 #include "nn/sgd.h"
+#include "test/comm/helpers/child_process.h"
+#include "test/nn/test_trainer_support.h"
 #include "test/test_support.h"
 
 using namespace tinyddp;
@@ -382,4 +387,132 @@ TEST_CASE("a save killed mid-write never damages the checkpoint already on disk"
   Run last(3, 256);
   CHECK(load_checkpoint(path, last.model, last.optimizer.get(), last.scheduler.get()).epoch == -1);
   CHECK(last.model.parameter("2.bias").value.item<float>(0) == -1.f);
+}
+
+namespace {
+
+using Managed = WithAddOns<testing::MlpTrainer, StateManager>;
+
+// A run of StateManager with checkpoints in `dir`, `epochs` epochs in all (counting resumed ones),
+// train loss only (so the best epoch is the one with the lowest training loss).
+struct ManagedRun {
+  testing::Setup setup;
+  DataLoader loader{testing::three_class_data(60, 11), {.batch_size = 16, .shuffle = true, .seed = 3}};
+  Managed trainer;
+  ManagedRun(const std::string& dir, uint64_t model_seed = 7)
+      : setup(model_seed), trainer(*setup.model, Device::cpu(), *setup.optimizer, setup.scheduler.get(), {.log_bar = false}) {
+    trainer.set_checkpoint_dir(dir);
+  }
+};
+
+int64_t best_epoch_in(const std::string& last) {
+  return std::stoll(load_safetensors(last).metadata.at("extra.trainer.best_epoch"));
+}
+
+std::vector<float> flat(const NamedTensors& tensors) {
+  std::vector<float> out;
+  for (const auto& [name, t] : tensors) {
+    std::vector<float> v = t.to_vector<float>();
+    out.insert(out.end(), v.begin(), v.end());
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("StateManager: a crash between writing last and best is repaired on resume, best file included") {
+  TempDir dir;
+  const std::string ck = dir.file("ck");
+  ManagedRun straight(dir.file("straight"));
+  straight.trainer.run(4, straight.loader);
+
+  std::string best_after_epoch_1;
+  {
+    ManagedRun first(ck);
+    first.trainer.run(1, first.loader);
+    best_after_epoch_1 = ck + "/best_epoch_1.safetensors";
+    std::filesystem::copy_file(ck + "/best.safetensors", best_after_epoch_1);
+    first.trainer.run(2, first.loader);
+    REQUIRE(*first.trainer.best_epoch() == 1);  // the loss fell: epoch 2 wrote last, then best
+  }
+  // The process died after last.safetensors (epoch 2, "best is epoch 2") and before best.safetensors.
+  std::filesystem::rename(best_after_epoch_1, ck + "/best.safetensors");
+  REQUIRE(checkpoint_epochs_done(ck + "/best.safetensors") == 1);
+
+  ManagedRun resumed(ck, /*model_seed=*/99);
+  resumed.trainer.run(2, resumed.loader);  // nothing left to train: only the resume happens
+  CHECK(*resumed.trainer.resumed_from() == 2);
+  // The best weights are the last epoch's, and rank 0 rewrote best.safetensors with them.
+  CHECK(checkpoint_epochs_done(ck + "/best.safetensors") == 2);
+  CHECK(flat(resumed.trainer.best_weights()) == testing::flat_weights(resumed.trainer.model()));
+  CHECK(flat(load_model_tensors(ck + "/best.safetensors", resumed.trainer.model())) ==
+        testing::flat_weights(resumed.trainer.model()));
+
+  resumed.trainer.run(4, resumed.loader);
+  CHECK(testing::flat_weights(resumed.trainer.model()) == testing::flat_weights(straight.trainer.model()));
+  CHECK(resumed.trainer.best_epoch() == straight.trainer.best_epoch());
+  CHECK(flat(resumed.trainer.best_weights()) == flat(straight.trainer.best_weights()));
+  CHECK(checkpoint_epochs_done(ck + "/best.safetensors") == best_epoch_in(ck + "/last.safetensors") + 1);
+}
+
+TEST_CASE("StateManager: a best file that does not match last is refused; leftover temporaries are removed") {
+  TempDir dir;
+  const std::string ck = dir.file("ck");
+  {
+    ManagedRun first(ck);
+    first.trainer.run(3, first.loader);
+  }
+  // last says the best epoch was the first one; best.safetensors holds a later one.
+  rewrite(ck + "/last.safetensors", ck + "/last.safetensors",
+          [](NamedTensors&, Metadata& metadata) { metadata["extra.trainer.best_epoch"] = "0"; });
+  REQUIRE(checkpoint_epochs_done(ck + "/best.safetensors") != 1);
+  { std::ofstream(ck + "/last.safetensors.tmp.12345.0") << "half a file"; }
+  { std::ofstream(ck + "/notes.safetensors.tmp.1") << "not ours"; }
+  ManagedRun resumed(ck);
+  CHECK_THROWS_WITH_AS(resumed.trainer.run(4, resumed.loader), doctest::Contains("the two files come from different runs; remove best.safetensors"),
+                       Error);
+  CHECK_FALSE(std::filesystem::exists(ck + "/last.safetensors.tmp.12345.0"));
+  CHECK(std::filesystem::exists(ck + "/notes.safetensors.tmp.1"));
+}
+
+TEST_CASE("StateManager: killed at random moments while it checkpoints every epoch, last and best always load and agree") {
+  TINYDDP_SKIP_UNDER_TSAN();
+  TempDir dir;
+  const std::string ck = dir.file("ck");
+  for (int round = 0; round < 8; ++round) {
+    testing::Child child = testing::spawn_child([&](std::string& report) {
+      ManagedRun run(ck);
+      run.trainer.run(100000, run.loader);  // killed long before the end
+      report = "the run ended";
+      return 1;
+    });
+    testing::ChildGuard guard{child};
+    // Until it has written a checkpoint in this round (it keeps writing one every few ms), and a
+    // moment more that varies with the round.
+    auto deadline = testing::Clock::now() + std::chrono::seconds(20);
+    int64_t before = checkpoint_exists(ck + "/last.safetensors") ? checkpoint_epochs_done(ck + "/last.safetensors") : 0;
+    while (testing::Clock::now() < deadline &&
+           (!checkpoint_exists(ck + "/last.safetensors") || checkpoint_epochs_done(ck + "/last.safetensors") <= before + 1))
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::this_thread::sleep_for(std::chrono::microseconds(300 * round));
+    REQUIRE(::kill(child.pid, SIGKILL) == 0);
+    testing::ChildOutcome outcome = testing::finish_child(child, std::chrono::seconds(10));
+    REQUIRE_MESSAGE(outcome.signal == SIGKILL, outcome.describe());
+
+    // Both files load, and best is the epoch last names as best -- or one best behind, when the kill
+    // fell between the two writes and last's best epoch is its own last epoch (repaired on resume).
+    ManagedRun check(ck, 5);
+    const std::string last = ck + "/last.safetensors", best = ck + "/best.safetensors";
+    const int64_t epochs = load_training_state(last, check.trainer);
+    const int64_t best_epoch = best_epoch_in(last);
+    const int64_t in_best = checkpoint_epochs_done(best);
+    CHECK(load_model_tensors(best, check.trainer.model()).size() == 4);
+    CHECK_MESSAGE((in_best == best_epoch + 1 || (best_epoch + 1 == epochs && in_best <= epochs)),
+                  "round ", round, ": last holds ", epochs, " epochs, best epoch ", best_epoch + 1, "; best holds ", in_best);
+  }
+  // Resuming repairs whatever the last kill left.
+  ManagedRun resumed(ck);
+  int64_t epochs = checkpoint_epochs_done(ck + "/last.safetensors");
+  resumed.trainer.run(epochs, resumed.loader);
+  CHECK(checkpoint_epochs_done(ck + "/best.safetensors") == best_epoch_in(ck + "/last.safetensors") + 1);
 }
