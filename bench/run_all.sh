@@ -11,9 +11,14 @@ bin=$build/bin
 echo "== physical limits of this host"
 [ -x "$anchors" ] && "$anchors" limits || echo "(../shared/anchors/run.sh not found: peers skipped)"
 
-echo; echo "== training step: tinyddp vs PyTorch, one process, one thread"
-"$bin/train_bench"
-[ -x "$anchors" ] && /usr/bin/python3 "$top/../shared/anchors/torch_ddp_train.py" 1 784 1024 10 16384 256 2 || true
+echo; echo "== training step: tinyddp one process (against its GEMM-only bound), then 2 data-parallel ranks"
+echo "   beside PyTorch DDP on 2 ranks; then PyTorch in one process"
+if [ -x "$anchors" ]; then
+  "$bin/train_bench" --world-size 2 --torch-anchor "$top/../shared/anchors/torch_ddp_train.py"
+  /usr/bin/python3 "$top/../shared/anchors/torch_ddp_train.py" 1 784 1024 10 16384 256 2 || true
+else
+  "$bin/train_bench" --world-size 2
+fi
 
 echo; echo "== the seed job, whole process: tinyddp vs PyTorch"
 /usr/bin/time -f "tinyddp dummy: %e s wall, %M KiB peak RSS" "$bin/dummy" --save "" >/dev/null

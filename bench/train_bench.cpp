@@ -2,6 +2,9 @@
 // Adam, cosine schedule), and in the same run the GEMM-only bound: the same layers' forward and backward
 // GEMMs alone through the same BLAS, with nothing else. The ratio says how much the rest of the step
 // (bias, activations, loss, optimizer, data loading) costs on top of the unavoidable matrix products.
+// It is given three ways: from the two phases' total times, from their median steps, and from
+// --interleaved steps taken in turns with GEMM-only steps (the one that a shared machine's load
+// disturbs least: both sides of each pair see the same neighbours).
 //
 // With --world-size W > 1 it then trains the same model data-parallel on W CPU workers (the Trainer with
 // its MultiDevice add-on: W processes, DistributedDataParallel, batch --batch per rank), and prints the
@@ -16,9 +19,11 @@
 // The PyTorch figure for the same job: ../shared/anchors/torch_ddp_train.py 1 784 1024 10 16384 256 2
 // (bench/run_all.sh runs both in one command).
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <numeric>
 #include <string>
 
 #include "examples/dummy_dataset.h"
@@ -54,39 +59,56 @@ std::unique_ptr<nn::Sequential> make_mlp(int64_t in, int64_t hidden, int64_t out
   return model;
 }
 
-// Seconds for `steps` iterations of only the GEMMs of one training step: for each layer the forward
-// y = x W^T, the weight gradient dW = dy^T x, and the input gradient dx = dy W for every layer but the
-// first (nobody needs the gradient of the data; the training step skips it too).
-double gemm_only_seconds(int64_t batch, const std::vector<int64_t>& widths, int64_t steps) {
-  struct Layer {
-    Tensor w, dw, x, y, dy, dx;
-  };
-  std::vector<Layer> layers;
-  for (size_t l = 0; l + 1 < widths.size(); ++l) {
-    Layer L;
-    L.w = Tensor::zeros({widths[l + 1], widths[l]});
-    L.dw = Tensor::zeros({widths[l + 1], widths[l]});
-    L.x = Tensor::zeros({batch, widths[l]});
-    L.y = Tensor::zeros({batch, widths[l + 1]});
-    L.dy = Tensor::zeros({batch, widths[l + 1]});
-    L.dx = Tensor::zeros({batch, widths[l]});
-    Generator g(l);
-    fill_uniform(L.w, -0.03f, 0.03f, g);
-    fill_uniform(L.x, 0.f, 1.f, g);
-    fill_uniform(L.dy, -1e-3f, 1e-3f, g);
-    layers.push_back(L);
+// The median of per-step times: on a shared machine a neighbour's burst slows some steps of one
+// phase and not the other's; the median step ignores those, the wall-clock total does not.
+double median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+// Only the GEMMs of one training step: for each layer the forward y = x W^T, the weight gradient
+// dW = dy^T x, and the input gradient dx = dy W for every layer but the first (nobody needs the
+// gradient of the data; the training step skips it too). dW is accumulated (beta = 1): BLAS skips the
+// pass over dW that beta = 0 costs it (it zero-fills dW first), so the bound stays the strictest one,
+// as it was before zero_grad set gradients to none.
+class GemmOnlyStep {
+ public:
+  GemmOnlyStep(int64_t batch, const std::vector<int64_t>& widths) {
+    for (size_t l = 0; l + 1 < widths.size(); ++l) {
+      Layer L;
+      L.w = Tensor::zeros({widths[l + 1], widths[l]});
+      L.dw = Tensor::zeros({widths[l + 1], widths[l]});
+      L.x = Tensor::zeros({batch, widths[l]});
+      L.y = Tensor::zeros({batch, widths[l + 1]});
+      L.dy = Tensor::zeros({batch, widths[l + 1]});
+      L.dx = Tensor::zeros({batch, widths[l]});
+      Generator g(l);
+      fill_uniform(L.w, -0.03f, 0.03f, g);
+      fill_uniform(L.x, 0.f, 1.f, g);
+      fill_uniform(L.dy, -1e-3f, 1e-3f, g);
+      layers_.push_back(L);
+    }
   }
-  auto t0 = Clock::now();
-  for (int64_t s = 0; s < steps; ++s) {
-    for (auto& L : layers) kernels::gemm(L.x, false, L.w, true, L.y);
-    for (size_t l = layers.size(); l-- > 0;) {
-      auto& L = layers[l];
+  // Runs one step; returns its seconds.
+  double run() {
+    auto t0 = Clock::now();
+    for (auto& L : layers_) kernels::gemm(L.x, false, L.w, true, L.y);
+    for (size_t l = layers_.size(); l-- > 0;) {
+      auto& L = layers_[l];
       kernels::gemm(L.dy, true, L.x, false, L.dw, 1.f, 1.f);
       if (l > 0) kernels::gemm(L.dy, false, L.w, false, L.dx);
     }
+    return std::chrono::duration<double>(Clock::now() - t0).count();
   }
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+
+ private:
+  struct Layer {
+    Tensor w, dw, x, y, dy, dx;
+  };
+  std::vector<Layer> layers_;
+};
 
 // The data-parallel job: the plain training step, as a Trainer, so that MultiDevice runs it on W ranks.
 class BenchTrainer : public nn::Trainer {
@@ -162,6 +184,7 @@ int main(int argc, char** argv) {
   CLI::App app{"tinyddp train_bench: MLP training samples/s against the GEMM-only bound"};
   int64_t in = 784, hidden = 1024, out = 10, samples = 16384, batch = 256, epochs = 2;
   int threads = 1, world_size = 1;
+  int64_t interleaved = 64;
   std::string anchor;
   app.add_option("--in", in)->capture_default_str();
   app.add_option("--hidden", hidden, "0 for a single Linear(in, out)")->capture_default_str();
@@ -172,6 +195,8 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "BLAS threads")->capture_default_str();
   app.add_option("--world-size", world_size, "also train data-parallel on this many CPU workers (batch per rank)")
       ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--interleaved", interleaved, "then this many training steps, each beside a GEMM-only step (0: none)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--torch-anchor", anchor, "torch_ddp_train.py: run PyTorch DDP on the same job and compare");
   CLI11_PARSE(app, argc, argv);
 
@@ -197,6 +222,8 @@ int main(int argc, char** argv) {
     auto t0 = Clock::now();
     int64_t steps = 0, seen = 0;
     float last_loss = 0;
+    std::vector<double> step_seconds;  // each from the end of the previous step: waiting for data counts
+    auto step_end = t0;
     for (int64_t e = 0; e < epochs; ++e) {
       loader.set_epoch(e);
       for (const nn::Batch& b : loader) {
@@ -207,19 +234,53 @@ int main(int argc, char** argv) {
         scheduler.step();
         ++steps;
         seen += b.inputs.size(0);
+        auto now = Clock::now();
+        if (b.inputs.size(0) == batch) step_seconds.push_back(std::chrono::duration<double>(now - step_end).count());
+        step_end = now;
       }
     }
     double train_s = std::chrono::duration<double>(Clock::now() - t0).count();
 
     std::vector<int64_t> widths = hidden ? std::vector<int64_t>{in, hidden, hidden, out} : std::vector<int64_t>{in, out};
-    double gemm_s = gemm_only_seconds(batch, widths, steps);
+    GemmOnlyStep gemm_only(batch, widths);
+    std::vector<double> gemm_step_seconds;
+    for (int64_t s = 0; s < steps; ++s) gemm_step_seconds.push_back(gemm_only.run());
+    double gemm_s = std::accumulate(gemm_step_seconds.begin(), gemm_step_seconds.end(), 0.0);
     double train_rate = double(seen) / train_s, bound_rate = double(steps * batch) / gemm_s;
+    double train_median = median(step_seconds), gemm_median = median(gemm_step_seconds);
     std::printf("tinyddp train_bench model=%lld-%lld-%lld n=%lld batch=%lld epochs=%lld threads=%d\n", (long long)in,
                 (long long)hidden, (long long)out, (long long)samples, (long long)batch, (long long)epochs, threads);
     std::printf("  training      : %.3f s  %8.0f samples/s  (%lld steps, last loss %.4f)\n", train_s, train_rate,
                 (long long)steps, last_loss);
     std::printf("  GEMM-only     : %.3f s  %8.0f samples/s\n", gemm_s, bound_rate);
-    std::printf("  training / GEMM-only bound = %.1f%%\n", 100.0 * train_rate / bound_rate);
+    std::printf("  training / GEMM-only bound = %.1f%%  (total times; median step %.2f ms / %.2f ms = %.1f%%)\n",
+                100.0 * train_rate / bound_rate, 1e3 * train_median, 1e3 * gemm_median,
+                100.0 * gemm_median / train_median);
+    // The same ratio with both kinds of step taken in turns, each training step right beside a
+    // GEMM-only step: a neighbour's load (these machines are shared) then slows both alike, which it
+    // does not when the two phases run seconds apart. The median over the pairs.
+    if (interleaved > 0 && hidden > 0) {
+      std::vector<double> ratios;
+      int64_t pairs = 0;
+      for (int64_t e = 0; pairs < interleaved; ++e) {
+        loader.set_epoch(epochs + e);
+        for (const nn::Batch& b : loader) {
+          if (pairs == interleaved) break;
+          if (b.inputs.size(0) != batch) continue;
+          auto t = Clock::now();
+          optimizer.zero_grad();
+          loss_fn.forward(model->forward(b.inputs), b.targets);
+          model->backward(loss_fn.backward(), false);
+          optimizer.step();
+          scheduler.step();
+          double train_step = std::chrono::duration<double>(Clock::now() - t).count();
+          ratios.push_back(gemm_only.run() / train_step);
+          ++pairs;
+        }
+      }
+      std::printf("  interleaved   : training / GEMM-only bound = %.1f%%  (median of %lld step pairs)\n",
+                  100.0 * median(ratios), (long long)pairs);
+    }
 
     if (world_size > 1) {
       DataParallelResult dp = data_parallel(world_size, in, hidden, out, samples, batch, epochs);
