@@ -18,7 +18,7 @@
 #include <optional>
 #include <sstream>
 
-#include "core/cuda_runtime.h"
+#include "examples/example_cli.h"
 #include "kernels/ops.h"
 #include "nn/activations.h"
 #include "nn/adam.h"
@@ -144,25 +144,14 @@ std::shared_ptr<nn::TensorDataset> with_shifted_copies(const nn::TensorDataset& 
   return std::make_shared<nn::TensorDataset>(features, targets);
 }
 
-std::vector<Device> choose_devices(const std::string& kind, int world_size) {
-  int gpus = kind == "cpu" ? 0 : cuda_device_count();
-  TINYDDP_CHECK(kind != "cuda" || gpus > 0, "--device cuda: no CUDA device is usable (", cuda_unavailable_reason(),
-                "); hint: use --device cpu");
-  if (gpus == 0) return std::vector<Device>(size_t(world_size > 0 ? world_size : 2), Device::cpu());
-  TINYDDP_CHECK(world_size <= gpus, "--world-size ", world_size, " but only ", gpus,
-                " GPUs are visible; hint: ask for at most ", gpus, ", or use --device cpu");
-  std::vector<Device> devices;
-  for (int i = 0; i < (world_size > 0 ? world_size : gpus); ++i) devices.push_back(Device::cuda(i));
-  return devices;
-}
-
 int main(int argc, char** argv) {
   CLI::App app{"tinyddp digits: an MLP on the UCI handwritten digits, data-parallel"};
-  int world_size = 0, epochs = 50, batch_size = 32;
-  double lr = 1e-2, test_fraction = 0.2, noise = 0.2;
-  uint64_t seed = 0;
-  std::string data_path = "data/digits.csv.gz", hidden = "128", device_kind = "auto", load_path, save_path,
-              shuffle = "on", checkpoint_dir, init_method = "tcp://localhost:12355", augment = "on";
+  examples::ExampleOptions options;
+  options.epochs = 50;
+  options.lr = 1e-2;  // cosine-annealed to 0 over the epochs
+  double test_fraction = 0.2, noise = 0.2;
+  std::string data_path = "data/digits.csv.gz", hidden = "128", augment = "on";
+  examples::add_example_options(app, options);
   app.add_option("--data", data_path, "the digits CSV (64 pixel counts, then the label; .gz or plain)")
       ->capture_default_str();
   app.add_option("--test-fraction", test_fraction, "the last fraction of the rows, held out for testing")
@@ -172,18 +161,6 @@ int main(int argc, char** argv) {
   app.add_option("--noise", noise, "standard deviation of the noise added to training inputs (0: none)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--hidden", hidden, "hidden layer widths, comma-separated (ReLU between layers)")->capture_default_str();
-  app.add_option("--world-size", world_size, "workers: default every GPU, or 2 CPU workers without one");
-  app.add_option("--device", device_kind, "auto (GPUs when there are any), cpu or cuda")
-      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
-  app.add_option("--epochs", epochs, "passes over the training rows")->capture_default_str();
-  app.add_option("--batch-size", batch_size, "samples per step on each worker")->capture_default_str();
-  app.add_option("--lr", lr, "Adam learning rate (cosine-annealed to 0 over the epochs)")->capture_default_str();
-  app.add_option("--seed", seed, "seed of the initial weights and the shuffle")->capture_default_str();
-  app.add_option("--load", load_path, "start from the weights in this safetensors file");
-  app.add_option("--save", save_path, "write the final weights here");
-  app.add_option("--shuffle", shuffle, "shuffle the samples every epoch")->check(CLI::IsMember({"on", "off"}))->capture_default_str();
-  app.add_option("--checkpoint-dir", checkpoint_dir, "checkpoint every epoch here, and resume from it");
-  app.add_option("--init-method", init_method, "where the workers meet")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -194,34 +171,34 @@ int main(int argc, char** argv) {
                   " features leave ", n_train, " for training; hint: the file should hold the 8x8 digits (64 features)");
     auto train_set = rows(all, 0, n_train), test_set = rows(all, n_train, n);
     if (augment == "on") train_set = with_shifted_copies(*train_set);
-    nn::DataLoader loader(train_set, {.batch_size = batch_size, .shuffle = shuffle == "on", .seed = seed});
+    nn::DataLoader loader(train_set, {.batch_size = options.batch_size, .shuffle = options.shuffle == "on", .seed = options.seed});
 
-    Generator init(seed + 1);
+    Generator init(options.seed + 1);
     auto model = make_mlp(64, widths, 10, init);
-    if (!load_path.empty()) nn::load_model(load_path, *model);
-    nn::Adam optimizer(model->named_parameters(), lr);
-    nn::CosineAnnealing scheduler(optimizer, epochs);  // stepped per epoch: from lr down to 0 at the end
+    if (!options.load_path.empty()) nn::load_model(options.load_path, *model);
+    nn::Adam optimizer(model->named_parameters(), options.lr);
+    nn::CosineAnnealing scheduler(optimizer, options.epochs);  // stepped per epoch: from lr down to 0 at the end
 
-    std::vector<Device> devices = choose_devices(device_kind, world_size);
+    std::vector<Device> devices = examples::choose_devices(options.device_kind, options.world_size);
     DigitsJob trainer(*model, devices, optimizer, &scheduler);
-    trainer.set_init_method(init_method);
-    trainer.set_input_noise(noise, seed + 2);
-    if (!checkpoint_dir.empty()) trainer.set_checkpoint_dir(checkpoint_dir);
+    trainer.set_init_method(options.init_method);
+    trainer.set_input_noise(noise, options.seed + 2);
+    if (!options.checkpoint_dir.empty()) trainer.set_checkpoint_dir(options.checkpoint_dir);
 
-    trainer.run(epochs, loader);
+    trainer.run(options.epochs, loader);
 
     if (!trainer.is_main_process()) return 0;  // the workers are done; the spawner reports
     std::printf("digits: %lld training rows (%lld with the shifted copies), %lld test rows, MLP 64-%s-10, %d %s worker%s, %d epochs\n",
                 (long long)n_train, (long long)train_set->size(), (long long)n_test, hidden.c_str(), int(devices.size()),
-                devices[0].is_cpu() ? "CPU" : "GPU", devices.size() == 1 ? "" : "s", epochs);
+                devices[0].is_cpu() ? "CPU" : "GPU", devices.size() == 1 ? "" : "s", options.epochs);
     if (n_test > 0) {
       nn::DataLoader test_loader(test_set, {.batch_size = 256});
       nn::InferenceResult test = trainer.inference(test_loader);
       std::printf("test loss %.4f  test accuracy %.4f\n", test.metrics.at("loss"), test.metrics.at("accuracy"));
     }
-    if (!save_path.empty()) {
-      nn::save_model(save_path, trainer.model());
-      std::printf("saved %s\n", save_path.c_str());
+    if (!options.save_path.empty()) {
+      nn::save_model(options.save_path, trainer.model());
+      std::printf("saved %s\n", options.save_path.c_str());
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());

@@ -29,8 +29,8 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
-#include "core/cuda_runtime.h"
 #include "examples/dummy_dataset.h"
+#include "examples/example_cli.h"
 #include "kernels/ops.h"
 #include "nn/adam.h"
 #include "nn/addons/multi_device.h"
@@ -72,38 +72,12 @@ class DummyTrainer : public nn::Trainer {
 // Trainer.add_on(MultiGPUAddon), plus checkpoints and the timeline.
 using MultiDeviceTrainer = nn::WithAddOns<DummyTrainer, nn::MultiDevice, nn::StateManager, nn::Trace>;
 
-// Every GPU (or the first `world_size` of them); without GPUs, or with --device cpu, CPU workers.
-std::vector<Device> choose_devices(const std::string& kind, int world_size) {
-  int gpus = kind == "cpu" ? 0 : cuda_device_count();
-  TINYDDP_CHECK(kind != "cuda" || gpus > 0, "--device cuda: no CUDA device is usable (", cuda_unavailable_reason(),
-                "); hint: use --device cpu");
-  if (gpus == 0) return std::vector<Device>(size_t(world_size > 0 ? world_size : 2), Device::cpu());
-  TINYDDP_CHECK(world_size <= gpus, "--world-size ", world_size, " but only ", gpus,
-                " GPUs are visible; hint: ask for at most ", gpus, ", or use --device cpu");
-  std::vector<Device> devices;
-  for (int i = 0; i < (world_size > 0 ? world_size : gpus); ++i) devices.push_back(Device::cuda(i));
-  return devices;
-}
-
 int main(int argc, char** argv) {
   CLI::App app{"tinyddp dummy_mgpu: the seed's multi-device job (Linear(10, 2) on the dummy data set)"};
-  int world_size = 0, epochs = 10, batch_size = 32, samples = 1000, total_iters = 100;
-  double lr = 1e-3;
-  uint64_t seed = 0;
-  std::string device_kind = "auto", load_path, save_path = "dummy_model.safetensors", shuffle = "on", checkpoint_dir;
-  std::string init_method = "tcp://localhost:12355";
-  app.add_option("--world-size", world_size, "workers: default every GPU, or 2 CPU workers without one");
-  app.add_option("--device", device_kind, "auto (GPUs when there are any), cpu or cuda")
-      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
-  app.add_option("--epochs", epochs, "passes over the data")->capture_default_str();
-  app.add_option("--batch-size", batch_size, "samples per step on each worker")->capture_default_str();
-  app.add_option("--lr", lr, "Adam learning rate")->capture_default_str();
-  app.add_option("--seed", seed, "seed of the data, the initial weights and the shuffle")->capture_default_str();
-  app.add_option("--load", load_path, "start from the weights in this safetensors file");
-  app.add_option("--save", save_path, "write the final weights here (empty: do not save)")->capture_default_str();
-  app.add_option("--shuffle", shuffle, "shuffle the samples every epoch")->check(CLI::IsMember({"on", "off"}))->capture_default_str();
-  app.add_option("--checkpoint-dir", checkpoint_dir, "checkpoint every epoch here, and resume from it");
-  app.add_option("--init-method", init_method, "where the workers meet")->capture_default_str();
+  examples::ExampleOptions options;  // the seed's: 10 epochs, batch 32, Adam 1e-3, all devices
+  options.save_path = "dummy_model.safetensors";
+  int samples = 1000, total_iters = 100;
+  examples::add_example_options(app, options);
   app.add_option("--samples", samples, "size of the dummy data set")->capture_default_str();
   app.add_option("--total-iters", total_iters, "cosine schedule length T (in epochs: it steps per epoch, as in the seed)")
       ->capture_default_str();
@@ -112,22 +86,22 @@ int main(int argc, char** argv) {
   try {
     // DummyDataset(1000) and DataLoader(dataset, batch_size=32). Every worker builds the same data from
     // the seed; MultiDevice gives each its own share of it.
-    auto dataset = examples::make_dummy_dataset(samples, 10, seed);
-    nn::DataLoader loader(dataset, {.batch_size = batch_size, .shuffle = shuffle == "on", .seed = seed});
+    auto dataset = examples::make_dummy_dataset(samples, 10, options.seed);
+    nn::DataLoader loader(dataset, {.batch_size = options.batch_size, .shuffle = options.shuffle == "on", .seed = options.seed});
 
     // nn.Linear(10, 2), Adam, cosine.
-    Generator init(seed + 1);
+    Generator init(options.seed + 1);
     nn::Linear model(10, 2, init);
-    if (!load_path.empty()) nn::load_model(load_path, model);
-    nn::Adam optimizer(model.named_parameters(), lr);
+    if (!options.load_path.empty()) nn::load_model(options.load_path, model);
+    nn::Adam optimizer(model.named_parameters(), options.lr);
     nn::CosineAnnealing scheduler(optimizer, total_iters);
 
-    std::vector<Device> devices = choose_devices(device_kind, world_size);
+    std::vector<Device> devices = examples::choose_devices(options.device_kind, options.world_size);
     MultiDeviceTrainer trainer(model, devices, optimizer, &scheduler);
-    trainer.set_init_method(init_method);
-    if (!checkpoint_dir.empty()) trainer.set_checkpoint_dir(checkpoint_dir);
+    trainer.set_init_method(options.init_method);
+    if (!options.checkpoint_dir.empty()) trainer.set_checkpoint_dir(options.checkpoint_dir);
 
-    trainer.run(epochs, loader);
+    trainer.run(options.epochs, loader);
 
     // Every worker runs this program too; only one process reports and saves (`if __name__ == "__main__"`).
     if (!trainer.is_main_process()) return 0;
@@ -135,11 +109,11 @@ int main(int argc, char** argv) {
     nn::DataLoader everything(dataset, {.batch_size = samples});
     nn::InferenceResult result = trainer.inference(everything);
     std::printf("%d %s worker%s, %d epochs: final loss %.4f  accuracy %.4f  (%d samples)\n", int(devices.size()),
-                devices[0].is_cpu() ? "CPU" : "GPU", devices.size() == 1 ? "" : "s", epochs,
+                devices[0].is_cpu() ? "CPU" : "GPU", devices.size() == 1 ? "" : "s", options.epochs,
                 result.metrics.at("loss"), result.metrics.at("accuracy"), samples);
-    if (!save_path.empty()) {
-      nn::save_model(save_path, trainer.model());  // torch.save(trainer.model.state_dict(), ...)
-      std::printf("saved %s\n", save_path.c_str());
+    if (!options.save_path.empty()) {
+      nn::save_model(options.save_path, trainer.model());  // torch.save(trainer.model.state_dict(), ...)
+      std::printf("saved %s\n", options.save_path.c_str());
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());

@@ -1,0 +1,59 @@
+// The command line every multi-device example shares (issue 5: --world-size --epochs --batch-size --lr
+// --seed --load --save --shuffle --checkpoint-dir, and --device --init-method), and how the devices
+// are chosen from it. Each example sets its own defaults in ExampleOptions before adding the options,
+// then adds its own.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/cuda_runtime.h"
+#include "core/device.h"
+#include "core/error.h"
+
+namespace tinyddp::examples {
+
+struct ExampleOptions {
+  int world_size = 0;  // 0: every GPU, or 2 CPU workers without one
+  int epochs = 10;
+  int batch_size = 32;
+  double lr = 1e-3;
+  uint64_t seed = 0;
+  std::string device_kind = "auto", load_path, save_path, shuffle = "on", checkpoint_dir;
+  std::string init_method = "tcp://localhost:12355";  // the seed's
+};
+
+// Adds the shared options to `app`, with the values in `options` as their defaults.
+inline void add_example_options(CLI::App& app, ExampleOptions& options) {
+  app.add_option("--world-size", options.world_size, "workers: default every GPU, or 2 CPU workers without one");
+  app.add_option("--device", options.device_kind, "auto (GPUs when there are any), cpu or cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
+  app.add_option("--epochs", options.epochs, "passes over the training data")->capture_default_str();
+  app.add_option("--batch-size", options.batch_size, "samples per step on each worker")->capture_default_str();
+  app.add_option("--lr", options.lr, "Adam learning rate")->capture_default_str();
+  app.add_option("--seed", options.seed, "seed of the initial weights and the shuffle")->capture_default_str();
+  app.add_option("--load", options.load_path, "start from the weights in this safetensors file");
+  app.add_option("--save", options.save_path, "write the final weights here (empty: do not save)")->capture_default_str();
+  app.add_option("--shuffle", options.shuffle, "shuffle the samples every epoch")
+      ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
+  app.add_option("--checkpoint-dir", options.checkpoint_dir, "checkpoint every epoch here, and resume from it");
+  app.add_option("--init-method", options.init_method, "where the workers meet")->capture_default_str();
+}
+
+// Every GPU (or the first `world_size` of them); without GPUs, or with --device cpu, `world_size` CPU
+// workers (2 when it is 0).
+inline std::vector<Device> choose_devices(const std::string& kind, int world_size) {
+  int gpus = kind == "cpu" ? 0 : cuda_device_count();
+  TINYDDP_CHECK(kind != "cuda" || gpus > 0, "--device cuda: no CUDA device is usable (", cuda_unavailable_reason(),
+                "); hint: use --device cpu");
+  if (gpus == 0) return std::vector<Device>(size_t(world_size > 0 ? world_size : 2), Device::cpu());
+  TINYDDP_CHECK(world_size <= gpus, "--world-size ", world_size, " but only ", gpus,
+                " GPUs are visible; hint: ask for at most ", gpus, ", or use --device cpu");
+  std::vector<Device> devices;
+  for (int i = 0; i < (world_size > 0 ? world_size : gpus); ++i) devices.push_back(Device::cuda(i));
+  return devices;
+}
+
+}  // namespace tinyddp::examples
