@@ -11,6 +11,10 @@
 // The moment of the kill is uniform over the length of the unkilled run (measured first). A kill that
 // lands after the last worker has finished injects nothing, and is reported as such. Exits 0 when
 // every run finished and no checkpoint was corrupt.
+//
+// With --max-restarts 0 no run can finish after a kill; the soak then checks the other promise: the
+// launcher stops every rank within 10 s of the kill and names the killed rank as the root cause (not
+// a peer that failed because it had gone). Exits 0 when that held for every kill.
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -68,6 +72,7 @@ struct RunOutcome {
   double accuracy = -1;
   std::string weights;     // the saved final weights
   double seconds = 0;
+  bool root_cause_named = false;  // the launcher's first failure message names the killed rank, SIGKILL
   std::string log;
 };
 
@@ -87,6 +92,15 @@ double last_number_after(const std::string& text, const std::string& label) {
   size_t at = text.rfind(label);
   if (at == std::string::npos) return -1;
   return std::atof(text.c_str() + at + label.size());
+}
+
+// Whether one line of `text` holds both `a` and then `b`.
+bool has_line(const std::string& text, const std::string& a, const std::string& b) {
+  for (size_t at = text.find(a); at != std::string::npos; at = text.find(a, at + 1)) {
+    size_t end = text.find('\n', at);
+    if (text.substr(at, end == std::string::npos ? std::string::npos : end - at).find(b) != std::string::npos) return true;
+  }
+  return false;
 }
 
 // The processes whose parent is `parent`: the launcher's workers.
@@ -183,6 +197,11 @@ class Soak {
     out.epochs_redone = int(count(out.log, "/" + std::to_string(o_.epochs) + "  train")) - o_.epochs;
     out.accuracy = last_number_after(out.log, "accuracy ");
     out.weights = slurp(dir + "/final.safetensors");
+    // The launcher's first word on the failure (the restart warning, or its last line when none is
+    // left) must be about the killed rank, not a peer that failed after it.
+    size_t first = out.log.find("worker rank ");
+    std::string line = first == std::string::npos ? "" : out.log.substr(first, out.log.find('\n', first) - first);
+    out.root_cause_named = has_line(line, "worker rank " + std::to_string(out.killed_rank) + " (", ") was killed by SIGKILL");
     check_checkpoints(dir + "/ck", out);
     return out;
   }
@@ -202,9 +221,14 @@ class Soak {
         if (name == "last.safetensors" && out.finished && epochs != o_.epochs)
           TINYDDP_FAIL(path, " holds ", epochs, " epochs, not ", o_.epochs, "; hint: the resume lost count");
         if (name == "last.safetensors" && file.metadata.count("extra.trainer.best_epoch")) {
+          // A job that stopped between writing last and best (no restart left to repair it) may
+          // leave best one behind, when the best epoch is last's own: the next resume rewrites it.
           int64_t best = std::stoll(file.metadata.at("extra.trainer.best_epoch")) + 1;
           int64_t in_best = nn::checkpoint_epochs_done(dir + "/best.safetensors");
-          if (in_best != best) TINYDDP_FAIL("best.safetensors holds epoch ", in_best, ", last says ", best, "; hint: -");
+          bool repairable = !out.finished && best == epochs && in_best < best;
+          if (in_best != best && !repairable)
+            TINYDDP_FAIL("best.safetensors holds the state after epoch ", in_best, " but last.safetensors says the best "
+                         "epoch is ", best, "; hint: the pair was not written last-then-best");
         }
       } catch (const std::exception& e) {
         ++out.corrupt;
@@ -232,7 +256,8 @@ class Soak {
     std::fflush(stdout);
 
     int finished = 0, injected = 0, hung = 0, checkpoints = 0, corrupt = 0, restarts = 0, redone = 0, max_redone = 0;
-    int same_weights = 0;
+    int same_weights = 0, named = 0;
+    double max_stop_s = 0;
     double min_accuracy = 1e9, sum_accuracy = 0;
     std::uniform_real_distribution<double> moment(0.0, baseline.seconds);
     for (int i = 0; i < o_.runs; ++i) {
@@ -247,15 +272,24 @@ class Soak {
       redone += std::max(0, r.epochs_redone);
       max_redone = std::max(max_redone, r.epochs_redone);
       same_weights += r.finished && r.weights == baseline.weights;
+      if (r.killed_worker) {
+        named += r.root_cause_named;
+        max_stop_s = std::max(max_stop_s, r.seconds - r.kill_at_s);
+      }
       if (r.finished) {
         min_accuracy = std::min(min_accuracy, r.accuracy);
         sum_accuracy += r.accuracy;
       }
-      std::printf("run %3d: %s at %.3f s (rank %d): %s, %d restart%s, %d epoch%s redone, accuracy %.4f, %.2f s\n", i,
-                  r.killed_worker ? "SIGKILL" : "no kill", r.kill_at_s, r.killed_rank,
-                  r.finished ? "finished" : r.hung ? "HUNG" : "FAILED", r.restarts, r.restarts == 1 ? "" : "s",
-                  r.epochs_redone, r.epochs_redone == 1 ? "" : "s", r.accuracy, r.seconds);
-      if (!r.finished) std::fprintf(stderr, "soak: run %d's output:\n%s\n", i, r.log.c_str());
+      if (r.finished)
+        std::printf("run %3d: %s at %.3f s (rank %d): finished, %d restart%s, %d epoch%s redone, accuracy %.4f, %.2f s\n",
+                    i, r.killed_worker ? "SIGKILL" : "no kill", r.kill_at_s, r.killed_rank, r.restarts,
+                    r.restarts == 1 ? "" : "s", r.epochs_redone, r.epochs_redone == 1 ? "" : "s", r.accuracy, r.seconds);
+      else
+        std::printf("run %3d: %s at %.3f s (rank %d): %s, root cause %s, all ranks gone %.3f s after the kill\n", i,
+                    r.killed_worker ? "SIGKILL" : "no kill", r.kill_at_s, r.killed_rank, r.hung ? "HUNG" : "stopped",
+                    r.root_cause_named ? "named" : "NOT named", r.seconds - r.kill_at_s);
+      const bool expected = (o_.max_restarts > 0 ? r.finished : !r.hung) && (!r.killed_worker || r.root_cause_named);
+      if (!expected) std::fprintf(stderr, "soak: run %d's output:\n%s\n", i, r.log.c_str());
       std::fflush(stdout);
       if (!o_.keep && r.finished && r.corrupt == 0) fs::remove_all(dir);
     }
@@ -270,6 +304,9 @@ class Soak {
       std::printf("%-26smin %.4f, mean %.4f (unkilled run: %.4f)\n", "final accuracy", min_accuracy,
                   sum_accuracy / finished, baseline.accuracy);
     std::printf("%-26s%d of %d\n", "final weights as unkilled", same_weights, o_.runs);
+    std::printf("%-26s%d of %d kills\n", "root cause named", named, injected);
+    if (o_.max_restarts == 0) std::printf("%-26s%.2f s after the kill, at most\n", "all ranks gone", max_stop_s);
+    if (o_.max_restarts == 0) return hung == 0 && named == injected && max_stop_s < 10 && corrupt == 0 ? 0 : 1;
     return finished == o_.runs && corrupt == 0 ? 0 : 1;
   }
 

@@ -31,6 +31,10 @@ namespace {
 
 // How often a launcher looks at the store for news from other nodes (a failure, the end of the job).
 constexpr auto kStorePollInterval = 100ms;
+// After a worker exits with an error code, how long the launcher watches for a peer that was killed
+// by a signal just before it (see settle_root_cause), and how long for one that is already dying.
+constexpr auto kSettle = 200ms;
+constexpr auto kSettleDying = 2s;
 // The longest piece of a line without a newline that is held back before it is passed on anyway.
 constexpr size_t kMaxLine = 64 * 1024;
 
@@ -154,6 +158,21 @@ bool group_has_live_members(pid_t pgid) {
   }
   closedir(proc);
   return alive;
+}
+
+// Whether the process's main thread has ended (its /proc state is Z or X) while the process has not
+// yet been reported to its parent: a process that is dying. A multi-threaded process killed by a
+// signal shows this first, until its last thread is gone, and a peer that checks it (the shm transport
+// does) may fail and exit before the parent is told of the death that caused it.
+bool main_thread_ended(pid_t pid) {
+  FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
+  if (!f) return false;
+  char line[1024] = {0};
+  size_t n = std::fread(line, 1, sizeof line - 1, f);
+  std::fclose(f);
+  const char* after_name = n ? std::strrchr(line, ')') : nullptr;
+  char state = 0;
+  return after_name && std::sscanf(after_name + 1, " %c", &state) == 1 && (state == 'Z' || state == 'X');
 }
 
 std::string encode_failure(const WorkerFailure& f) {
@@ -404,7 +423,7 @@ struct Launcher::Job {
   // The root cause among workers reaped together: one ended by a signal before one that exited with
   // an error code. A worker's error exits with a code (exceptions reach main), and the usual error
   // after a peer died is exactly that ("peer rank 1 closed the connection"); a signal is not
-  // something a peer's death causes. Otherwise the lowest rank. nullptr when none failed.
+  // something a peer's death causes. Otherwise the first in `ended`. nullptr when none failed.
   WorkerProcess* root_cause_of(const std::vector<WorkerProcess*>& ended) {
     WorkerProcess* first = nullptr;
     for (WorkerProcess* w : ended) {
@@ -412,6 +431,26 @@ struct Launcher::Job {
       if (!first || (WIFSIGNALED(w->status) && !WIFSIGNALED(first->status))) first = w;
     }
     return first;
+  }
+
+  // `first` exited with an error code. The peer it lost may have been killed a moment earlier and
+  // still be dying (a process with many threads, or one in the middle of an fsync, takes a while to
+  // be reported to its parent), so before naming `first` the launcher watches a little longer:
+  // kSettle, or kSettleDying while some worker's main thread has already ended. A worker found
+  // killed by a signal in that time is the root cause instead.
+  WorkerProcess* settle_root_cause(WorkerProcess* first) {
+    if (WIFSIGNALED(first->status)) return first;
+    std::vector<WorkerProcess*> ended{first};
+    const auto start = Clock::now();
+    for (;;) {
+      bool running = false, dying = false;
+      for (auto& w : workers)
+        if (w.running) running = true, dying = dying || main_thread_ended(w.pid);
+      if (!running || Clock::now() - start >= (dying ? kSettleDying : kSettle)) break;
+      pump_output(5ms);
+      for (WorkerProcess* w : reap()) ended.push_back(w);
+    }
+    return root_cause_of(ended);
   }
 
   WorkerFailure failure_of(const WorkerProcess& w) {
@@ -481,6 +520,7 @@ struct Launcher::Job {
       if (launcher.stop_signal_.load()) return End::stopped;
       if (!local_done) {
         if (WorkerProcess* w = root_cause_of(reap())) {
+          w = settle_root_cause(w);
           // The first failure anywhere is the root cause: compare_set lets exactly one node publish it.
           store->compare_set(failed_key, "", encode_failure(failure_of(*w)));
           return End::failure;

@@ -18,7 +18,9 @@
 //     SIGTERM, then SIGKILL after the grace period, and so does anything they started. The launcher
 //     watches each worker through a pidfd, so it wakes the moment the first one dies, before its
 //     peers fail in turn ("peer closed the connection"); when several are found ended at once, one
-//     killed by a signal is named before one that exited with an error code;
+//     killed by a signal is named before one that exited with an error code, and a worker that exits
+//     with a code is named only after a short wait (200 ms, up to 2 s while another worker is still
+//     dying) in which no worker turned out to have been killed by a signal;
 //   - with restarts left the whole group starts again (TINYDDP_RESTART_COUNT + 1), on the same store,
 //     its rendezvous keys under the new restart count, and a program that checkpoints (nn::StateManager)
 //     resumes from its last complete checkpoint; otherwise run() returns the root cause: which rank,
