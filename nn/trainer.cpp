@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/trace.h"
+#include "kernels/ops.h"
 #include "nn/clip.h"
 #include "nn/progress_bar.h"
 #include "nn/schedulers.h"
@@ -357,6 +358,25 @@ void Trainer::restore_progress(const Metadata& metadata, int64_t epochs_done) {
   global_step_ = global_step;
   best_epoch_ = best_epoch;
   best_loss_ = best_loss;
+}
+
+namespace {
+double batch_accuracy(const Tensor& logits, const Batch& batch) {
+  return double(kernels::count_correct(logits, batch.targets)) / double(batch.inputs.size(0));
+}
+}  // namespace
+
+StepOutput ClassifierTrainer::train_step(const Batch& batch) {
+  Tensor logits = forward(batch.inputs);
+  float loss = loss_fn_.forward(logits, batch.targets);
+  return {.loss = loss, .output_grad = loss_fn_.backward(), .metrics = {{"accuracy", batch_accuracy(logits, batch)}}};
+}
+
+StepOutput ClassifierTrainer::test_step(const Batch& batch) {
+  Tensor logits = forward(batch.inputs);
+  return {.loss = loss_fn_.evaluate(logits, batch.targets),
+          .output = logits,
+          .metrics = {{"accuracy", batch_accuracy(logits, batch)}}};
 }
 
 }  // namespace tinyddp::nn

@@ -55,6 +55,7 @@
 #include "core/safetensors.h"
 #include "core/tensor.h"
 #include "nn/data_loader.h"
+#include "nn/loss.h"
 #include "nn/module.h"
 #include "nn/optimizer.h"
 #include "nn/scheduler.h"
@@ -201,6 +202,20 @@ class Trainer {
   std::optional<int64_t> best_epoch_;
   double best_loss_ = 0;
   NamedTensors best_weights_;
+};
+
+// The user's part for the most common job, ready-made: a classifier whose model outputs logits,
+// trained with cross-entropy; both steps also report the batch's accuracy, and test_step returns the
+// logits (inference() stacks them). Derive from it to change one step and keep the other (the digits
+// example adds input noise in train_step, then calls this one).
+class ClassifierTrainer : public Trainer {
+ public:
+  using Trainer::Trainer;
+  StepOutput train_step(const Batch& batch) override;
+  StepOutput test_step(const Batch& batch) override;
+
+ private:
+  CrossEntropyLoss loss_fn_;
 };
 
 // ---- composing add-ons ----

@@ -36,9 +36,10 @@
 
 using namespace tinyddp;
 
-class DigitsTrainer : public nn::Trainer {
+// The ready-made classifier step (logits, cross-entropy, accuracy), with noise on the training inputs.
+class DigitsTrainer : public nn::ClassifierTrainer {
  public:
-  using nn::Trainer::Trainer;
+  using nn::ClassifierTrainer::ClassifierTrainer;
 
   // Training inputs get uniform noise of this standard deviation, drawn afresh for every batch from
   // `seed` (and the rank, so that ranks draw different noise): a pixel that is 0.2 brighter or darker
@@ -49,31 +50,17 @@ class DigitsTrainer : public nn::Trainer {
   }
 
   nn::StepOutput train_step(const nn::Batch& batch) override {
-    Tensor inputs = batch.inputs;
-    if (noise_stddev_ > 0) {
-      if (!noise_) noise_.emplace(noise_seed_ + uint64_t(rank()) * 1000003u);
-      Tensor noise = Tensor::empty(inputs.shape(), DType::f32, inputs.device());
-      float half_width = float(noise_stddev_ * std::sqrt(3.0));  // U(-a, a) has standard deviation a / sqrt(3)
-      fill_uniform(noise, -half_width, half_width, *noise_);
-      inputs = inputs.clone();
-      kernels::axpy(1.f, noise, inputs);
-    }
-    Tensor logits = forward(inputs);
-    float loss = loss_fn_.forward(logits, batch.targets);
-    return {.loss = loss, .output_grad = loss_fn_.backward(), .metrics = {{"accuracy", accuracy(logits, batch)}}};
-  }
-  nn::StepOutput test_step(const nn::Batch& batch) override {
-    Tensor logits = forward(batch.inputs);
-    return {.loss = loss_fn_.evaluate(logits, batch.targets),
-            .output = logits,
-            .metrics = {{"accuracy", accuracy(logits, batch)}}};
+    if (noise_stddev_ == 0) return nn::ClassifierTrainer::train_step(batch);
+    if (!noise_) noise_.emplace(noise_seed_ + uint64_t(rank()) * 1000003u);
+    Tensor noise = Tensor::empty(batch.inputs.shape(), DType::f32, batch.inputs.device());
+    float half_width = float(noise_stddev_ * std::sqrt(3.0));  // U(-a, a) has standard deviation a / sqrt(3)
+    fill_uniform(noise, -half_width, half_width, *noise_);
+    nn::Batch noisy{batch.inputs.clone(), batch.targets};
+    kernels::axpy(1.f, noise, noisy.inputs);
+    return nn::ClassifierTrainer::train_step(noisy);
   }
 
  private:
-  static double accuracy(const Tensor& logits, const nn::Batch& batch) {
-    return double(kernels::count_correct(logits, batch.targets)) / double(batch.inputs.size(0));
-  }
-  nn::CrossEntropyLoss loss_fn_;
   double noise_stddev_ = 0;
   uint64_t noise_seed_ = 0;
   std::optional<Generator> noise_;

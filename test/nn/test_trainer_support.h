@@ -49,29 +49,9 @@ inline std::unique_ptr<nn::Sequential> small_mlp(uint64_t seed) {
   return model;
 }
 
-// The seed's user subclass: train_step and test_step return the loss (and here the accuracy).
-class MlpTrainer : public nn::Trainer {
- public:
-  using nn::Trainer::Trainer;
-
-  nn::StepOutput train_step(const nn::Batch& batch) override {
-    Tensor logits = forward(batch.inputs);
-    float loss = loss_fn_.forward(logits, batch.targets);
-    return {.loss = loss, .output_grad = loss_fn_.backward(), .metrics = {{"accuracy", accuracy(logits, batch)}}};
-  }
-  nn::StepOutput test_step(const nn::Batch& batch) override {
-    Tensor logits = forward(batch.inputs);
-    return {.loss = loss_fn_.evaluate(logits, batch.targets),
-            .output = logits,
-            .metrics = {{"accuracy", accuracy(logits, batch)}}};
-  }
-
- private:
-  static double accuracy(const Tensor& logits, const nn::Batch& batch) {
-    return double(kernels::count_correct(logits, batch.targets)) / double(batch.inputs.size(0));
-  }
-  nn::CrossEntropyLoss loss_fn_;
-};
+// The seed's user subclass: train_step and test_step return the loss (and the accuracy), which is
+// what nn::ClassifierTrainer does.
+using MlpTrainer = nn::ClassifierTrainer;
 
 // Everything one training run needs, built the same way from the same seeds every time.
 struct Setup {
