@@ -20,8 +20,9 @@ class Linear : public Module {
 
   // input [batch, in_features] -> [batch, out_features]. Keeps a handle to the input for backward.
   Tensor forward(const Tensor& input) override;
-  // grad_output [batch, out_features]. Accumulates dW += dy^T x and db += sum_rows(dy), marks both
-  // ready, then (if wanted) returns dx = dy W.
+  // grad_output [batch, out_features]. Writes db = sum_rows(dy), marks it ready, then dW = dy^T x and
+  // marks it ready (each accumulated instead when the gradient already exists: see Parameter::has_grad),
+  // then (if wanted) returns dx = dy W.
   Tensor backward(const Tensor& grad_output, bool want_input_grad = true) override;
   std::string describe() const override;
 
