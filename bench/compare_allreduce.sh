@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # All-reduce, tinyddp against its peers, side by side in one run (these hosts are shared and noisy:
 # only figures taken together are compared). For each world size it runs
-#   - the physical limits of the host (memcpy, a+=b, one loopback TCP stream),
+#   - the physical limits of the host (memcpy, a+=b, one loopback TCP stream) and, from
+#     bench/tcp_limits, two loopback streams in opposite directions at once (what a 2-rank
+#     all-reduce over tcp needs: every rank sends and receives N bytes together),
 #   - the peers of ../shared/anchors/run.sh allreduce: Open MPI (shared memory), Gloo (TCP ring),
 #     PyTorch's gloo backend,
 #   - bench/allreduce_perf over shm and over tcp, in place, float32 sum,
 # then prints busbw (latency for the small sizes) per size with our ratios to the peers, and draws
-# busbw against size for every line (bench/plot_allreduce.gp, gnuplot) into an SVG.
+# busbw against size for every line (bench/plot_allreduce.gp, gnuplot) into an SVG. For 2 ranks it
+# also takes the 256 B - 4 KiB latency of ours (shm; launched back to back, and blocking, -z 1)
+# and of Open MPI five times, alternating, and prints the medians (latency_w2.txt): a single
+# figure of a few microseconds moves by 2-5x on a shared 2-core host.
 #
 # usage: bench/compare_allreduce.sh [BUILD_DIR] [WORLD ...]        (default: build, worlds 2 4)
 # output: BUILD_DIR/bench-allreduce/ (raw tables, CSV, summary.txt, allreduce_busbw_w<N>.svg)
@@ -18,7 +23,7 @@ worlds=${*:-2 4}
 anchors=$top/../shared/anchors/run.sh
 out=$build/bench-allreduce
 mkdir -p "$out"
-cmake --build "$build" --target allreduce_perf -j "$(nproc)" >/dev/null
+cmake --build "$build" --target allreduce_perf tcp_limits -j "$(nproc)" >/dev/null
 perf=$build/bin/allreduce_perf
 
 # Runs allreduce_perf on N local ranks: under tinyddp-run when it is built, else as a launcher
@@ -39,11 +44,47 @@ launch() {
 
 have_peers=0
 if [ -x "$anchors" ]; then have_peers=1; else echo "(no ../shared/anchors/run.sh: the peers are skipped)"; fi
+: >"$out/limits.txt"
 [ $have_peers = 1 ] && "$anchors" limits | tee "$out/limits.txt"
+"$build/bin/tcp_limits" --gib 1 | tee -a "$out/limits.txt"
+
+# Small-message latency, 2 ranks: ours over shm (back to back, then blocking) and Open MPI (whose
+# anchor run.sh allreduce has built), five times each, alternating; medians per size.
+latency() {
+  local mpi=${TMPDIR:-/tmp}/tinyddp-anchors/mpi_allreduce rep
+  [ -x "$mpi" ] && command -v mpirun >/dev/null || { echo "(no Open MPI anchor built: latency block skipped)"; return; }
+  for rep in 1 2 3 4 5; do
+    for z in 0 1; do
+      launch 2 -b 256 -e 4K -f 4 -n 2000 -w 500 -d float -o sum --transport shm -c 0 -z "$z" \
+        | awk -v z="$z" '$1 ~ /^[0-9]+$/ { print "ours_z" z, $1, $10 }'
+    done
+    mpirun --allow-run-as-root --oversubscribe -np 2 "$mpi" 2>/dev/null | awk '$1 ~ /^[0-9]+$/ && $1 <= 4096 { print "ompi", $1, $2 }' || true
+  done
+}
 
 for w in $worlds; do
   echo "== world $w"
   if [ $have_peers = 1 ]; then "$anchors" allreduce "$w" 2>&1 | tee "$out/peers_w$w.txt"; fi
+  if [ "$w" = 2 ]; then
+    latency >"$out/latency_raw_w2.txt"
+    python3 - "$out/latency_raw_w2.txt" <<'PY' | tee "$out/latency_w2.txt"
+import statistics, sys
+runs = {}
+for line in open(sys.argv[1]):
+    name, size, us = line.split()
+    runs.setdefault((name, int(size)), []).append(float(us))
+names = {"ours_z0": "ours shm, back to back", "ours_z1": "ours shm, blocking (-z 1)", "ompi": "Open MPI (blocking)"}
+print("# all-reduce latency, 2 ranks, float32 sum, in place: median (min-max) of 5 runs, us")
+print("| bytes | " + " | ".join(names.values()) + " |")
+print("|---|---|---|---|")
+for size in sorted({s for _, s in runs}):
+    cells = []
+    for n in names:
+        v = runs.get((n, size))
+        cells.append(f"{statistics.median(v):.1f} ({min(v):.1f}-{max(v):.1f})" if v else "-")
+    print(f"| {size} | " + " | ".join(cells) + " |")
+PY
+  fi
   for t in shm tcp; do
     launch "$w" -b 1K -e 256M -f 4 -n 20 -w 5 -d float -o sum --transport "$t" --csv "$out/ours_${t}_w$w.csv" \
       | tee "$out/ours_${t}_w$w.txt"
