@@ -222,9 +222,11 @@ class Soak {
           TINYDDP_FAIL(path, " holds ", epochs, " epochs, not ", o_.epochs, "; hint: the resume lost count");
         if (name == "last.safetensors" && file.metadata.count("extra.trainer.best_epoch")) {
           // A job that stopped between writing last and best (no restart left to repair it) may
-          // leave best one behind, when the best epoch is last's own: the next resume rewrites it.
+          // leave best one behind, when the best epoch is last's own: the next resume rewrites it
+          // (or not there yet, when that was the first epoch).
           int64_t best = std::stoll(file.metadata.at("extra.trainer.best_epoch")) + 1;
-          int64_t in_best = nn::checkpoint_epochs_done(dir + "/best.safetensors");
+          bool have_best = nn::checkpoint_exists(dir + "/best.safetensors");
+          int64_t in_best = have_best ? nn::checkpoint_epochs_done(dir + "/best.safetensors") : 0;
           bool repairable = !out.finished && best == epochs && in_best < best;
           if (in_best != best && !repairable)
             TINYDDP_FAIL("best.safetensors holds the state after epoch ", in_best, " but last.safetensors says the best "
