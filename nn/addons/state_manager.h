@@ -160,9 +160,9 @@ class StateManager : public Base {
       for (const NamedParameter& p : this->model().named_parameters())
         weights.emplace_back(p.name, p.parameter->value.to(Device::cpu()).clone());
       this->set_best_weights(std::move(weights));
-      bool stale = !checkpoint_exists(best_checkpoint_path()) ||
-                   checkpoint_epochs_done(best_checkpoint_path()) != this->epochs_done();
-      if (stale && this->is_rank_zero()) save_training_state(best_checkpoint_path(), *this);
+      if (this->is_rank_zero() && (!checkpoint_exists(best_checkpoint_path()) ||
+                                   checkpoint_epochs_done(best_checkpoint_path()) != this->epochs_done()))
+        save_training_state(best_checkpoint_path(), *this);
       return;
     }
     if (!checkpoint_exists(best_checkpoint_path())) return;
@@ -173,7 +173,7 @@ class StateManager : public Base {
     this->set_best_weights(load_model_tensors(best_checkpoint_path(), this->model()));
   }
 
- private:
+ private:  // state
   std::string directory_;
   bool resume_ = true;
   std::optional<int64_t> resumed_from_;
