@@ -3,7 +3,8 @@
 // (forward, backward, mid all-reduce, mid checkpoint write). The restarted group must resume from the
 // last complete checkpoint and end *bitwise* where a run that was never killed ends: the same final
 // weights, computed independently by an unfaulted run. Without restarts left, the launcher must name
-// the rank that was killed, not the ones that failed because it had gone. And the short soak
+// the rank that was killed, not the ones that failed because it had gone; ranks that resumed from
+// different checkpoints must refuse to train. And the short soak
 // (bench/soak: random worker, random moment) must finish every run with no checkpoint corrupt.
 #include <doctest/doctest.h>
 #include <stdlib.h>
@@ -176,6 +177,23 @@ TEST_CASE("faults: with no restarts left the launcher names the killed rank, not
     CHECK(has(out.report, "tinyddp-run: worker rank 0 (local rank 0 on node 0, pid "));
     CHECK(has(out.report, ") was killed by SIGKILL (the first to fail); stopped the other 1 worker; all 1 restarts used"));
   }
+}
+
+TEST_CASE("faults: ranks that find different checkpoints (a directory that is not shared) stop with an error") {
+  if (!built({"tinyddp-run", "dummy_mgpu"})) return;
+  FaultDir dir;
+  auto first = run_job("", 0, dir.file("ck0"), "");  // a checkpoint of 4 epochs, where only rank 0 will look
+  REQUIRE_MESSAGE(first.exit_code == 0, first.report);
+  // Each rank its own directory: rank 0 finds 4 epochs done, rank 1 none.
+  std::string worker = bin("dummy_mgpu") + " --device cpu --epochs 6 --save '' --checkpoint-dir " + dir.file("ck") + "$RANK";
+  auto out = testing::finish_child(
+      testing::spawn_program({bin("tinyddp-run"), "-n", "2", "/bin/sh", "-c", "exec " + worker}, {"TINYDDP_TOKEN="}), 120s);
+  INFO(out.report);
+  REQUIRE(!out.timed_out);
+  CHECK(out.exit_code == 1);
+  CHECK(has(out.report, "ranks did not resume from the same point (this rank: "));
+  CHECK(has(out.report, "hint: every rank must see the same checkpoint directory"));
+  CHECK_FALSE(has(out.report, "epoch 5/6"));  // neither trained on
 }
 
 TEST_CASE("faults: a malformed TINYDDP_FAULT is refused with a message, not ignored") {
