@@ -78,6 +78,23 @@ TEST_CASE("the first Adam step moves every parameter by about lr, whatever the g
   check_close(param.to_vector<float>(), {-0.1f, 0.1f, -0.1f, 0.1f}, 1e-6, 1e-5, "first Adam step");
 }
 
+TEST_CASE("Adam's 1 - beta factors are computed in double and then rounded, as PyTorch hands them to its kernel") {
+  // PyTorch: exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1), the alpha a Python float (double) rounded
+  // to f32 by the kernel. From zero state, after one step exp_avg = f32(1 - 0.9) * g exactly and
+  // exp_avg_sq = f32(1 - 0.999) * g * g. In f32 arithmetic 1.f - 0.9f is 0.100000024f, not f32(0.1).
+  const float one_minus_beta1 = float(1.0 - 0.9), one_minus_beta2 = float(1.0 - 0.999);
+  REQUIRE(one_minus_beta1 != 1.f - 0.9f);  // otherwise this test could not tell the two apart
+  const std::vector<float> g = {0.37f, -1.25f, 3.5f};
+  Tensor param = Tensor::zeros({3}), grad = Tensor::from_vector<float>(g);
+  Tensor m = Tensor::zeros({3}), v = Tensor::zeros({3});
+  kernels::AdamConfig adam;  // PyTorch's defaults: betas (0.9, 0.999)
+  kernels::adam_step(param, grad, m, v, adam, 1);
+  for (size_t i = 0; i < g.size(); ++i) {
+    CHECK(m.item<float>(int64_t(i)) == one_minus_beta1 * g[i]);
+    CHECK(v.item<float>(int64_t(i)) == one_minus_beta2 * g[i] * g[i]);
+  }
+}
+
 TEST_CASE("optimizer steps refuse bad state and bad hyper-parameters") {
   Tensor param = Tensor::zeros({3}), grad = Tensor::zeros({3}), state = Tensor::zeros({3});
   Tensor short_state = Tensor::zeros({2}), undefined;
