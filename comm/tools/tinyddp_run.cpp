@@ -6,6 +6,11 @@
 // Every line a worker prints comes out prefixed with its rank ("[rank 2] loss 0.31"). The exit
 // status is 0 when every worker succeeded, else the first failed worker's exit code (128 + signal
 // when a signal killed it); the last line on stderr names that worker. See comm/launcher.h.
+//
+//   tinyddp-run -n 2 --max-restarts 3 ./train --checkpoint-dir runs/a
+//
+// restarts the whole group when a worker dies, up to 3 times; a program that checkpoints with
+// nn::StateManager then resumes from its last complete epoch (docs/reliability.md).
 #include <signal.h>
 #include <unistd.h>
 
