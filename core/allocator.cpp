@@ -7,6 +7,19 @@
 #include "core/cuda_runtime.h"
 #include "core/error.h"
 
+// Under AddressSanitizer every block goes back to the C library, so that a use after free is still
+// caught: a cached block would stay valid memory for ASan.
+#if defined(__SANITIZE_ADDRESS__)
+#define TINYDDP_CPU_CACHE_ENABLED 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TINYDDP_CPU_CACHE_ENABLED 0
+#endif
+#endif
+#ifndef TINYDDP_CPU_CACHE_ENABLED
+#define TINYDDP_CPU_CACHE_ENABLED 1
+#endif
+
 namespace tinyddp {
 
 namespace {
@@ -93,7 +106,7 @@ class CpuCache {
  public:
   // Smaller blocks are cheap for malloc (thread caches, no page faults); caching them would only add
   // the lock.
-  static constexpr size_t kMinBytes = size_t(64) << 10;
+  static constexpr size_t kMinBytes = TINYDDP_CPU_CACHE_ENABLED ? size_t(64) << 10 : ~size_t(0);
   static constexpr size_t kLimitBytes = size_t(256) << 20;
 
   // Never destroyed: tensors in static objects may be freed after a static cache would be gone.

@@ -8,7 +8,8 @@
 // gradient sizes every iteration, and handing a freed block back to the C library lets it shrink the
 // heap (or munmap the block), so the next step pays page faults to touch the same memory again --
 // several percent of an MLP step. Freed blocks are kept in a free list by size and handed out again;
-// at most 256 MiB are kept, beyond that blocks go back to the system.
+// at most 256 MiB are kept, beyond that blocks go back to the system. (Not under AddressSanitizer,
+// which must see every free to catch a use after it.)
 //
 // CUDA memory comes from a caching allocator: cudaMalloc/cudaFree synchronise the whole device and
 // cost tens of microseconds, so freed blocks are kept in per-device free lists, by rounded size, and
