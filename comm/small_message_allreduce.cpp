@@ -63,7 +63,7 @@ void direct_all_reduce(std::span<Connection* const> peers, int rank, const std::
   if (bytes == 0) return;
   // The gathered inputs: a buffer of the thread's own, reused, for the sizes this path is meant for
   // (no allocation per call); a one-off for anything larger (TINYDDP_SMALL_MESSAGE_BYTES raised).
-  constexpr size_t kKeptBytes = 1 << 20;
+  constexpr size_t kKeptBytes = 4 << 20;  // 2 ranks x 2 MiB: the largest direct exchange by default (tcp)
   thread_local std::vector<std::byte> kept;
   std::vector<std::byte> one_off;
   std::vector<std::byte>& all = size_t(n) * bytes <= kKeptBytes ? kept : one_off;
