@@ -93,6 +93,14 @@ float parse_value(std::string_view field, const Where& at, bool first_row_withou
   return value;
 }
 
+// A feature times CsvOptions::feature_scale, which must stay finite (a large scale can overflow).
+float scaled(float value, const Where& at, const CsvOptions& options) {
+  const float result = value * options.feature_scale;
+  TINYDDP_CHECK(std::isfinite(result), at, ": ", value, " times feature_scale ", options.feature_scale,
+                " overflows a 32-bit float; hint: use a smaller feature_scale");
+  return result;
+}
+
 int64_t parse_class_label(std::string_view field, const Where& at, bool first_row_without_header) {
   int64_t label = 0;
   if (parse_number(field, label) != std::errc()) {
@@ -117,7 +125,7 @@ void check_options(const CsvOptions& options) {
                 "; hint: use ',', ';', '\\t' or ' '");
   TINYDDP_CHECK(std::isfinite(options.feature_scale), "read_csv: feature_scale ", options.feature_scale,
                 " is not finite; hint: pass for example 1.f / 16");
-  TINYDDP_CHECK(options.max_columns >= 2 && options.max_line_bytes > 0 && options.max_bytes > 0,
+  TINYDDP_CHECK(options.max_columns >= 2 && options.max_line_bytes > 0 && options.max_bytes > 0 && options.max_rows > 0,
                 "read_csv: the size limits must be positive (max_columns at least 2)",
                 "; hint: leave CsvOptions' limits at their defaults or raise them");
 }
@@ -175,11 +183,13 @@ TensorDataset parse_csv(const std::string& text, const std::string& source, cons
       continue;
     }
 
+    TINYDDP_CHECK(rows < options.max_rows, source, ":", line_number, ": more than ", options.max_rows,
+                  " data rows; hint: raise CsvOptions::max_rows if the file is right");
     const bool first_row_without_header = !options.has_header && line_number == first_line;
     for (int64_t column = 0; column < columns; ++column) {
       const std::string_view field = fields[size_t(column)];
       const Where at{source, line_number, column + 1};
-      if (column != label_column) features.push_back(parse_value(field, at, first_row_without_header) * options.feature_scale);
+      if (column != label_column) features.push_back(scaled(parse_value(field, at, first_row_without_header), at, options));
       else if (options.class_labels) class_labels.push_back(parse_class_label(field, at, first_row_without_header));
       else value_labels.push_back(parse_value(field, at, first_row_without_header));
     }

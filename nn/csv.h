@@ -33,6 +33,9 @@ struct CsvOptions {
   uint64_t max_bytes = uint64_t(1) << 30;  // of text, after decompression
   uint64_t max_line_bytes = uint64_t(1) << 20;
   int64_t max_columns = int64_t(1) << 16;
+  // Data rows (the header not counted). The default never binds before max_bytes does (a row takes at
+  // least 4 bytes of text); lower it to cap the tensors a file can make this process allocate.
+  int64_t max_rows = int64_t(1) << 28;
 };
 
 // Reads `path`; files compressed with gzip (by content, whatever their name) are decompressed on the fly.

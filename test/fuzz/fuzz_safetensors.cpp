@@ -1,11 +1,10 @@
 // libFuzzer entry point for the safetensors reader: any byte string must be either parsed or refused
 // with a tinyddp::Error -- never a crash, a hang, an out-of-bounds read or another exception.
 //
-// Build and run it with clang's libFuzzer (from the repository root):
-//   test/fuzz/build.sh            # writes build-fuzz/fuzz_safetensors
-//   mkdir -p build-fuzz/corpus
-//   build-fuzz/fuzz_safetensors -max_total_time=60 build-fuzz/corpus test/fixtures
-// (new inputs go to the first folder; the committed fixtures are the seed corpus)
+// Built with clang's libFuzzer (ASan + UBSan) as bin/fuzz_safetensors_libfuzzer wherever clang is
+// found (test/fuzz/CMakeLists.txt); `make test` runs it for 5 s with the committed fixtures as seeds.
+// Run it longer by hand (new inputs go to the first folder; the fixtures are only read):
+//   build/bin/fuzz_safetensors_libfuzzer -max_total_time=600 build/test/fuzz/corpus_safetensors test/fixtures
 //
 // test/core/test_safetensors.cpp includes this file and feeds it a few thousand seeded mutations of a
 // valid file on every `make test`, so the entry point is exercised (and under `make test-asan`,

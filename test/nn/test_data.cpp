@@ -303,6 +303,25 @@ TEST_CASE("inputs over the size limits are refused") {
   CHECK(csv_error("1,2,3\n4,5,6,7,8,9,10\n", {.max_line_bytes = 10}).find("data.csv:2: the line is 14 bytes long, over the limit of 10") !=
         std::string::npos);
   CHECK(csv_error("1,2,3,4,5\n", {.max_columns = 4}).find("data.csv:1: more than 4 columns") != std::string::npos);
+  // Rows: the header is not one of them; exactly max_rows rows pass, one more is refused on its line.
+  CHECK(csv_error("a,b\n1,0\n2,1\n", {.has_header = true, .max_rows = 2}).empty());
+  CHECK(csv_error("a,b\n1,0\n\n2,1\n3,0\n", {.has_header = true, .max_rows = 2}).find("data.csv:5: more than 2 data rows") !=
+        std::string::npos);
+  CHECK(csv_error("1,0\n", {.max_rows = 0}).find("the size limits must be positive") != std::string::npos);
+  // A feature that is finite alone but not once scaled.
+  CHECK(csv_error("3e38,0\n", {.feature_scale = 10.f}).find("data.csv:1, column 1: 3e+38 times feature_scale 10 overflows") !=
+        std::string::npos);
+}
+
+TEST_CASE("a gzip bomb is refused once max_bytes of text came out, not after inflating all of it") {
+  TempDir dir;
+  // 32 MiB of rows that gzip squeezes into a few tens of KiB.
+  std::string rows;
+  for (int i = 0; i < (8 << 20); ++i) rows += "0,0\n";
+  gzip_file(dir.file("bomb.csv.gz"), rows);
+  CHECK(std::filesystem::file_size(dir.file("bomb.csv.gz")) < (1u << 20));
+  CHECK_THROWS_WITH_AS(read_csv(dir.file("bomb.csv.gz"), {.max_bytes = 1 << 20}),
+                       doctest::Contains("holds more than 1048576 bytes of text (after decompression)"), Error);
 }
 
 TEST_CASE("read_csv reads plain and gzip files, and names the file in its errors") {
