@@ -7,6 +7,8 @@
 // set, get, add, wait (on a key it has set, so the wait returns at once: this measures the server's
 // round trip, not anyone's patience). At the end it checks the results: the shared counter must equal
 // the number of adds, and every get must have returned the value set before it. Exit status 1 if not.
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -29,6 +31,23 @@ using namespace tinyddp::comm;
 
 const char* kOpNames[] = {"set", "get", "add", "wait"};
 
+// Every client here is a whole TcpStore in this one process: its socket, plus the epoll, eventfd and
+// timerfd of its own event loop, and the server's end of the connection: 5 descriptors a client. A
+// real job spreads the clients over processes (the server holds one descriptor per client), so a
+// default limit of 1024 would refuse a bench of 256 clients that a real store serves easily: raise
+// the soft limit as far as the hard one allows, and say so when even that is too few.
+void make_room_for_descriptors(int clients) {
+  const rlim_t wanted = rlim_t(clients) * 5 + 64;
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= wanted) return;
+  limit.rlim_cur = std::min(wanted, limit.rlim_max);
+  ::setrlimit(RLIMIT_NOFILE, &limit);
+  if (limit.rlim_cur < wanted)
+    std::fprintf(stderr, "store_bench: %d clients in one process need about %llu open files, but the hard limit is %llu;"
+                 " hint: raise it (ulimit -Hn) or run fewer clients\n", clients, (unsigned long long)wanted,
+                 (unsigned long long)limit.rlim_max);
+}
+
 double percentile(std::vector<double>& sorted, double p) {
   if (sorted.empty()) return 0;
   size_t index = std::min(sorted.size() - 1, size_t(p * double(sorted.size() - 1) + 0.5));
@@ -47,6 +66,7 @@ int main(int argc, char** argv) {
   app.add_option("--host", host, "store address")->capture_default_str();
   app.add_option("--port", port, "store port (0: start a server in this process)")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  make_room_for_descriptors(clients);
 
   try {
     std::unique_ptr<StoreServer> server;

@@ -121,10 +121,18 @@ class TcpStore::Connection {
       disconnect();
       throw;
     }
-    std::string body(length, '\0');
-    done = false;
-    asio::async_read(socket_, asio::buffer(body), [&](asio::error_code e, size_t) { ec = e, done = true; });
-    run_until(deadline, done, ec, what);
+    // The body grows as its bytes arrive, as on the server: a length prefix alone (from a confused or
+    // hostile peer on the store's port) cannot make this process allocate gigabytes up front.
+    constexpr size_t kChunk = 256 * 1024;
+    std::string body;
+    while (body.size() < length) {
+      const size_t have = body.size();
+      body.resize(have + std::min<size_t>(length - have, kChunk));
+      done = false;
+      asio::async_read(socket_, asio::buffer(body.data() + have, body.size() - have),
+                       [&](asio::error_code e, size_t) { ec = e, done = true; });
+      run_until(deadline, done, ec, what);
+    }
     return body;
   }
 

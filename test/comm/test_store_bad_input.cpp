@@ -5,11 +5,13 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <mutex>
 #include <random>
+#include <thread>
 
 #include "comm/store_protocol.h"
 #include "comm/store_server.h"
@@ -220,6 +222,37 @@ TEST_CASE("each kind of bad input closes only its own connection, with the reaso
     CHECK(server.logged("claims 60000 keys but only 5 bytes follow"));
     check_still_serving(server, before, "count");
   }
+  SUBCASE("a key over max_key_bytes, with all its bytes present") {
+    RawClient bad(server.port());
+    bad.hello();
+    std::string body = std::string(1, char(protocol::Command::set)) + u32(5000) + std::string(5000, 'k') + u32(1) + "v";
+    bad.send_bytes(u32(uint32_t(body.size())) + body);
+    CHECK(bad.closed_by_server());
+    CHECK(server.logged("key of 5000 bytes is over the limit of 4096"));
+    CHECK(before.num_keys() == 0);  // nothing of it was stored
+    check_still_serving(server, before, "long-key");
+  }
+  SUBCASE("a value over max_value_bytes, within the frame bound") {
+    RawClient bad(server.port());
+    bad.hello();
+    const uint32_t too_big = (1u << 20) + 1;  // this server's max_value_bytes is 1 MiB
+    std::string body = std::string(1, char(protocol::Command::set)) + u32(1) + "k" + u32(too_big) + std::string(too_big, 'v');
+    bad.send_bytes(u32(uint32_t(body.size())) + body);
+    CHECK(bad.closed_by_server());
+    CHECK(server.logged("value of 1048577 bytes is over the limit of 1048576"));
+    CHECK(before.num_keys() == 0);
+    check_still_serving(server, before, "big-value");
+  }
+  SUBCASE("more keys in one request than max_keys_per_request") {
+    RawClient bad(server.port());
+    bad.hello();
+    std::string body = std::string(1, char(protocol::Command::check)) + u32(70000);
+    for (int i = 0; i < 70000; ++i) body += u32(1) + "k";
+    bad.send_bytes(u32(uint32_t(body.size())) + body);
+    CHECK(bad.closed_by_server());
+    CHECK(server.logged("a list of 70000 keys is over the limit of 65536"));
+    check_still_serving(server, before, "many-keys");
+  }
   SUBCASE("bytes left over after the last field") {
     RawClient bad(server.port());
     bad.hello();
@@ -301,4 +334,59 @@ TEST_CASE("a storm of random frames after a valid hello never stops the server")
   before.set("survived", "yes");
   TcpStore after("127.0.0.1", server.port(), false, client_options());
   CHECK(after.get("survived") == "yes");
+}
+
+TEST_CASE("a client is not made to allocate by a reply's length prefix: a peer claiming a 4 GiB reply is refused") {
+  // A fake store on a socket: a well-formed hello reply advertising a huge value limit, then a
+  // response frame that claims 0xfffffff0 bytes, sends 100 and hangs up.
+  int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  REQUIRE(::listen(listener, 4) == 0);
+  REQUIRE(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  std::thread fake([listener] {
+    pollfd p{listener, POLLIN, 0};
+    if (::poll(&p, 1, 10000) != 1) return;
+    int fd = ::accept(listener, nullptr, nullptr);
+    auto read_n = [fd](size_t n) {
+      std::string got;
+      char buffer[4096];
+      while (got.size() < n) {
+        pollfd q{fd, POLLIN, 0};
+        if (::poll(&q, 1, 10000) != 1) break;
+        ssize_t k = ::recv(fd, buffer, std::min(sizeof buffer, n - got.size()), 0);
+        if (k <= 0) break;
+        got.append(buffer, size_t(k));
+      }
+      return got;
+    };
+    std::string head = read_n(protocol::kHelloHeadBytes);
+    uint16_t version = 0;
+    uint32_t token_bytes = protocol::decode_hello_head(head, version);
+    read_n(token_bytes);
+    std::string reply = protocol::encode_hello_reply({protocol::kVersion, protocol::HelloStatus::ok, 4096, 1ull << 40, ""});
+    std::string frame = u32(0xfffffff0u) + std::string(100, 'x');
+    ::send(fd, reply.data(), reply.size(), MSG_NOSIGNAL);
+    std::string prefix = read_n(protocol::kFrameLengthBytes);  // the client's request
+    read_n(protocol::decode_frame_length(prefix, protocol::Limits{}));
+    ::send(fd, frame.data(), frame.size(), MSG_NOSIGNAL);
+    ::close(fd);
+  });
+  auto peak_rss_kib = [] {
+    rusage usage{};
+    ::getrusage(RUSAGE_SELF, &usage);
+    return usage.ru_maxrss;
+  };
+  const long before = peak_rss_kib();
+  {
+    TcpStore client("127.0.0.1", ntohs(addr.sin_port), false, client_options());
+    CHECK_THROWS_AS(client.get("k"), Error);
+  }
+  fake.join();
+  ::close(listener);
+  // Believing the prefix would have touched 4 GiB; reading as bytes arrive takes a few hundred KiB.
+  CHECK(peak_rss_kib() - before < 256 * 1024);
 }
