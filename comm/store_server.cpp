@@ -44,17 +44,22 @@ constexpr size_t kBodyChunk = 256 * 1024;
 
 }  // namespace
 
-struct Connection;
+// The names of these two types must be unique in tinyddp::comm: comm/transport.h has a Connection and
+// comm/ring_algorithms.h a Waiter, and two classes of one name in one namespace share the mangled
+// names of their inline members. The linker then keeps one destructor for both: these were once
+// called Connection and Waiter, and every store connection leaked its socket buffers through the
+// transport's empty destructor (found by LeakSanitizer).
+struct ClientConnection;
 
 // A get/wait/multi_get parked until its keys exist or its timer fires.
-struct Waiter {
-  std::weak_ptr<Connection> connection;
+struct ParkedRequest {
+  std::weak_ptr<ClientConnection> connection;
   Request request;
   asio::steady_timer timer;
   std::vector<std::string> registered;  // the keys it is listed under in StoreServerState::waiters
   bool done = false;
 
-  explicit Waiter(asio::io_context& io) : timer(io) {}
+  explicit ParkedRequest(asio::io_context& io) : timer(io) {}
 };
 
 struct detail::StoreServerState {
@@ -69,8 +74,8 @@ struct detail::StoreServerState {
   bool stopped = false;
 
   std::unordered_map<std::string, std::string> data;
-  std::unordered_map<std::string, std::vector<std::shared_ptr<Waiter>>> waiters;
-  std::unordered_set<std::shared_ptr<Connection>> connections;
+  std::unordered_map<std::string, std::vector<std::shared_ptr<ParkedRequest>>> waiters;
+  std::unordered_set<std::shared_ptr<ClientConnection>> connections;
 
   std::atomic<uint64_t> accepted{0}, open{0}, rejected{0}, requests{0}, waiting{0};
 
@@ -79,19 +84,19 @@ struct detail::StoreServerState {
   void accept();
   bool exists(const std::string& key) const { return data.count(key) != 0; }
   std::vector<std::string> missing_keys(const Request& request) const;
-  // Runs one request. Returns the response, or nothing when the request was parked as a Waiter.
-  std::optional<Response> execute(const std::shared_ptr<Connection>& connection, Request request);
+  // Runs one request. Returns the response, or nothing when the request was parked (a ParkedRequest).
+  std::optional<Response> execute(const std::shared_ptr<ClientConnection>& connection, Request request);
   Response answer_now(const Request& request);
   void key_created(const std::string& key);
-  void register_waiter(const std::shared_ptr<Waiter>& waiter);
-  void unregister_waiter(const std::shared_ptr<Waiter>& waiter);
-  void finish_waiter(const std::shared_ptr<Waiter>& waiter, Response response);
+  void register_waiter(const std::shared_ptr<ParkedRequest>& waiter);
+  void unregister_waiter(const std::shared_ptr<ParkedRequest>& waiter);
+  void finish_waiter(const std::shared_ptr<ParkedRequest>& waiter, Response response);
 };
 
 // One client connection. All of its handlers run on the server's single thread, so nothing here
 // needs a lock. It keeps one read outstanding at all times, which is how it notices a client that
 // hangs up while its wait is parked.
-struct Connection : std::enable_shared_from_this<Connection> {
+struct ClientConnection : std::enable_shared_from_this<ClientConnection> {
   detail::StoreServerState& server;
   tcp::socket socket;
   asio::steady_timer deadline;
@@ -105,9 +110,9 @@ struct Connection : std::enable_shared_from_this<Connection> {
   bool writing = false;
   bool close_after_write = false;
   bool closed = false;
-  std::shared_ptr<Waiter> waiter;  // the parked request, if any
+  std::shared_ptr<ParkedRequest> waiter;  // the parked request, if any
 
-  Connection(detail::StoreServerState& s, tcp::socket sock)
+  ClientConnection(detail::StoreServerState& s, tcp::socket sock)
       : server(s), socket(std::move(sock)), deadline(s.io), peer(endpoint_text(socket)) {}
 
   void start() {
@@ -305,7 +310,7 @@ void detail::StoreServerState::accept() {
     }
     accepted++;
     open++;
-    auto connection = std::make_shared<Connection>(*this, std::move(socket));
+    auto connection = std::make_shared<ClientConnection>(*this, std::move(socket));
     connections.insert(connection);
     connection->start();
     accept();
@@ -319,9 +324,9 @@ std::vector<std::string> detail::StoreServerState::missing_keys(const Request& r
   return missing;
 }
 
-std::optional<Response> detail::StoreServerState::execute(const std::shared_ptr<Connection>& connection, Request request) {
+std::optional<Response> detail::StoreServerState::execute(const std::shared_ptr<ClientConnection>& connection, Request request) {
   if (command_waits(request.command) && !missing_keys(request).empty()) {
-    auto waiter = std::make_shared<Waiter>(io);
+    auto waiter = std::make_shared<ParkedRequest>(io);
     waiter->connection = connection;
     waiter->request = std::move(request);
     connection->waiter = waiter;
@@ -452,14 +457,14 @@ void detail::StoreServerState::key_created(const std::string& key) {
   }
 }
 
-void detail::StoreServerState::register_waiter(const std::shared_ptr<Waiter>& waiter) {
+void detail::StoreServerState::register_waiter(const std::shared_ptr<ParkedRequest>& waiter) {
   for (auto& key : missing_keys(waiter->request)) {
     waiters[key].push_back(waiter);
     waiter->registered.push_back(key);
   }
 }
 
-void detail::StoreServerState::unregister_waiter(const std::shared_ptr<Waiter>& waiter) {
+void detail::StoreServerState::unregister_waiter(const std::shared_ptr<ParkedRequest>& waiter) {
   for (const auto& key : waiter->registered) {
     auto it = waiters.find(key);
     if (it == waiters.end()) continue;
@@ -470,7 +475,7 @@ void detail::StoreServerState::unregister_waiter(const std::shared_ptr<Waiter>& 
   if (waiting > 0 && waiter->done) waiting--;
 }
 
-void detail::StoreServerState::finish_waiter(const std::shared_ptr<Waiter>& waiter, Response response) {
+void detail::StoreServerState::finish_waiter(const std::shared_ptr<ParkedRequest>& waiter, Response response) {
   waiter->done = true;
   waiter->timer.cancel();
   unregister_waiter(waiter);
