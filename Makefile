@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 CTEST_FLAGS ?=
 
-.PHONY: all deps configure build test test-gpu test-asan test-tsan demo bench data clean fixtures
+.PHONY: all deps configure build test test-gpu test-asan test-tsan test-asan-comm-nn configure-asan configure-tsan demo bench data clean fixtures
 
 all: build
 
@@ -19,19 +19,49 @@ configure: deps
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
-# Every CPU suite; GPU tests inside them skip with a message when no device is found.
+# Every CPU suite; GPU tests inside them skip with a message when no device is found. Then the comm
+# and nn suites again under AddressSanitizer + UndefinedBehaviorSanitizer (the code that parses
+# bytes from the network and from files, and runs threads): a second build folder, CUDA off.
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -L cpu $(CTEST_FLAGS)
+	@$(MAKE) --no-print-directory test-asan-comm-nn
 
 # CUDA-vs-CPU checks of every kernel; needs a machine with a GPU.
 test-gpu: build
 	@cd $(BUILD) && ctest --output-on-failure -L gpu $(CTEST_FLAGS)
 
-test-asan:
-	@$(MAKE) test BUILD=build-asan CMAKE_FLAGS="-DTINYDDP_SANITIZE=address,undefined -DTINYDDP_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo"
+# ---- sanitizers ----------------------------------------------------------------------------------
+# CUDA off (the sanitizers cannot look inside the CUDA runtime). -O0 -g1, assertions on: half the
+# compile time of -O1 -g (the build is most of the cost on 2 cores), and line tables are all a stack
+# trace needs to name the lines. Any report fails the test (cmake/TinyddpSanitizers.cmake).
+ASAN_BUILD ?= build-asan
+TSAN_BUILD ?= build-tsan
+SAN_CMAKE_FLAGS = -DTINYDDP_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O0 -g1"
+ASAN_ENV = ASAN_OPTIONS=detect_leaks=1:check_initialization_order=1:strict_init_order=1 \
+           UBSAN_OPTIONS=print_stacktrace=1
+TSAN_ENV = TSAN_OPTIONS="second_deadlock_stack=1 suppressions=$(CURDIR)/scripts/tsan.supp"
 
-test-tsan:
-	@$(MAKE) test BUILD=build-tsan CMAKE_FLAGS="-DTINYDDP_SANITIZE=thread -DTINYDDP_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo"
+configure-asan: deps
+	@cmake -S . -B $(ASAN_BUILD) -DTINYDDP_SANITIZE=address,undefined $(SAN_CMAKE_FLAGS) $(CMAKE_FLAGS) \
+	  >$(ASAN_BUILD).configure.log 2>&1 || { cat $(ASAN_BUILD).configure.log; exit 1; }
+
+configure-tsan: deps
+	@cmake -S . -B $(TSAN_BUILD) -DTINYDDP_SANITIZE=thread $(SAN_CMAKE_FLAGS) $(CMAKE_FLAGS) \
+	  >$(TSAN_BUILD).configure.log 2>&1 || { cat $(TSAN_BUILD).configure.log; exit 1; }
+
+# Every CPU suite under ASan + UBSan, and under TSan.
+test-asan: configure-asan
+	@cmake --build $(ASAN_BUILD) -j $(JOBS)
+	@cd $(ASAN_BUILD) && $(ASAN_ENV) ctest --output-on-failure -L cpu $(CTEST_FLAGS)
+
+test-tsan: configure-tsan
+	@cmake --build $(TSAN_BUILD) -j $(JOBS)
+	@cd $(TSAN_BUILD) && $(TSAN_ENV) ctest --output-on-failure -L cpu $(CTEST_FLAGS)
+
+# The part of test-asan that `make test` runs: only the comm and nn suites and what they link.
+test-asan-comm-nn: configure-asan
+	@cmake --build $(ASAN_BUILD) -j $(JOBS) --target test_comm test_nn
+	@cd $(ASAN_BUILD) && $(ASAN_ENV) ctest --output-on-failure -R '^(comm|nn)$$' $(CTEST_FLAGS)
 
 # The seed job on every GPU, or on 2 CPU workers where there is none (examples/dummy_mgpu).
 demo: build
@@ -58,4 +88,4 @@ fixtures:
 	@for s in test/fixtures/make_*.py; do echo "$$s"; /usr/bin/python3 "$$s" test/fixtures || exit 1; done
 
 clean:
-	@rm -rf $(BUILD) build-asan build-tsan $(BUILD).configure.log
+	@rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(BUILD).configure.log $(ASAN_BUILD).configure.log $(TSAN_BUILD).configure.log
