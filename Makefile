@@ -34,6 +34,8 @@ test-gpu: build
 # CUDA off (the sanitizers cannot look inside the CUDA runtime). -O0 -g1, assertions on: half the
 # compile time of -O1 -g (the build is most of the cost on 2 cores), and line tables are all a stack
 # trace needs to name the lines. Any report fails the test (cmake/TinyddpSanitizers.cmake).
+# (CMAKE_FLAGS, meant for the main build, is not passed on: `make test CMAKE_FLAGS=-DTINYDDP_CUDA=ON`
+# must not turn CUDA on in the sanitizer builds.)
 ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
 SAN_CMAKE_FLAGS = -DTINYDDP_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O0 -g1"
@@ -42,11 +44,11 @@ ASAN_ENV = ASAN_OPTIONS=detect_leaks=1:check_initialization_order=1:strict_init_
 TSAN_ENV = TSAN_OPTIONS="second_deadlock_stack=1 suppressions=$(CURDIR)/scripts/tsan.supp"
 
 configure-asan: deps
-	@cmake -S . -B $(ASAN_BUILD) -DTINYDDP_SANITIZE=address,undefined $(SAN_CMAKE_FLAGS) $(CMAKE_FLAGS) \
+	@cmake -S . -B $(ASAN_BUILD) -DTINYDDP_SANITIZE=address,undefined $(SAN_CMAKE_FLAGS) \
 	  >$(ASAN_BUILD).configure.log 2>&1 || { cat $(ASAN_BUILD).configure.log; exit 1; }
 
 configure-tsan: deps
-	@cmake -S . -B $(TSAN_BUILD) -DTINYDDP_SANITIZE=thread $(SAN_CMAKE_FLAGS) $(CMAKE_FLAGS) \
+	@cmake -S . -B $(TSAN_BUILD) -DTINYDDP_SANITIZE=thread $(SAN_CMAKE_FLAGS) \
 	  >$(TSAN_BUILD).configure.log 2>&1 || { cat $(TSAN_BUILD).configure.log; exit 1; }
 
 # Every CPU suite under ASan + UBSan, and under TSan.
