@@ -33,15 +33,15 @@ struct Progress {
 
 }  // namespace
 
-Waiter::Waiter(const CollectiveContext& ctx) : ctx_(ctx), last_progress_(Clock::now()) {}
+CollectiveWaiter::CollectiveWaiter(const CollectiveContext& ctx) : ctx_(ctx), last_progress_(Clock::now()) {}
 
-void Waiter::progressed() {
+void CollectiveWaiter::progressed() {
   spin_.reset();
   spins_ = 0;
   last_progress_ = Clock::now();
 }
 
-void Waiter::wait(const std::vector<WaitFor>& waits) {
+void CollectiveWaiter::wait(const std::vector<WaitFor>& waits) {
   if (spin_.keep_spinning()) {
     // The first microseconds spin on the CPU; after that, unless this rank has a core of its
     // own, each retry yields the core first, so a peer that shares it gets to run and answer.
@@ -59,7 +59,7 @@ void Waiter::wait(const std::vector<WaitFor>& waits) {
   if (now > ctx_.deadline) fail_timeout(waits);
 }
 
-void Waiter::fail_timeout(const std::vector<WaitFor>& waits) const {
+void CollectiveWaiter::fail_timeout(const std::vector<WaitFor>& waits) const {
   std::string from, to;
   for (const WaitFor& w : waits) {
     if (w.recv) from += (from.empty() ? "" : ", ") + std::to_string(w.connection->peer());
@@ -158,7 +158,7 @@ void run_streams(std::span<Stream> streams, const CollectiveContext& ctx) {
     for (auto& r : streams[i].send) progress[i].send_total += r.bytes;
     for (auto& r : streams[i].recv) progress[i].recv_total += r.bytes;
   }
-  Waiter waiter(ctx);
+  CollectiveWaiter waiter(ctx);
   std::vector<WaitFor> waits;
   for (;;) {
     bool moved = false, done = true;

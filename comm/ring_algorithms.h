@@ -53,9 +53,9 @@ struct CollectiveContext {
 
 // Spin, then sleep on the transports, checking every peer and the deadline between sleeps: how
 // every blocked algorithm waits. progressed() after any byte moved restarts the spin.
-class Waiter {
+class CollectiveWaiter {
  public:
-  explicit Waiter(const CollectiveContext& ctx);
+  explicit CollectiveWaiter(const CollectiveContext& ctx);
   void progressed();
   // Spins once, or sleeps once on the transports of `waits`; throws on a dead peer or the deadline.
   void wait(const std::vector<WaitFor>& waits);

@@ -17,7 +17,7 @@ void exchange(std::span<Connection* const> peers, int rank, const std::byte* min
   thread_local std::vector<WaitFor> waits;
   sent.assign(size_t(n), 0);
   got.assign(size_t(n), 0);
-  Waiter waiter(ctx);
+  CollectiveWaiter waiter(ctx);
   for (;;) {
     bool moved = false, done = true;
     for (int p = 0; p < n; ++p) {
