@@ -75,7 +75,9 @@ template <typename T>
 // The library is built for the baseline x86-64 (SSE2); this one hot function also gets an AVX2 and
 // an AVX-512 clone, picked at load time for the CPU it runs on: twice the width while the data is
 // in cache, which is where the ring's segments are when they are reduced.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// (Not under ThreadSanitizer: the loader runs the ifunc resolver before the TSan runtime is up, and
+// the instrumented resolver crashes every program at load.)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
 void reduce_elements(void* dst, const void* a, const void* b, size_t count, DType dtype, ReduceOp op) {

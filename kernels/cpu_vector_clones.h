@@ -8,7 +8,10 @@
 // Internal to kernels/*.cpp.
 #pragma once
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__)
+// Not under ThreadSanitizer: the clone is picked by an ifunc resolver that the dynamic loader runs
+// before the TSan runtime is up, and the instrumented resolver crashes every program at load.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__) && \
+    !defined(__SANITIZE_THREAD__)
 #define TINYDDP_CPU_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define TINYDDP_CPU_VECTOR_CLONES

@@ -58,6 +58,7 @@ int run_rank(int rank, int port, const std::string& transport, std::string& repo
 }
 
 void kill_one_rank(const std::string& transport) {
+  TINYDDP_SKIP_UNDER_TSAN();  // the ranks are spawn_child lambdas: forked, no exec
   TcpStoreOptions server_options;
   server_options.timeout = 20s;
   TcpStore server("127.0.0.1", 0, true, server_options);
