@@ -3,7 +3,10 @@
 
 #include <doctest/doctest.h>
 
+#include <stdlib.h>
+
 #include <cmath>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -31,5 +34,22 @@ inline void check_close(const Tensor& got, const Tensor& ref, double atol, doubl
                                                    << shape_str(ref.shape()));
   check_close(got.to_vector<float>(), ref.to_vector<float>(), atol, rtol, what);
 }
+
+// A fresh directory under the system's temp folder, removed with everything in it at scope exit.
+struct TempDir {
+  std::filesystem::path path;
+  explicit TempDir(const std::string& prefix = "tinyddp_test") {
+    std::string pattern = (std::filesystem::temp_directory_path() / (prefix + "_XXXXXX")).string();
+    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
+    path = pattern;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string file(const std::string& name) const { return (path / name).string(); }
+};
 
 }  // namespace tinyddp::testing

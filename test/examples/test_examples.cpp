@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "test/test_support.h"
 #include "core/safetensors.h"
 #include "core/trace.h"
 #include "examples/dummy_dataset.h"
@@ -27,19 +28,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-struct TempDir {
-  std::filesystem::path path;
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "tinyddp_examples_XXXXXX").string();
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path, ignored);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
+using tinyddp::testing::TempDir;
 
 std::string program(const std::string& name) { return std::string(TINYDDP_BIN_DIR) + "/" + name; }
 

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "test/test_support.h"
 #include "core/error.h"
 #include "core/safetensors.h"
 #include "nn/addons/state_manager.h"
@@ -25,19 +26,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-struct FaultDir {
-  std::filesystem::path path;
-  FaultDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "tinyddp_faults_XXXXXX").string();
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~FaultDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path, ignored);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
+using FaultDir = tinyddp::testing::TempDir;
 
 std::string bin(const std::string& name) { return std::string(TINYDDP_BIN_DIR) + "/" + name; }
 

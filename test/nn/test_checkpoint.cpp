@@ -35,16 +35,7 @@ using namespace tinyddp::nn;
 
 namespace {
 
-struct TempDir {
-  std::filesystem::path path;
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "tinyddp_checkpoint_XXXXXX").string();
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
+using tinyddp::testing::TempDir;
 
 // Linear(4, hidden) -> ReLU -> Linear(hidden, 3), trained with Adam (or SGD) under a cosine schedule.
 struct Run {

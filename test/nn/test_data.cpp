@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "test/test_support.h"
 #include "core/random.h"
 #include "nn/csv.h"
 #include "nn/data_loader.h"
@@ -41,16 +42,7 @@ void within_seconds(int seconds, Body&& body) {
   done.get();
 }
 
-struct TempDir {
-  std::filesystem::path path;
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "tinyddp_data_XXXXXX").string();
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
+using tinyddp::testing::TempDir;
 
 // Sample i has inputs [i, i + 0.5] and target i, so a batch shows exactly which samples it holds.
 std::shared_ptr<TensorDataset> indexed_dataset(int64_t n) {

@@ -37,16 +37,7 @@ namespace {
 const std::vector<int64_t> kWidths{256, 1024, 1024, 1024, 10};
 constexpr int64_t kBatch = 64, kSteps = 3, kWorld = 2, kSamples = kBatch * kSteps * kWorld;
 
-struct TempDir {
-  std::filesystem::path path;
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "tinyddp_ddp_XXXXXX").string();
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
+using tinyddp::testing::TempDir;
 
 Tensor features() { return random_features(kSamples, kWidths.front(), 11); }
 Tensor labels() { return random_labels(kSamples, kWidths.back(), 12); }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "test/test_support.h"
 #include "core/random.h"
 #include "kernels/ops.h"
 #include "nn/activations.h"
@@ -66,19 +67,7 @@ struct Setup {
   }
 };
 
-struct TempDir {
-  std::filesystem::path path;
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "tinyddp_trainer_XXXXXX").string();
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path, ignored);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
+using tinyddp::testing::TempDir;
 
 inline std::vector<float> flat_weights(nn::Module& model) {
   std::vector<float> out;
