@@ -45,6 +45,13 @@ class RingBackend : public ProcessGroup {
   // Which transport reaches `peer`: "shm" or "tcp" ("self" for this rank).
   std::string transport_to(int peer) const;
   size_t small_message_bytes() const { return small_message_bytes_; }
+  // How many collectives ran on the communication thread, and how many on a waiting caller's
+  // thread (see Executor in the .cpp: a blocking caller runs its small collectives itself).
+  struct RunCounts {
+    uint64_t by_thread = 0;
+    uint64_t by_caller = 0;
+  };
+  RunCounts collectives_run() const;
 
   class Executor;
 

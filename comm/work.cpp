@@ -19,20 +19,22 @@ std::shared_ptr<Work> Work::completed(std::string description) {
 }
 
 void Work::wait() {
-  block_until_done(std::chrono::steady_clock::time_point::max(), /*help=*/true);
+  // The helper is told even when the work is done already: the backend learns from it how the
+  // caller waits (see RingBackend's Executor).
+  if (helper_) helper_();
+  block_until_done(std::chrono::steady_clock::time_point::max());
   rethrow_if_failed();
 }
 
 bool Work::wait_for(Duration timeout) {
   // No helping here: a caller that ran the collective itself could not give up at its own timeout.
-  bool done = block_until_done(std::chrono::steady_clock::now() + timeout, /*help=*/false);
+  bool done = block_until_done(std::chrono::steady_clock::now() + timeout);
   if (done) rethrow_if_failed();
   return done;
 }
 
-bool Work::block_until_done(std::chrono::steady_clock::time_point deadline, bool help) {
+bool Work::block_until_done(std::chrono::steady_clock::time_point deadline) {
   if (is_completed()) return true;
-  if (help && helper_) helper_();
   // A short spin first: a collective that is nearly done finishes sooner than a sleeping thread
   // wakes up (tens of microseconds). Then sleep, so a waiting caller leaves the core to the ranks
   // that do the work (4 ranks on 2 cores).

@@ -8,9 +8,11 @@
 //   ...                                 // compute overlaps the communication
 //   work->wait();                       // blocks until done; rethrows the collective's error
 //
-// wait() (not wait_for) first offers the waiting thread to the backend (the "helper"): when the communication
-// thread has not started the queued collectives yet, the caller runs them itself instead of
-// sleeping, which saves two thread hand-offs on every small, immediately awaited collective.
+// wait() (not wait_for) first offers the waiting thread to the backend (the "helper"): when the
+// communication thread has not started the queued collectives yet, the caller runs them itself
+// instead of sleeping, which saves two thread hand-offs on every small, immediately awaited
+// collective. The ring backend also learns from it which callers wait for each collective before
+// the next, and leaves their small collectives to them (RingBackend's Executor).
 #pragma once
 
 #include <atomic>
@@ -47,13 +49,13 @@ class Work {
   // ---- for backends ----
   void mark_succeeded();
   void mark_failed(std::exception_ptr error);
-  // Called by wait() before blocking (see the header comment).
+  // Called by wait() first, done or not (see the header comment).
   void set_helper(std::function<void()> helper) { helper_ = std::move(helper); }
 
  private:
   static constexpr int kPending = 0, kSucceeded = 1, kFailed = 2;
   void finish(int state);
-  bool block_until_done(std::chrono::steady_clock::time_point deadline, bool help);
+  bool block_until_done(std::chrono::steady_clock::time_point deadline);
   void rethrow_if_failed() const;
 
   std::string description_;

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <future>
+#include <thread>
 
 #include "comm/ring_backend.h"
 #include "core/cuda_runtime.h"
@@ -100,6 +101,43 @@ TEST_CASE("collectives queued back to back run in call order") {
       CHECK(tensors[size_t(i)].item<int32_t>(tensors[size_t(i)].numel() - 1) == want);
     }
   });
+}
+
+TEST_CASE("a caller that waits for each small collective runs it itself; one it then leaves unawaited still runs") {
+  for (const std::string transport : {"shm", "tcp"}) {
+    CAPTURE(transport);
+    auto groups = make_groups(2, options("blocking-caller-" + transport, false, transport));
+    std::promise<void> rank0_called;
+    run_ranks(2, [&](int r) {
+      auto& group = dynamic_cast<RingBackend&>(*groups[size_t(r)]);
+      // The blocking caller's pattern: each small all-reduce awaited before the next is called.
+      for (int i = 0; i < 100; ++i) {
+        Tensor t = Tensor::from_vector(std::vector<float>{float(r + i), 1.f});
+        group.all_reduce(t)->wait();
+        REQUIRE(t.to_vector<float>() == std::vector<float>{float(2 * i + 1), 2.f});
+      }
+      // Most of them ran on the caller's own thread (the first few, before the pattern is known,
+      // and any the thread's periodic look caught first, on the communication thread).
+      auto counts = group.collectives_run();
+      CAPTURE(counts.by_thread);
+      CHECK(counts.by_caller >= 50);
+      // Now rank 0 calls and does not wait: rank 1 only calls once rank 0 says so. Nobody runs rank
+      // 0's collective for it, so its communication thread must start it by itself.
+      Tensor t = Tensor::from_vector(std::vector<int32_t>{r + 1});
+      if (r == 0) {
+        auto work = group.all_reduce(t);
+        rank0_called.set_value();
+        auto give_up = std::chrono::steady_clock::now() + 10s;
+        while (!work->is_completed() && std::chrono::steady_clock::now() < give_up) std::this_thread::sleep_for(1ms);
+        CHECK(work->is_completed());
+        CHECK(work->is_success());
+      } else {
+        rank0_called.get_future().wait();
+        group.all_reduce(t)->wait();
+      }
+      CHECK(t.item<int32_t>(0) == 3);
+    });
+  }
 }
 
 TEST_CASE("a rank that never calls makes the others time out with an error naming it") {
