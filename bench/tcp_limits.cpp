@@ -11,12 +11,6 @@
 //   two streams, 4 thr  A -> B and B -> A at once, a thread per direction per end
 //   two streams, 2 thr  the same with one thread per end driving both sockets (poll): the shape
 //                       of a communication thread without receiver threads
-//   ring's work         two streams, 4 threads, and each receiver also does the arithmetic of a
-//                       2-rank ring all-reduce: of every message (--message bytes) it adds the first
-//                       half into the rank's own buffer (reduce-scatter) and receives the second half
-//                       straight into place (all-gather). Nothing waits on anything: this is the
-//                       ceiling of a 2-rank all-reduce over loopback TCP on this host, its copies and
-//                       its additions sharing the cores with the kernel's.
 // Figures are payload bytes per second per direction (GB/s = 1e9 B/s).
 #include <CLI/CLI.hpp>
 
@@ -44,7 +38,6 @@ struct Options {
   size_t bytes = size_t(2) << 30;  // per direction
   size_t chunk = 1 << 20;          // bytes per send()/recv() call
   int buffer = 0;                  // SO_SNDBUF/SO_RCVBUF; 0 keeps the kernel's auto-tuning
-  size_t message = 64 << 20;       // the all-reduce size the "ring's work" line models
 };
 
 void tune(int fd, const Options& o) {
@@ -116,36 +109,6 @@ void duplex_one_thread(int out, int in, size_t total, const Options& o) {
   }
 }
 
-// The receiving end of a 2-rank ring all-reduce, message after message: the first half of each
-// arrives in a chunk-sized scratch and is added into `own` (floats), the second half lands in place.
-void recv_ring_work(int fd, size_t total, const Options& o) {
-  const size_t message = std::max<size_t>(o.message - o.message % (2 * sizeof(float)), 2 * sizeof(float));
-  std::vector<float> own(message / sizeof(float), 1.f);
-  std::vector<char> scratch(o.chunk - o.chunk % sizeof(float));
-  auto* own_bytes = reinterpret_cast<char*>(own.data());
-  size_t got = 0;
-  while (got < total) {
-    const size_t at = got % message;  // where in the current message
-    if (at < message / 2) {            // reduce-scatter half: receive, then add
-      size_t want = std::min({scratch.size(), message / 2 - at, total - got});
-      size_t have = 0;
-      while (have < want || have % sizeof(float) != 0) {
-        ssize_t k = ::recv(fd, scratch.data() + have, want - have, 0);
-        if (k <= 0) throw std::runtime_error(std::string("tcp_limits: recv failed: ") + std::strerror(errno));
-        have += size_t(k);
-      }
-      const auto* in = reinterpret_cast<const float*>(scratch.data());
-      float* dst = own.data() + at / sizeof(float);
-      for (size_t i = 0; i < have / sizeof(float); ++i) dst[i] += in[i];
-      got += have;
-    } else {  // all-gather half: straight into place
-      ssize_t k = ::recv(fd, own_bytes + at, std::min({o.chunk, message - at, total - got}), 0);
-      if (k <= 0) throw std::runtime_error(std::string("tcp_limits: recv failed: ") + std::strerror(errno));
-      got += size_t(k);
-    }
-  }
-}
-
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 double one_stream(const Options& o) {
@@ -162,19 +125,16 @@ double one_stream(const Options& o) {
 
 // Two streams in opposite directions on two sockets (one per direction, as the tcp transport
 // uses); returns the rate per direction.
-enum class Shape { threads, one_thread_per_end, ring_work };
-
-double two_streams(const Options& o, Shape shape) {
+double two_streams(const Options& o, bool thread_per_direction) {
   auto [ab_a, ab_b] = connected_pair(o);  // A sends on ab_a, B receives on ab_b
   auto [ba_b, ba_a] = connected_pair(o);  // B sends on ba_b, A receives on ba_a
   auto start = Clock::now();
   std::vector<std::thread> threads;
-  if (shape != Shape::one_thread_per_end) {
-    auto receive = shape == Shape::ring_work ? recv_ring_work : recv_all;
+  if (thread_per_direction) {
     threads.emplace_back([&, fd = ab_a] { send_all(fd, o.bytes, o); });
-    threads.emplace_back([&, fd = ab_b] { receive(fd, o.bytes, o); });
+    threads.emplace_back([&, fd = ab_b] { recv_all(fd, o.bytes, o); });
     threads.emplace_back([&, fd = ba_b] { send_all(fd, o.bytes, o); });
-    threads.emplace_back([&, fd = ba_a] { receive(fd, o.bytes, o); });
+    threads.emplace_back([&, fd = ba_a] { recv_all(fd, o.bytes, o); });
   } else {
     threads.emplace_back([&, out = ab_a, in = ba_a] { duplex_one_thread(out, in, o.bytes, o); });
     threads.emplace_back([&, out = ba_b, in = ab_b] { duplex_one_thread(out, in, o.bytes, o); });
@@ -194,21 +154,17 @@ int main(int argc, char** argv) {
   app.add_option("--gib", gib, "GiB per direction and test");
   app.add_option("--chunk", o.chunk, "bytes per send()/recv() call");
   app.add_option("--buffer", o.buffer, "SO_SNDBUF/SO_RCVBUF in bytes (0: the kernel's auto-tuning)");
-  app.add_option("--message", o.message, "all-reduce bytes the ring's-work line models");
   CLI11_PARSE(app, argc, argv);
   o.bytes = size_t(gib * double(size_t(1) << 30));
   try {
     double one = one_stream(o);
-    double two4 = two_streams(o, Shape::threads);
-    double two2 = two_streams(o, Shape::one_thread_per_end);
-    double ring = two_streams(o, Shape::ring_work);
+    double two4 = two_streams(o, true);
+    double two2 = two_streams(o, false);
     std::printf("# loopback TCP, %.2f GiB per direction, %zu-byte calls, buffers %s, %u CPUs\n", gib, o.chunk,
                 o.buffer > 0 ? std::to_string(o.buffer).c_str() : "auto", std::thread::hardware_concurrency());
     std::printf("tcp one stream                 %6.2f GB/s\n", one);
     std::printf("tcp two streams, 4 threads     %6.2f GB/s per direction (%.2f both)\n", two4, 2 * two4);
     std::printf("tcp two streams, 2 threads     %6.2f GB/s per direction (%.2f both)\n", two2, 2 * two2);
-    std::printf("tcp two streams + ring's work  %6.2f GB/s per direction: the 2-rank all-reduce ceiling (busbw), %zu-byte messages\n",
-                ring, o.message);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 1;
