@@ -31,7 +31,7 @@ struct Progress {
   size_t send_region = 0, send_offset = 0;
   size_t recv_region = 0, recv_offset = 0;
   // One element to reduce, gathered here when the transport's ring ends in the middle of it.
-  std::array<std::byte, 8> carry{};
+  alignas(8) std::array<std::byte, 8> carry{};
   size_t carry_bytes = 0;
 };
 
