@@ -1,6 +1,8 @@
 #include "comm/reduce_op.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "core/error.h"
@@ -50,22 +52,38 @@ template <typename T, typename Combine>
   for (size_t i = 0; i < count; ++i) dst[i] = combine(a[i], b[i]);
 }
 
+// `b` is the incoming side, read in place in a transport's ring, and it may sit at any address:
+// after traffic in a smaller dtype (an odd count of i32s, then f64s) the stream's position in the
+// ring is no multiple of this type's size, and a T* load there is undefined (UBSan stops on it).
+// Such a run is read through memcpy, which is defined at any address and compiles to plain
+// unaligned loads; the aligned case keeps the loop above.
+template <typename T, typename Combine>
+[[gnu::always_inline]] inline void combine_any(T* dst, const T* a, const void* b, size_t count, Combine combine) {
+  if (reinterpret_cast<uintptr_t>(b) % alignof(T) == 0) return combine_loop(dst, a, static_cast<const T*>(b), count, combine);
+  const auto* bytes = static_cast<const std::byte*>(b);
+  for (size_t i = 0; i < count; ++i) {
+    T y;
+    std::memcpy(&y, bytes + i * sizeof(T), sizeof(T));
+    dst[i] = combine(a[i], y);
+  }
+}
+
 template <typename T>
-[[gnu::always_inline]] inline void reduce_typed(T* dst, const T* a, const T* b, size_t count, ReduceOp op) {
+[[gnu::always_inline]] inline void reduce_typed(T* dst, const T* a, const void* b, size_t count, ReduceOp op) {
   using A = Arith<T>;
   switch (op) {
     case ReduceOp::sum:
     case ReduceOp::avg:
-      combine_loop(dst, a, b, count, [](T x, T y) { return T(A(x) + A(y)); });
+      combine_any(dst, a, b, count, [](T x, T y) { return T(A(x) + A(y)); });
       return;
     case ReduceOp::prod:
-      combine_loop(dst, a, b, count, [](T x, T y) { return T(A(x) * A(y)); });
+      combine_any(dst, a, b, count, [](T x, T y) { return T(A(x) * A(y)); });
       return;
     case ReduceOp::max:
-      combine_loop(dst, a, b, count, [](T x, T y) { return x < y ? y : x; });
+      combine_any(dst, a, b, count, [](T x, T y) { return x < y ? y : x; });
       return;
     case ReduceOp::min:
-      combine_loop(dst, a, b, count, [](T x, T y) { return y < x ? y : x; });
+      combine_any(dst, a, b, count, [](T x, T y) { return y < x ? y : x; });
       return;
   }
 }
@@ -82,10 +100,10 @@ __attribute__((target_clones("avx512f", "avx2", "default")))
 #endif
 void reduce_elements(void* dst, const void* a, const void* b, size_t count, DType dtype, ReduceOp op) {
   switch (dtype) {
-    case DType::f32: return reduce_typed(static_cast<float*>(dst), static_cast<const float*>(a), static_cast<const float*>(b), count, op);
-    case DType::f64: return reduce_typed(static_cast<double*>(dst), static_cast<const double*>(a), static_cast<const double*>(b), count, op);
-    case DType::i32: return reduce_typed(static_cast<int32_t*>(dst), static_cast<const int32_t*>(a), static_cast<const int32_t*>(b), count, op);
-    case DType::i64: return reduce_typed(static_cast<int64_t*>(dst), static_cast<const int64_t*>(a), static_cast<const int64_t*>(b), count, op);
+    case DType::f32: return reduce_typed(static_cast<float*>(dst), static_cast<const float*>(a), b, count, op);
+    case DType::f64: return reduce_typed(static_cast<double*>(dst), static_cast<const double*>(a), b, count, op);
+    case DType::i32: return reduce_typed(static_cast<int32_t*>(dst), static_cast<const int32_t*>(a), b, count, op);
+    case DType::i64: return reduce_typed(static_cast<int64_t*>(dst), static_cast<const int64_t*>(a), b, count, op);
     default: break;
   }
   TINYDDP_FAIL("collectives reduce f32, f64, i32 and i64, not ", dtype_name(dtype),

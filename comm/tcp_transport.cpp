@@ -20,7 +20,9 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <thread>
+#include <utility>
 
 #include "comm/log.h"
 #include "core/error.h"
@@ -55,6 +57,68 @@ struct Handshake {
   uint64_t token;  // digest of the job token: never the token itself on the wire
 };
 static_assert(sizeof(Handshake) == 32);
+
+// How long a connection on the listener may take to send its whole handshake before it is refused.
+constexpr auto kHandshakeGrace = std::chrono::seconds(5);
+// At most this many accepted connections wait for their handshakes at once; more wait in the
+// listener's backlog (a flood of silent sockets must not use up this rank's file descriptors).
+constexpr size_t kMaxKnocks = 64;
+
+// A connection accepted on the listener whose handshake has not arrived whole yet. Each has its own
+// grace, and all are heard at once with poll(), so one that stays silent holds up nobody else.
+struct Knock {
+  enum class Heard { more, all, hung_up };
+
+  int fd = -1;
+  std::string source;  // "address:port", for the log
+  Clock::time_point accepted, grace_ends;
+  Handshake hello{};
+  size_t got = 0;  // bytes of `hello` that arrived
+
+  // The next connection waiting on the (non-blocking) listener, or nothing when there is none now.
+  static std::optional<Knock> accept(int listener, Clock::time_point grace_ends) {
+    for (;;) {
+      sockaddr_in from{};
+      socklen_t from_len = sizeof from;
+      int fd = ::accept4(listener, reinterpret_cast<sockaddr*>(&from), &from_len, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd < 0 && errno == EINTR) continue;
+      // EAGAIN: nobody else waits; anything else (the peer reset before accept, out of descriptors)
+      // is that one connection's problem, and poll() wakes this rank again for the next one.
+      if (fd < 0) return std::nullopt;
+      char who[INET_ADDRSTRLEN] = "?";
+      ::inet_ntop(AF_INET, &from.sin_addr, who, sizeof who);
+      Knock knock;
+      knock.fd = fd;
+      knock.source = std::string(who) + ":" + std::to_string(ntohs(from.sin_port));
+      knock.accepted = Clock::now();
+      knock.grace_ends = grace_ends;
+      return knock;
+    }
+  }
+
+  // Reads what has arrived of the handshake, without blocking.
+  Heard hear() {
+    while (got < sizeof hello) {
+      ssize_t k = ::recv(fd, reinterpret_cast<char*>(&hello) + got, sizeof hello - got, MSG_DONTWAIT);
+      if (k > 0) {
+        got += size_t(k);
+      } else if (k < 0 && errno == EINTR) {
+        continue;
+      } else if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        return Heard::more;
+      } else {
+        return Heard::hung_up;  // EOF or a reset
+      }
+    }
+    return Heard::all;
+  }
+
+  // "7 of 32 bytes in 1200 ms", for the log.
+  std::string progress() const {
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - accepted).count();
+    return std::to_string(got) + " of " + std::to_string(sizeof hello) + " bytes in " + std::to_string(ms) + " ms";
+  }
+};
 
 uint64_t fnv1a(const std::string& text) {
   uint64_t h = 1469598103934665603ull;
@@ -376,7 +440,7 @@ TcpTransport::TcpTransport(Store& store, const std::string& prefix, int rank, co
   // the host unless asked (TINYDDP_BIND_ALL=1): the port takes data from anyone who reaches it.
   const std::string interface = any_remote ? peer_facing_address(options) : "127.0.0.1";
   const bool bind_all = any_remote && (options.bind_all || bind_all_from_environment());
-  int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);  // non-blocking: see Knock::accept
   TINYDDP_CHECK(listener >= 0, "tcp transport: socket() failed: ", errno_text(errno), "; hint: check the open-file limit (ulimit -n)");
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -457,58 +521,97 @@ TcpTransport::TcpTransport(Store& store, const std::string& prefix, int rank, co
       }
     }
 
-    // 3. Accept every higher rank (two sockets each). Anything else that knocks is refused with a logged reason.
+    // 3. Accept every higher rank (two sockets each). Anything else that knocks is refused with a
+    // logged reason. Handshakes are heard concurrently (see Knock), so a stranger that connects and
+    // stays silent costs the real ranks nothing: they are let in as soon as their 32 bytes arrive.
     int expected = 2 * int(std::count_if(peers.begin(), peers.end(), [&](int p) { return p > rank; }));
-    while (expected > 0) {
-      if (!wait_fd(listener, POLLIN, deadline)) {
-        std::string missing;
-        for (int p : peers)
-          if (p > rank && !peers_[p]) missing += (missing.empty() ? "" : ", ") + std::to_string(p);
-        TINYDDP_FAIL("tcp transport: rank ", rank, " timed out after ", timeout.count(), " ms waiting for rank(s) ", missing,
-                     " to connect; hint: those ranks did not start, failed earlier, or cannot reach ", advertised);
-      }
-      sockaddr_in from{};
-      socklen_t from_len = sizeof from;
-      int fd = ::accept4(listener, reinterpret_cast<sockaddr*>(&from), &from_len, SOCK_CLOEXEC);
-      if (fd < 0) continue;
-      char who[INET_ADDRSTRLEN] = "?";
-      ::inet_ntop(AF_INET, &from.sin_addr, who, sizeof who);
-      std::string source = std::string(who) + ":" + std::to_string(ntohs(from.sin_port));
-      Handshake hello{};
-      std::string refusal;
-      if (!read_all(fd, &hello, sizeof hello, std::min(deadline, Clock::now() + std::chrono::seconds(5))))
-        refusal = "no handshake within 5 s";
-      else if (hello.magic != kMagic)
-        refusal = "not a tinyddp transport handshake (wrong magic)";
-      else if (hello.version != kVersion)
-        refusal = "protocol version " + std::to_string(hello.version) + ", this rank speaks " + std::to_string(kVersion);
-      else if (hello.token != token)
-        refusal = "wrong job token (TINYDDP_TOKEN differs)";
-      else if (hello.group != group)
-        refusal = "it belongs to another process group or job";
-      else if (hello.to != rank)
-        refusal = "it wanted rank " + std::to_string(hello.to);
-      else if (hello.from <= rank || hello.from >= int(peers_.size()) ||
-               std::find(peers.begin(), peers.end(), int(hello.from)) == peers.end())
-        refusal = "rank " + std::to_string(hello.from) + " is not a peer that connects to this rank";
-      else if (hello.channel > kDownward)
-        refusal = "unknown channel " + std::to_string(hello.channel);
-      else if (peers_[hello.from] || pending[hello.from][hello.channel] >= 0)
-        refusal = "rank " + std::to_string(hello.from) + " is connected already";
-      if (!refusal.empty()) {
-        log_line(LogLevel::warn, "tcp-transport",
-                 "rank " + std::to_string(rank) + " refused a connection from " + source + ": " + refusal);
-        ::close(fd);
-        continue;
-      }
-      Handshake reply{kMagic, kVersion, kAccepted, hello.channel, rank, hello.from, group, token};
+    auto refuse = [&](Knock& knock, const std::string& reason) {
+      log_line(LogLevel::warn, "tcp-transport",
+               "rank " + std::to_string(rank) + " refused a connection from " + knock.source + ": " + reason);
+      ::close(knock.fd);
+      knock.fd = -1;
+    };
+    // Why a complete handshake is refused ("" when it is one of this rank's expected connections).
+    auto refusal_for = [&](const Handshake& hello) -> std::string {
+      if (hello.magic != kMagic) return "not a tinyddp transport handshake (wrong magic)";
+      if (hello.version != kVersion)
+        return "protocol version " + std::to_string(hello.version) + ", this rank speaks " + std::to_string(kVersion);
+      if (hello.token != token) return "wrong job token (TINYDDP_TOKEN differs)";
+      if (hello.group != group) return "it belongs to another process group or job";
+      if (hello.to != rank) return "it wanted rank " + std::to_string(hello.to);
+      if (hello.from <= rank || hello.from >= int(peers_.size()) ||
+          std::find(peers.begin(), peers.end(), int(hello.from)) == peers.end())
+        return "rank " + std::to_string(hello.from) + " is not a peer that connects to this rank";
+      if (hello.channel > kDownward) return "unknown channel " + std::to_string(hello.channel);
+      if (peers_[hello.from] || pending[hello.from][hello.channel] >= 0)
+        return "rank " + std::to_string(hello.from) + " is connected already";
+      return "";
+    };
+    // A whole handshake arrived: let the rank in (answer it) or refuse it.
+    auto judge = [&](Knock& knock) {
+      if (std::string reason = refusal_for(knock.hello); !reason.empty()) return refuse(knock, reason);
+      Handshake reply{kMagic, kVersion, kAccepted, knock.hello.channel, rank, knock.hello.from, group, token};
+      int fd = std::exchange(knock.fd, -1);
       if (!write_all(fd, &reply, sizeof reply, deadline)) {
         ::close(fd);
-        continue;
+        return;
       }
-      finish(hello.from, hello.channel, fd, /*connector=*/false);
+      finish(knock.hello.from, knock.hello.channel, fd, /*connector=*/false);
       --expected;
+    };
+
+    std::vector<Knock> knocks;
+    try {
+      while (expected > 0) {
+        const auto now = Clock::now();
+        for (Knock& knock : knocks)
+          if (now >= knock.grace_ends) refuse(knock, "no handshake within 5 s (" + knock.progress() + ")");
+        std::erase_if(knocks, [](const Knock& k) { return k.fd < 0; });
+        if (now >= deadline) {
+          std::string missing;
+          for (int p : peers)
+            if (p > rank && !peers_[p]) missing += (missing.empty() ? "" : ", ") + std::to_string(p);
+          TINYDDP_FAIL("tcp transport: rank ", rank, " timed out after ", timeout.count(), " ms waiting for rank(s) ", missing,
+                       " to connect; hint: those ranks did not start, failed earlier, or cannot reach ", advertised);
+        }
+
+        // Sleep until the listener or a knock has something, or the next grace or the deadline ends.
+        // At kMaxKnocks unheard sockets the listener is left out: newcomers wait in its backlog.
+        auto wake = deadline;
+        std::vector<pollfd> fds{{knocks.size() < kMaxKnocks ? listener : -1, POLLIN, 0}};
+        for (const Knock& knock : knocks) {
+          fds.push_back({knock.fd, POLLIN, 0});
+          wake = std::min(wake, knock.grace_ends);
+        }
+        if (::poll(fds.data(), fds.size(), remaining_ms(wake) + 1) <= 0) continue;  // timeouts, EINTR: looked at above
+
+        for (size_t i = 0; i < knocks.size(); ++i) {
+          if (fds[i + 1].revents == 0) continue;
+          Knock& knock = knocks[i];
+          switch (knock.hear()) {
+            case Knock::Heard::more: break;
+            case Knock::Heard::hung_up: refuse(knock, "no handshake within 5 s (it hung up after " + knock.progress() + ")"); break;
+            case Knock::Heard::all: judge(knock); break;
+          }
+        }
+        if (fds[0].revents != 0)
+          while (knocks.size() < kMaxKnocks) {
+            std::optional<Knock> knock = Knock::accept(listener, std::min(deadline, Clock::now() + kHandshakeGrace));
+            if (!knock) break;
+            knocks.push_back(std::move(*knock));
+          }
+      }
+    } catch (...) {
+      for (Knock& knock : knocks)
+        if (knock.fd >= 0) ::close(knock.fd);
+      throw;
     }
+    // Every rank is in: whoever is still mid-handshake cannot be one of them (a second connection
+    // for a rank would be refused as "connected already"), and the group does not wait for it.
+    for (Knock& knock : knocks)
+      if (knock.fd >= 0)
+        refuse(knock, "no handshake yet when every rank had joined (" + knock.progress() +
+                          "); the group does not wait out a stranger's 5 s grace");
   } catch (...) {
     ::close(listener);
     close_pending();

@@ -19,6 +19,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -180,6 +181,40 @@ std::string send_and_receive(Connection& from, Connection& to, const std::string
   return received;
 }
 
+// Rank 0 of a two-rank job, built on a thread of its own: it waits for rank 1 while a test knocks.
+struct WaitingRank0 {
+  std::unique_ptr<TcpTransport> transport;
+  std::string error;
+  std::thread thread;
+  WaitingRank0(HashStore& store, const std::string& prefix, const Job& job) {
+    thread = std::thread([&, prefix] {
+      try {
+        transport = std::make_unique<TcpTransport>(store, prefix, 0, std::vector<int>{1}, job.hosts, job.pids, 30s);
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    });
+  }
+  ~WaitingRank0() {
+    if (thread.joinable()) thread.join();
+  }
+};
+
+// Waits up to `limit` for the other side to close `fd`; the time it took, or nothing if it did not.
+std::optional<Clock::duration> closed_within(int fd, std::chrono::milliseconds limit) {
+  const auto start = Clock::now();
+  pollfd p{fd, POLLIN, 0};
+  char c;
+  if (::poll(&p, 1, int(limit.count())) != 1 || ::recv(fd, &c, 1, MSG_DONTWAIT) > 0) return std::nullopt;
+  return Clock::now() - start;
+}
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
 }  // namespace
 
 TEST_CASE("tcp transport: strangers, wrong ranks, an older version, a wrong token and another group are refused, "
@@ -209,7 +244,7 @@ TEST_CASE("tcp transport: strangers, wrong ranks, an older version, a wrong toke
   const std::string where = store.get(prefix + "tcp/0");
   const int port = port_of(where);
 
-  // Rank 0 serves one knock at a time, so each refusal below is complete before the next begins.
+  // Each knock below waits for its refusal, so the refusals come one after another.
   CHECK(closed_after_sending(port, std::string(32, 'x')));                 // garbage
   CHECK(closed_after_sending(port, ""));                                   // connects, hangs up at once
   CHECK(closed_after_sending(port, hello.substr(0, 7)));                   // a handshake cut short
@@ -259,38 +294,93 @@ TEST_CASE("tcp transport: strangers, wrong ranks, an older version, a wrong toke
   CHECK(refusals == 7);
 }
 
-TEST_CASE("tcp transport: a stranger that connects and says nothing delays rank 0 by its 5 s grace, no more") {
+
+TEST_CASE("tcp transport: silent strangers on rank 0's port do not delay the group; they are refused when it forms") {
+  // Rank 0 hears handshakes side by side: three sockets that connect first and never speak cost the
+  // real rank nothing (one at a time, each would have held it up for its whole 5 s grace: 15 s).
   const std::string prefix = "job/pg/silent/";
   StderrCapture log;
   HashStore store;
   store.set_timeout(30s);
   Job job(2);
-  std::unique_ptr<TcpTransport> rank0, rank1;
-  std::string error0, error1;
-  std::thread zero([&] {
-    try {
-      rank0 = std::make_unique<TcpTransport>(store, prefix, 0, std::vector<int>{1}, job.hosts, job.pids, 30s);
-    } catch (const std::exception& e) {
-      error0 = e.what();
-    }
-  });
-  store.wait({prefix + "tcp/0"}, 10s);
-  int silent = dial(port_of(store.get(prefix + "tcp/0")));
-  REQUIRE(silent >= 0);
-  std::thread one([&] {
-    try {
-      rank1 = std::make_unique<TcpTransport>(store, prefix, 1, std::vector<int>{0}, job.hosts, job.pids, 30s);
-    } catch (const std::exception& e) {
-      error1 = e.what();
-    }
-  });
-  zero.join();
-  one.join();
-  ::close(silent);
+  std::vector<int> strangers;
+  std::unique_ptr<TcpTransport> rank1;
+  std::string error1;
+  Clock::duration formed{};
+  {
+    WaitingRank0 zero(store, prefix, job);
+    store.wait({prefix + "tcp/0"}, 10s);
+    for (int i = 0; i < 3; ++i) strangers.push_back(dial(port_of(store.get(prefix + "tcp/0"))));
+    std::this_thread::sleep_for(300ms);  // rank 0 has accepted them by now: they are ahead of rank 1
+    const auto start = Clock::now();
+    std::thread one([&] {
+      try {
+        rank1 = std::make_unique<TcpTransport>(store, prefix, 1, std::vector<int>{0}, job.hosts, job.pids, 30s);
+      } catch (const std::exception& e) {
+        error1 = e.what();
+      }
+    });
+    zero.thread.join();
+    one.join();
+    formed = Clock::now() - start;
+    REQUIRE_MESSAGE(zero.error.empty(), zero.error);
+    REQUIRE_MESSAGE(error1.empty(), error1);
+    CHECK(send_and_receive(*rank1->connection(0), *zero.transport->connection(1), "ping") == "ping");
+  }
+  // Each stranger was hung up on when the group formed, not after its grace.
+  for (int fd : strangers) {
+    REQUIRE(fd >= 0);
+    CHECK(closed_within(fd, 1000ms).has_value());
+    ::close(fd);
+  }
   const std::string text = log.text();
   log.restore();
-  REQUIRE_MESSAGE(error0.empty(), error0);
-  REQUIRE_MESSAGE(error1.empty(), error1);
-  CHECK(send_and_receive(*rank1->connection(0), *rank0->connection(1), "ping") == "ping");
-  if (log_threshold() <= LogLevel::warn) CHECK_MESSAGE(text.find("no handshake within 5 s") != std::string::npos, text);
+  const auto formed_ms = std::chrono::duration_cast<std::chrono::milliseconds>(formed).count();
+  INFO("rank 0's log:\n", text);
+  CHECK_MESSAGE(formed_ms < 2000, "the group took ", formed_ms, " ms to form behind 3 silent strangers");
+  if (log_threshold() <= LogLevel::warn)
+    CHECK(count(text, "no handshake yet when every rank had joined (0 of 32 bytes in ") == 3);
+}
+
+TEST_CASE("tcp transport: strangers that stay silent or stop mid-handshake are refused after 5 s each, side by side") {
+  // The grace is per connection and runs concurrently: two strangers that knock together are both
+  // refused about 5 s later (one at a time it would be 5 s and 10 s), and rank 0 goes on waiting.
+  const std::string prefix = "job/pg/grace/";
+  StderrCapture log;
+  HashStore store;
+  store.set_timeout(30s);
+  Job job(2);
+  WaitingRank0 zero(store, prefix, job);
+  store.wait({prefix + "tcp/0"}, 10s);
+  const int port = port_of(store.get(prefix + "tcp/0"));
+  int silent = dial(port), partial = dial(port);
+  REQUIRE(silent >= 0);
+  REQUIRE(partial >= 0);
+  ::send(partial, "TDDP\x02\x00\x00", 7, MSG_NOSIGNAL);  // a handshake that stops after 7 bytes
+  const auto silent_closed = closed_within(silent, 10000ms);
+  const auto partial_closed = closed_within(partial, 1000ms);  // by then, its grace is over too
+  ::close(silent);
+  ::close(partial);
+  REQUIRE(silent_closed.has_value());
+  REQUIRE(partial_closed.has_value());
+  CHECK(*silent_closed > 4500ms);
+  CHECK(*silent_closed + *partial_closed < 7000ms);
+
+  // Rank 0 is still waiting, and the real rank 1 joins.
+  std::unique_ptr<TcpTransport> rank1;
+  try {
+    rank1 = std::make_unique<TcpTransport>(store, prefix, 1, std::vector<int>{0}, job.hosts, job.pids, 30s);
+  } catch (const std::exception& e) {
+    FAIL_CHECK(e.what());
+  }
+  zero.thread.join();
+  const std::string text = log.text();
+  log.restore();
+  REQUIRE_MESSAGE(zero.error.empty(), zero.error);
+  REQUIRE(rank1);
+  CHECK(send_and_receive(*rank1->connection(0), *zero.transport->connection(1), "ping") == "ping");
+  if (log_threshold() > LogLevel::warn) return;
+  INFO("rank 0's log:\n", text);
+  CHECK(count(text, "no handshake within 5 s (0 of 32 bytes in ") == 1);
+  CHECK(count(text, "no handshake within 5 s (7 of 32 bytes in ") == 1);
 }
