@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <thread>
@@ -24,6 +25,20 @@ constexpr auto kSleepSlice = std::chrono::microseconds(1000);
 constexpr auto kMixedSleepSlice = std::chrono::microseconds(500);
 // Retries that spin without yielding before the spin starts to yield (about a microsecond).
 constexpr int kPureSpins = 32;
+
+// Streams of at least this many bytes start at kStreamPhase past a 4 KiB boundary of a transport's
+// ring (Connection::align_send). A reduction loads from the ring and stores to the caller's buffer;
+// when the ring position trails the buffer's address by a few dozen bytes modulo 4 KiB, the CPU
+// takes each load for one that may depend on a store just made (4K aliasing) and stalls. Where the
+// position lands depended on every small collective before (a 4-byte barrier moves it), and a
+// 64 MiB all-reduce ran at 1.7 or 6 GB/s busbw depending on that history. Half a page away from
+// the buffer's own offset is far from that window for buffers that start at or near a page
+// boundary, as large allocations do.
+constexpr size_t kAlignedStreamBytes = 64 << 10;
+const size_t kStreamPhase = [] {
+  const char* env = std::getenv("TINYDDP_STREAM_PHASE");  // for measuring other phases
+  return env && *env ? size_t(std::stoull(env)) : size_t(2048);
+}();
 
 struct Progress {
   size_t send_total = 0, recv_total = 0;
@@ -172,6 +187,9 @@ void run_streams(std::span<Stream> streams, const CollectiveContext& ctx) {
     drop_empty_regions(streams[i]);
     for (auto& r : streams[i].send) progress[i].send_total += r.bytes;
     for (auto& r : streams[i].recv) progress[i].recv_total += r.bytes;
+    // The peer's run_streams sees the same totals for the same bytes, so both ends align alike.
+    if (progress[i].send_total >= kAlignedStreamBytes) streams[i].to->align_send(kStreamPhase);
+    if (progress[i].recv_total >= kAlignedStreamBytes) streams[i].from->align_recv(kStreamPhase);
   }
   CollectiveWaiter waiter(ctx);
   std::vector<WaitFor> waits;

@@ -29,6 +29,8 @@ constexpr uint32_t kOpen = 0, kClosed = 1, kAborted = 2;
 // drained stays in cache. 256 KiB and 4 MiB measured the same within the (large) noise there.
 constexpr size_t kDefaultRingBytes = 1 << 20;
 constexpr size_t kPage = 4096;
+// Rings smaller than this keep every byte (see align_send).
+constexpr size_t kMinAlignedRing = 16 * kPage;
 // How long a rank may wait on a peer that closed cleanly before that counts as a failure.
 constexpr auto kClosedGrace = std::chrono::milliseconds(1000);
 
@@ -147,6 +149,7 @@ class ShmTransport::Peer : public Connection {
         in_(theirs.header(in_ring)),
         in_data_(theirs.data(in_ring)),
         capacity_(own.ring_bytes()),
+        in_capacity_(theirs.ring_bytes()),
         peer_control_(theirs.control()),
         written_(out_->written.load(std::memory_order_relaxed)),
         read_(in_->read.load(std::memory_order_relaxed)),
@@ -154,17 +157,29 @@ class ShmTransport::Peer : public Connection {
         their_written_(in_->written.load(std::memory_order_relaxed)) {}
 
   // Fresh looks at the peer's counters (each a cache line the other core writes).
-  size_t send_room() const { return capacity_ - (written_ - out_->read.load(std::memory_order_acquire)); }
-  size_t recv_available() const { return in_->written.load(std::memory_order_acquire) - read_; }
+  size_t send_room() const {
+    size_t room = capacity_ - (written_ - out_->read.load(std::memory_order_acquire));
+    return room > send_pad_ ? room - send_pad_ : 0;
+  }
+  size_t recv_available() const {
+    uint64_t available = in_->written.load(std::memory_order_acquire) - read_;
+    return available > recv_skip_ ? size_t(available - recv_skip_) : 0;
+  }
   ControlBlock* peer_control() const { return peer_control_; }
 
   size_t try_send(const void* data, size_t n, size_t granule) override {
     // The peer's read counter is looked at only when the room last seen is too small: a small
     // message then costs no cache miss on that line.
-    if (capacity_ - (written_ - their_read_) < n) their_read_ = out_->read.load(std::memory_order_acquire);
-    n = std::min(n, capacity_ - (written_ - their_read_));
+    if (capacity_ - (written_ - their_read_) < send_pad_ + n) their_read_ = out_->read.load(std::memory_order_acquire);
+    size_t room = capacity_ - (written_ - their_read_);
+    if (room <= send_pad_) return 0;
+    n = std::min(n, room - send_pad_);
     n -= n % granule;
     if (n == 0) return 0;
+    // The skip align_send asked for goes out with the first bytes after it, never alone, so the
+    // receiver never sees a stream that has grown by nothing but skipped bytes.
+    written_ += send_pad_;
+    send_pad_ = 0;
     size_t at = written_ % capacity_;
     size_t first = std::min(n, capacity_ - at);
     std::memcpy(out_data_ + at, data, first);
@@ -188,9 +203,14 @@ class ShmTransport::Peer : public Connection {
   }
 
   std::span<const std::byte> try_peek(size_t max) override {
-    if (their_written_ - read_ < max) their_written_ = in_->written.load(std::memory_order_acquire);
-    size_t at = read_ % capacity_;
-    size_t n = std::min({size_t(their_written_ - read_), capacity_ - at, max});
+    if (their_written_ - read_ < recv_skip_ + max) their_written_ = in_->written.load(std::memory_order_acquire);
+    if (recv_skip_ > 0) {
+      if (their_written_ - read_ <= recv_skip_) return {};  // the sender has not got past the skip yet
+      read_ += recv_skip_;
+      recv_skip_ = 0;
+    }
+    size_t at = read_ % in_capacity_;
+    size_t n = std::min({size_t(their_written_ - read_), in_capacity_ - at, max});
     return {in_data_ + at, n};
   }
 
@@ -200,17 +220,34 @@ class ShmTransport::Peer : public Connection {
     ring_doorbell(peer_control_);
   }
 
+  // Both ends compute the same skip: at the start of a collective the sender's count of bytes
+  // written equals the receiver's count of bytes read. The ring's data starts on a page.
+  // A ring of a few pages is left as it is: the skip could leave no room for an element.
+  void align_send(size_t phase) override {
+    if (capacity_ >= kMinAlignedRing) send_pad_ += skip_to_phase(written_ + send_pad_, phase);
+  }
+  void align_recv(size_t phase) override {
+    if (in_capacity_ >= kMinAlignedRing) recv_skip_ += skip_to_phase(read_ + recv_skip_, phase);
+  }
+
  private:
   RingHeader* out_;
   std::byte* out_data_;
   RingHeader* in_;
   const std::byte* in_data_;
-  size_t capacity_;
+  size_t capacity_;     // of our ring to the peer
+  size_t in_capacity_;  // of the peer's ring to us (its TINYDDP_SHM_RING_BYTES may differ from ours)
   ControlBlock* peer_control_;
   uint64_t written_;  // our copy of out_->written (we are its only writer)
   uint64_t read_;     // our copy of in_->read (we are its only writer)
   uint64_t their_read_;     // out_->read as last seen (it only grows: the room is at least this)
   uint64_t their_written_;  // in_->written as last seen (likewise: at least this has arrived)
+  size_t send_pad_ = 0;      // bytes the next send skips (align_send)
+  size_t recv_skip_ = 0;     // bytes the next receive skips (align_recv)
+
+  static size_t skip_to_phase(uint64_t position, size_t phase) {
+    return size_t((phase % kPage + kPage - position % kPage) % kPage);
+  }
 };
 
 ShmTransport::ShmTransport(Store& store, const std::string& prefix, int rank, const std::vector<int>& local_ranks,

@@ -55,6 +55,16 @@ class Connection {
   // Drops the first `n` peeked bytes.
   virtual void release(size_t n) = 0;
 
+  // Where the next collective's bytes start in a transport's buffer. A transport that keeps the
+  // stream in a ring of its own (shared memory) may skip ahead so that they start at
+  // `phase` bytes past a 4 KiB boundary; both ends call these at the same point of the stream
+  // (the start of a large collective), so they skip the same bytes. Why: a ring position that
+  // trails the caller's buffer by a few dozen bytes modulo 4 KiB makes every reduction's loads
+  // wait on its own earlier stores (4K aliasing), and the position otherwise depends on every
+  // small collective that went before (see kStreamPhase in ring_algorithms.cpp).
+  virtual void align_send(size_t /*phase*/) {}
+  virtual void align_recv(size_t /*phase*/) {}
+
  private:
   Transport* transport_;
   int peer_;
