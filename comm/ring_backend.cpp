@@ -190,8 +190,9 @@ class RingBackend::Executor {
  private:
   // Small collectives awaited one by one before the caller counts as a blocking caller.
   static constexpr int kBlockingStreak = 3;
-  // How often the thread looks at the queue while it leaves a blocking caller's collectives to it:
-  // the longest a collective that nobody waits for then waits to start.
+  // How often the thread looks at the queue while it leaves a blocking caller's collectives to it.
+  // It takes a collective that has waited one whole period, so one that nobody waits for starts
+  // within two periods.
   static constexpr auto kBlockingCallerPoll = std::chrono::microseconds(200);
   // After this long without a collective, the thread goes back to an untimed sleep.
   static constexpr auto kBlockingCallerIdle = std::chrono::milliseconds(20);
