@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -45,6 +46,7 @@ struct Progress {
   size_t sent = 0, processed = 0;
   size_t send_region = 0, send_offset = 0;
   size_t recv_region = 0, recv_offset = 0;
+  size_t posted_region = SIZE_MAX;  // the copy region last offered with post_recv
   // One element to reduce, gathered here when the transport's ring ends in the middle of it.
   alignas(8) std::array<std::byte, 8> carry{};
   size_t carry_bytes = 0;
@@ -128,6 +130,10 @@ bool pump_recv(Stream& s, Progress& p, const CollectiveContext& ctx, size_t elem
     size_t want = std::min(region.bytes - p.recv_offset, budget);
     size_t n = 0;
     if (region.own == nullptr) {
+      if (p.recv_offset == 0 && p.posted_region != p.recv_region) {  // a copy region starts: offer it to the transport
+        s.from->post_recv(region.dst, region.bytes);
+        p.posted_region = p.recv_region;
+      }
       n = s.from->try_recv(region.dst + p.recv_offset, want);
     } else {
       want -= want % elem;
@@ -191,6 +197,14 @@ void run_streams(std::span<Stream> streams, const CollectiveContext& ctx) {
     if (progress[i].send_total >= kAlignedStreamBytes) streams[i].to->align_send(kStreamPhase);
     if (progress[i].recv_total >= kAlignedStreamBytes) streams[i].from->align_recv(kStreamPhase);
   }
+  // However this ends, no transport may go on writing into a region posted below.
+  struct CancelPosts {
+    std::span<Stream> streams;
+    ~CancelPosts() {
+      for (Stream& s : streams)
+        if (s.from) s.from->cancel_recv();
+    }
+  } cancel_posts{streams};
   CollectiveWaiter waiter(ctx);
   std::vector<WaitFor> waits;
   for (;;) {

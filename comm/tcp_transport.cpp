@@ -347,13 +347,50 @@ class TcpTransport::Peer : public Connection {
   size_t try_recv(void* dst, size_t n) override {
     size_t got = 0;
     while (got < n) {
-      auto piece = try_peek(n - got);
+      // Bytes from direct_from_ on went straight to the posted destination (see post_recv): they
+      // are in place already, and only counted here. direct_from_ is stored before written_ moves
+      // past it, so the acquire load of written_ makes it visible.
+      uint64_t written = written_.load(std::memory_order_acquire);
+      uint64_t from = direct_from_.load(std::memory_order_relaxed);
+      if (from != kNone && read_ >= from && read_ < written) {
+        size_t k = size_t(std::min<uint64_t>(written - read_, n - got));
+        got += k;
+        release(k);
+        continue;
+      }
+      // Ring bytes only, and only those known to be ring bytes by this snapshot: once the receiver
+      // starts putting bytes in place, written_ moves on past slots of the ring it never wrote.
+      uint64_t ring_end = from != kNone && from > read_ ? std::min(from, written) : written;
+      size_t want = size_t(std::min<uint64_t>(n - got, ring_end - std::min(ring_end, read_)));
+      if (want == 0) {
+        if (written == read_) try_peek(1);  // nothing arrived: only to report a closed connection
+        break;
+      }
+      auto piece = try_peek(want);
       if (piece.empty()) break;
       std::memcpy(static_cast<std::byte*>(dst) + got, piece.data(), piece.size());
       got += piece.size();
       release(piece.size());
     }
+    if (direct_dst_ != nullptr && read_ >= direct_end_) cancel_recv();  // the post is complete
     return got;
+  }
+
+  void post_recv(std::byte* dst, size_t n) override {
+    if (n < kPostBytes) return;  // a copy of a few hundred KiB costs less than the bookkeeping
+    std::lock_guard<std::mutex> lock(direct_mutex_);
+    direct_dst_ = dst;
+    direct_begin_ = read_;
+    direct_end_ = read_ + n;
+    direct_posted_.store(true, std::memory_order_release);
+  }
+
+  void cancel_recv() override {
+    if (!direct_posted_.load(std::memory_order_acquire)) return;
+    std::lock_guard<std::mutex> lock(direct_mutex_);  // waits out a receive into direct_dst_
+    direct_dst_ = nullptr;
+    direct_posted_.store(false, std::memory_order_release);
+    direct_from_.store(kNone, std::memory_order_relaxed);
   }
 
   std::span<const std::byte> try_peek(size_t max) override {
@@ -375,11 +412,47 @@ class TcpTransport::Peer : public Connection {
 
  private:
   static constexpr size_t kRingBytes = 4 << 20;
+  // Posted receives shorter than this are left to the ring.
+  static constexpr size_t kPostBytes = 1 << 20;
+  // At most this much per recv() into the ring, so a receive posted meanwhile takes over soon.
+  static constexpr size_t kRingChunk = 256 << 10;
+  static constexpr uint64_t kNone = ~uint64_t(0);
+
+  // Receives the next bytes straight into the posted destination when they belong there. Returns
+  // false when there is no such post (the caller then receives into the ring). The receive itself
+  // is non-blocking and made under direct_mutex_, so cancel_recv() never waits on the network.
+  bool receive_posted() {
+    if (!direct_posted_.load(std::memory_order_acquire)) return false;
+    uint64_t written = written_.load(std::memory_order_relaxed);
+    {
+      std::lock_guard<std::mutex> lock(direct_mutex_);
+      if (direct_dst_ == nullptr || written < direct_begin_ || written >= direct_end_) return false;
+    }
+    pollfd p{recv_fd_, POLLIN, 0};
+    ::poll(&p, 1, 10);  // bounded, so a cancel or a stop is seen soon
+    std::lock_guard<std::mutex> lock(direct_mutex_);
+    if (direct_dst_ == nullptr || written < direct_begin_ || written >= direct_end_) return true;  // look again
+    ssize_t k = ::recv(recv_fd_, direct_dst_ + (written - direct_begin_), size_t(std::min<uint64_t>(direct_end_ - written, kRingChunk)),
+                       MSG_DONTWAIT);
+    if (k > 0) {
+      if (direct_from_.load(std::memory_order_relaxed) == kNone) direct_from_.store(written, std::memory_order_relaxed);
+      written_.store(written + uint64_t(k), std::memory_order_release);
+      owner().ring_doorbell();
+      return true;
+    }
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return true;
+    return false;  // end of stream or an error: the ring's recv() below meets it too and reports it
+  }
 
   void receive_loop() {
     for (;;) {
+      if (stopping_.load()) return;
+      if (receive_posted()) continue;
       uint64_t written = written_.load(std::memory_order_relaxed);
-      size_t free = ring_.size() - size_t(written - read_published_.load(std::memory_order_acquire));
+      // Bytes put straight into a posted destination count until the consumer has taken them, and
+      // may outnumber the ring's size for a while.
+      uint64_t unread = written - read_published_.load(std::memory_order_acquire);
+      size_t free = unread >= ring_.size() ? 0 : ring_.size() - size_t(unread);
       if (free == 0) {  // the ring is full: wait for the consumer to release some
         std::unique_lock<std::mutex> lock(room_mutex_);
         receiver_waiting_.store(true, std::memory_order_seq_cst);
@@ -391,7 +464,7 @@ class TcpTransport::Peer : public Connection {
         continue;
       }
       size_t at = written % ring_.size();
-      ssize_t k = ::recv(recv_fd_, ring_.data() + at, std::min(free, ring_.size() - at), 0);
+      ssize_t k = ::recv(recv_fd_, ring_.data() + at, std::min({free, ring_.size() - at, kRingChunk}), 0);
       if (k > 0) {
         written_.store(written + uint64_t(k), std::memory_order_release);
         owner().ring_doorbell();
@@ -416,6 +489,12 @@ class TcpTransport::Peer : public Connection {
   std::atomic<uint64_t> read_published_{0};  // read_, for the receiver
   std::atomic<bool> closed_{false}, stopping_{false}, receiver_waiting_{false};
   std::string close_reason_;                 // written before closed_ is set
+  // The posted receive (post_recv): stream bytes [direct_begin_, direct_end_) belong at direct_dst_.
+  std::mutex direct_mutex_;
+  std::byte* direct_dst_ = nullptr;          // under direct_mutex_ (read by the consumer, its writer)
+  uint64_t direct_begin_ = 0, direct_end_ = 0;
+  std::atomic<bool> direct_posted_{false};
+  std::atomic<uint64_t> direct_from_{kNone};  // the first byte the receiver put at direct_dst_
   std::mutex room_mutex_;
   std::condition_variable room_;
   std::thread receiver_;

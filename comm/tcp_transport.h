@@ -12,7 +12,8 @@
 // segment must not wait for Nagle's timer), optionally fixed large kernel buffers, one socket per
 // direction. The communication thread sends with non-blocking send(); a receiver thread per peer
 // drains the incoming socket into a ring the algorithms read in place, so both directions move at
-// once (see TcpTransport::Peer in the .cpp for the measurement behind that).
+// once (see TcpTransport::Peer in the .cpp for the measurement behind that). Bytes that are only
+// to be copied somewhere (a posted receive, Connection::post_recv) go there directly instead.
 //
 // Failure detection: a peer that dies closes its sockets (the kernel does it), so the next read
 // returns EOF, or the next write EPIPE, and the rank names it at once. A neighbour that aborts

@@ -15,6 +15,8 @@
 //   try_peek / release looks at the bytes where they already are (shared memory: in the peer's
 //                      ring; TCP: in the ring its receiver thread fills), so a reduction reads
 //                      them in place.
+// and a copy region can be posted first (post_recv), so a transport with a receiver thread puts
+// the bytes there itself and try_recv only counts them.
 #pragma once
 
 #include <atomic>
@@ -64,6 +66,13 @@ class Connection {
   // small collective that went before (see kStreamPhase in ring_algorithms.cpp).
   virtual void align_send(size_t /*phase*/) {}
   virtual void align_recv(size_t /*phase*/) {}
+
+  // The next `n` bytes of the stream are for `dst`, and will be taken with try_recv(dst + i, ...)
+  // in order. A transport that receives on a thread of its own (TCP) may then put them there
+  // itself, as they arrive, sparing try_recv a copy out of its ring. cancel_recv() ends such a
+  // post; after it returns nothing is written to `dst` any more (call it before `dst` may go away).
+  virtual void post_recv(std::byte* /*dst*/, size_t /*n*/) {}
+  virtual void cancel_recv() {}
 
  private:
   Transport* transport_;
