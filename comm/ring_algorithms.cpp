@@ -1,7 +1,6 @@
 #include "comm/ring_algorithms.h"
 
 #include <algorithm>
-#include <array>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -47,9 +46,7 @@ struct Progress {
   size_t send_region = 0, send_offset = 0;
   size_t recv_region = 0, recv_offset = 0;
   size_t posted_region = SIZE_MAX;  // the copy region last offered with post_recv
-  // One element to reduce, gathered here when the transport's ring ends in the middle of it.
-  alignas(8) std::array<std::byte, 8> carry{};
-  size_t carry_bytes = 0;
+  ElementReader reader;
 };
 
 }  // namespace
@@ -136,25 +133,9 @@ bool pump_recv(Stream& s, Progress& p, const CollectiveContext& ctx, size_t elem
       }
       n = s.from->try_recv(region.dst + p.recv_offset, want);
     } else {
-      want -= want % elem;
-      if (want == 0) break;
-      std::span<const std::byte> piece;
-      if (p.carry_bytes == 0) piece = s.from->try_peek(want);
-      n = piece.size() - piece.size() % elem;
-      if (n > 0) {
-        reduce_elements(region.dst + p.recv_offset, region.own + p.recv_offset, piece.data(), n / elem, ctx.dtype, ctx.op);
-        s.from->release(n);
-      } else if (p.carry_bytes > 0 || !piece.empty()) {
-        // The bytes that arrived end at the end of the transport's ring inside an element (the
-        // stream's position there is no multiple of this dtype's size after traffic of a smaller
-        // dtype, an odd number of i32s before an f64 reduce): no peek can ever show that element
-        // whole, so it is copied out, across the ring's end, and reduced from here.
-        p.carry_bytes += s.from->try_recv(p.carry.data() + p.carry_bytes, elem - p.carry_bytes);
-        if (p.carry_bytes < elem) break;
-        reduce_elements(region.dst + p.recv_offset, region.own + p.recv_offset, p.carry.data(), 1, ctx.dtype, ctx.op);
-        p.carry_bytes = 0;
-        n = elem;
-      }
+      n = p.reader.take(*s.from, want, elem, [&](const std::byte* theirs, size_t count) {
+        reduce_elements(region.dst + p.recv_offset, region.own + p.recv_offset, theirs, count, ctx.dtype, ctx.op);
+      });
     }
     if (n == 0) break;
     if (region.average && region.own != nullptr)

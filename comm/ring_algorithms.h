@@ -19,6 +19,7 @@
 // steps, not just segments inside a step.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <span>
@@ -67,6 +68,38 @@ class CollectiveWaiter {
   SpinThenSleep spin_;
   int spins_ = 0;
   std::chrono::steady_clock::time_point last_progress_;
+};
+
+// Incoming bytes to be reduced, taken whole elements at a time where they lie in the transport
+// (try_peek), and through `carry` for the one element that the end of a transport's ring cuts in
+// two: after traffic in a smaller dtype (an odd count of i32s, then f64s) the stream's position in
+// that ring is no multiple of the element size, and no peek can ever show that element whole.
+struct ElementReader {
+  alignas(8) std::array<std::byte, 8> carry{};
+  size_t carry_bytes = 0;
+
+  // Calls fold(bytes, elements) on up to `max` bytes that have arrived from `from`, releases them,
+  // and returns how many bytes it took (0: none now).
+  template <typename Fold>
+  size_t take(Connection& from, size_t max, size_t elem, Fold&& fold) {
+    max -= max % elem;
+    if (max == 0) return 0;
+    if (carry_bytes == 0) {
+      auto piece = from.try_peek(max);
+      size_t n = piece.size() - piece.size() % elem;
+      if (n > 0) {
+        fold(piece.data(), n / elem);
+        from.release(n);
+        return n;
+      }
+      if (piece.empty()) return 0;
+    }
+    carry_bytes += from.try_recv(carry.data() + carry_bytes, elem - carry_bytes);
+    if (carry_bytes < elem) return 0;
+    fold(carry.data(), size_t(1));
+    carry_bytes = 0;
+    return elem;
+  }
 };
 
 // ---- the stream engine ----

@@ -65,7 +65,7 @@ namespace {
 // path does: max and min are not symmetric when a NaN is involved, and both ranks must agree.
 // Rank 0 reduces out = own op theirs in place; rank 1 needs theirs op own, which it computes in a
 // small aligned scratch and copies out (`reduce_elements` lets the destination alias only its
-// first operand). In place, an element is overwritten only once it has been sent or set aside.
+// first operand).
 void pair_all_reduce(Connection* peer, int rank, const std::byte* in, std::byte* out, size_t count,
                      const CollectiveContext& ctx) {
   const size_t elem = dtype_size(ctx.dtype), bytes = count * elem;
@@ -82,49 +82,23 @@ void pair_all_reduce(Connection* peer, int rank, const std::byte* in, std::byte*
       done += k;
     }
   };
-  std::array<std::byte, 8> carry;  // one element cut in two by the end of the transport's ring
-  size_t carry_bytes = 0, sent = 0, folded = 0;
-  // In place, what the transport did not take at once is set aside, so that folding never waits
-  // for the send (tcp takes a socket buffer's worth, then only as fast as the peer reads).
-  thread_local std::vector<std::byte> unsent;
-  const std::byte* send_from = in;  // byte i of the message is at send_from[i - send_base]
-  size_t send_base = 0;
-  bool overwrite_ok = out != in;
+  ElementReader reader;
+  size_t sent = 0, folded = 0;
   CollectiveWaiter waiter(ctx);
   thread_local std::vector<WaitFor> waits;
   for (;;) {
     bool moved = false;
     if (sent < bytes) {
-      size_t k = peer->try_send(send_from + (sent - send_base), bytes - sent, elem);
+      size_t k = peer->try_send(in + sent, bytes - sent, elem);
       sent += k;
       moved |= k > 0;
-      if (!overwrite_ok && sent < bytes) {
-        unsent.assign(in + sent, in + bytes);
-        send_from = unsent.data();
-        send_base = sent;
-      }
-      overwrite_ok = true;
     }
-    const size_t limit = overwrite_ok ? bytes : sent;
+    // In place, an element is overwritten only once it has been sent (the ring takes a small
+    // message at once unless the peer is far behind).
+    const size_t limit = out == in ? sent : bytes;
     while (folded < limit) {
-      size_t n = 0;
-      if (carry_bytes == 0) {
-        auto piece = peer->try_peek(limit - folded);
-        n = piece.size() - piece.size() % elem;
-        if (n > 0) {
-          fold(folded, piece.data(), n / elem);
-          peer->release(n);
-        } else if (piece.empty()) {
-          break;
-        }
-      }
-      if (n == 0) {  // the element straddles the ring's end: gather it here, then fold it
-        carry_bytes += peer->try_recv(carry.data() + carry_bytes, elem - carry_bytes);
-        if (carry_bytes < elem) break;
-        fold(folded, carry.data(), 1);
-        carry_bytes = 0;
-        n = elem;
-      }
+      size_t n = reader.take(*peer, limit - folded, elem, [&](const std::byte* theirs, size_t k) { fold(folded, theirs, k); });
+      if (n == 0) break;
       folded += n;
       moved = true;
     }
