@@ -28,6 +28,7 @@
 
 #include "comm/reduce_op.h"
 #include "comm/transport.h"
+#include "comm/work.h"
 #include "core/dtype.h"
 
 namespace tinyddp::comm {
@@ -37,7 +38,7 @@ namespace tinyddp::comm {
 // Cheap to copy: the names are only turned into text when an error needs them.
 struct CollectiveContext {
   int rank = 0;
-  const std::string* description = nullptr;  // "all_reduce #3 f32 x1024 sum" (the Work's)
+  const Work* work = nullptr;                 // the collective's Work: its description names it in messages
   const char* phase = "";                     // appended to the description in messages
   DType dtype = DType::f32;
   ReduceOp op = ReduceOp::sum;
@@ -48,7 +49,7 @@ struct CollectiveContext {
 
   // "rank 0: all_reduce #3 f32 x1024 sum", for messages.
   std::string what() const {
-    return "rank " + std::to_string(rank) + ": " + (description ? *description : std::string("collective")) + phase;
+    return "rank " + std::to_string(rank) + ": " + (work ? work->description() : std::string("collective")) + phase;
   }
 };
 

@@ -80,7 +80,20 @@ size_t env_size(const char* name, size_t fallback) {
   return value && *value ? size_t(std::stoull(value)) : fallback;
 }
 
-Tensor to_host(const Tensor& t) { return t.device().is_cpu() ? t : t.to(Device::cpu()); }
+// The host memory a collective works on: the tensor itself when it is on the CPU (not even a copy
+// of the Tensor handle, which allocates its shape); else a host copy, made in `staging`.
+const Tensor& host_input(const Tensor& t, Tensor& staging) {
+  if (t.device().is_cpu()) return t;
+  staging = t.to(Device::cpu());
+  return staging;
+}
+
+// The same for a result: a CUDA tensor gets a host buffer in `staging`, written back afterwards.
+const Tensor& host_output(const Tensor& t, Tensor& staging) {
+  if (t.device().is_cpu()) return t;
+  staging = Tensor::empty(t.shape(), t.dtype());
+  return staging;
+}
 
 // Copies a staged host result back into a CUDA tensor (a no-op for CPU tensors).
 void write_back(const Tensor& original, const Tensor& host) {
@@ -89,7 +102,7 @@ void write_back(const Tensor& original, const Tensor& host) {
   target.copy_from(host);
 }
 
-std::byte* bytes_of(const Tensor& t) { return static_cast<std::byte*>(Tensor(t).raw_data()); }
+std::byte* bytes_of(const Tensor& t) { return static_cast<std::byte*>(const_cast<void*>(t.raw_data())); }
 
 }  // namespace
 
@@ -109,19 +122,24 @@ std::byte* bytes_of(const Tensor& t) { return static_cast<std::byte*>(Tensor(t).
 //     own core. A wake-up, and the core the woken thread takes from the caller, cost 15-30 us on
 //     the 2-core host; the collective itself about 1 us. So that a collective nobody waits for
 //     still starts, the sleeping thread then looks at the queue every kBlockingCallerPoll.
-class RingBackend::Executor {
+//
+// A queued collective is its Work, its fingerprint, its timeout and its body, held as they are:
+// no wrapping closure, so queueing a small collective allocates as little as possible.
+class RingBackend::Executor : public Work::Helper {
  public:
   struct Task {
     WorkPtr work;
-    std::function<void(Work&)> run;
+    Fingerprint fingerprint;
+    std::chrono::milliseconds timeout{0};
+    Body body;
     bool small = false;  // few enough bytes that the blocking caller's way may apply
     std::chrono::steady_clock::time_point queued_at{};
   };
 
   // `cpu` >= 0: the thread runs on that CPU only (see pick_cpu), and, having a core of its own,
   // polls for the next collective for a moment before it sleeps: back-to-back collectives then
-  // start without a wake-up.
-  explicit Executor(int cpu) : cpu_(cpu), spin_for_work_(cpu >= 0), thread_([this] {
+  // start without a wake-up. Tasks run through `backend`'s run_task.
+  Executor(RingBackend& backend, int cpu) : backend_(backend), cpu_(cpu), spin_for_work_(cpu >= 0), thread_([this] {
     if (cpu_ >= 0) bind_to(cpu_);
     loop();
   }) {}
@@ -151,7 +169,8 @@ class RingBackend::Executor {
   // Work::wait() calls this first. It notes that the caller waits (the blocking caller's streak),
   // then lets the caller run queued collectives itself, in order, until `target` is done, unless
   // another runner has them (then the caller just waits for its Work).
-  void help(Work* target) {
+  void help(Work& work) override {
+    Work* target = &work;
     std::unique_lock<std::mutex> lock(mutex_);
     if (target == last_work_) last_awaited_ = true;
     if (target->is_completed() || running_ || queue_.empty()) return;
@@ -204,7 +223,7 @@ class RingBackend::Executor {
     queue_.pop_front();
     queued_.store(queue_.size(), std::memory_order_release);
     lock.unlock();
-    task.run(*task.work);
+    backend_.run_task(task.fingerprint, task.timeout, task.body, *task.work);
     lock.lock();
   }
 
@@ -256,6 +275,7 @@ class RingBackend::Executor {
   const Work* last_work_ = nullptr;
   std::chrono::steady_clock::time_point last_enqueue_{};
   RunCounts counts_;
+  RingBackend& backend_;
   const int cpu_;
   const bool spin_for_work_;
   std::thread thread_;  // last: it starts after the members it uses exist
@@ -338,7 +358,7 @@ RingBackend::RingBackend(std::shared_ptr<Store> store, int rank, int size, const
     SpinThenSleep::set_budget(std::chrono::microseconds(std::stoll(spin)));
   const int cpu = pick_cpu(int(std::find(local.begin(), local.end(), rank) - local.begin()), int(local.size()));
   SpinThenSleep::set_yield_while_spinning(cpu < 0);
-  executor_ = std::make_shared<Executor>(cpu);
+  executor_ = std::make_shared<Executor>(*this, cpu);
 }
 
 RingBackend::~RingBackend() {
@@ -356,32 +376,27 @@ Ring RingBackend::ring() const {
   return Ring{rank(), size(), peers_[size_t((rank() + 1) % size())], peers_[size_t((rank() + size() - 1) % size())]};
 }
 
-WorkPtr RingBackend::enqueue(Fingerprint fingerprint, const CallOptions& call,
-                             std::function<void(const CollectiveContext&)> body) {
+WorkPtr RingBackend::enqueue(Fingerprint fingerprint, const CallOptions& call, Body body) {
   std::lock_guard<std::mutex> lock(enqueue_mutex_);
   fingerprint.sequence = next_sequence_++;
-  auto work = std::make_shared<Work>(describe_fingerprint(fingerprint));
-  work->set_helper([weak = std::weak_ptr<Executor>(executor_), target = work.get()] {
-    if (auto executor = weak.lock()) executor->help(target);
-  });
+  auto work = std::make_shared<Work>(fingerprint);
+  work->set_helper(executor_);
   auto timeout = call.timeout.count() > 0 ? call.timeout : options_.timeout;
   const size_t bytes = size_t(fingerprint.count) * dtype_size(DType(fingerprint.dtype));  // per rank; a barrier's is 0
   const bool small = bytes <= std::min(small_message_bytes_, kBlockingCallerBytes);
-  executor_->enqueue({work,
-                      [this, fingerprint, timeout, body = std::move(body)](Work& w) { run_task(fingerprint, timeout, body, w); },
-                      small});
+  executor_->enqueue({work, fingerprint, timeout, std::move(body), small});
   return work;
 }
 
-void RingBackend::run_task(const Fingerprint& fingerprint, std::chrono::milliseconds timeout,
-                           const std::function<void(const CollectiveContext&)>& body, Work& work) {
+void RingBackend::run_task(const Fingerprint& fingerprint, std::chrono::milliseconds timeout, const Body& body,
+                           Work& work) {
   try {
     TINYDDP_CHECK(aborted_.empty(), "rank ", rank(), ": ", work.description(),
                   " cannot run: this process group was aborted by an earlier failure: ", aborted_,
                   "; hint: handle that failure, then create a new process group on every rank");
     CollectiveContext ctx;
     ctx.rank = rank();
-    ctx.description = &work.description();
+    ctx.work = &work;
     ctx.dtype = DType(fingerprint.dtype);
     ctx.op = ReduceOp(fingerprint.op);
     ctx.world_size = size();
@@ -445,7 +460,8 @@ WorkPtr RingBackend::all_reduce(const Tensor& tensor, ReduceOp op, const CallOpt
   check_tensor(tensor, "all_reduce", "tensor");
   return enqueue(fingerprint_of(CollectiveKind::all_reduce, tensor, tensor.numel(), op), call,
                  [this, tensor](const CollectiveContext& ctx) {
-                   Tensor host = to_host(tensor);
+                   Tensor staging;
+                   const Tensor& host = host_input(tensor, staging);
                    all_reduce_bytes(bytes_of(host), bytes_of(host), size_t(host.numel()), ctx);
                    write_back(tensor, host);
                  });
@@ -457,8 +473,9 @@ WorkPtr RingBackend::all_reduce_into(const Tensor& output, const Tensor& input, 
   check_same(output, input, "all_reduce_into");
   return enqueue(fingerprint_of(CollectiveKind::all_reduce, input, input.numel(), op), call,
                  [this, output, input](const CollectiveContext& ctx) {
-                   Tensor in = to_host(input);
-                   Tensor out = output.device().is_cpu() ? output : Tensor::empty(output.shape(), output.dtype());
+                   Tensor in_staging, out_staging;
+                   const Tensor& in = host_input(input, in_staging);
+                   const Tensor& out = host_output(output, out_staging);
                    all_reduce_bytes(bytes_of(in), bytes_of(out), size_t(in.numel()), ctx);
                    write_back(output, out);
                  });
@@ -476,7 +493,8 @@ WorkPtr RingBackend::all_reduce_coalesced(const std::vector<Tensor>& tensors, Re
   return enqueue(fingerprint_of(CollectiveKind::all_reduce, tensors[0], total, op), call,
                  [this, tensors](const CollectiveContext& ctx) {
                    for (const Tensor& t : tensors) {
-                     Tensor host = to_host(t);
+                     Tensor staging;
+                     const Tensor& host = host_input(t, staging);
                      all_reduce_bytes(bytes_of(host), bytes_of(host), size_t(host.numel()), ctx);
                      write_back(t, host);
                    }
@@ -489,7 +507,8 @@ WorkPtr RingBackend::broadcast(const Tensor& tensor, int root, const CallOptions
   return enqueue(fingerprint_of(CollectiveKind::broadcast, tensor, tensor.numel(), std::nullopt, root), call,
                  [this, tensor, root](const CollectiveContext& ctx) {
                    if (size() == 1 || tensor.numel() == 0) return;
-                   Tensor host = to_host(tensor);
+                   Tensor staging;
+                   const Tensor& host = host_input(tensor, staging);
                    chain_broadcast(ring(), bytes_of(host), host.nbytes(), root, ctx);
                    if (rank() != root) write_back(tensor, host);
                  });
@@ -503,8 +522,9 @@ WorkPtr RingBackend::all_gather(const Tensor& output, const Tensor& input, const
                 "; hint: allocate the output with ", input.numel() * size(), " elements of ", dtype_name(input.dtype()));
   return enqueue(fingerprint_of(CollectiveKind::all_gather, input, input.numel(), std::nullopt), call,
                  [this, output, input](const CollectiveContext& ctx) {
-                   Tensor in = to_host(input);
-                   Tensor out = output.device().is_cpu() ? output : Tensor::empty(output.shape(), output.dtype());
+                   Tensor in_staging, out_staging;
+                   const Tensor& in = host_input(input, in_staging);
+                   const Tensor& out = host_output(output, out_staging);
                    if (size() == 1) {
                      if (in.numel() > 0 && bytes_of(out) != bytes_of(in)) std::memmove(bytes_of(out), bytes_of(in), in.nbytes());
                    } else {
@@ -522,8 +542,9 @@ WorkPtr RingBackend::reduce_scatter(const Tensor& output, const Tensor& input, R
                 "; hint: the input is the concatenation of one output-sized part per rank");
   return enqueue(fingerprint_of(CollectiveKind::reduce_scatter, output, output.numel(), op), call,
                  [this, output, input](const CollectiveContext& ctx) {
-                   Tensor in = to_host(input);
-                   Tensor out = output.device().is_cpu() ? output : Tensor::empty(output.shape(), output.dtype());
+                   Tensor in_staging, out_staging;
+                   const Tensor& in = host_input(input, in_staging);
+                   const Tensor& out = host_output(output, out_staging);
                    if (size() == 1) {
                      if (in.numel() > 0) std::memmove(bytes_of(out), bytes_of(in), in.nbytes());
                    } else {

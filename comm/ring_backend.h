@@ -11,6 +11,7 @@
 // CUDA tensors are staged: copied to pinned host memory, reduced on the CPU, copied back.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -56,11 +57,11 @@ class RingBackend : public ProcessGroup {
   class Executor;
 
  private:
-  // Queues `body` as the next collective; it runs with the call's context (name, deadline, ...).
-  WorkPtr enqueue(Fingerprint fingerprint, const CallOptions& call,
-                  std::function<void(const CollectiveContext&)> body);
-  void run_task(const Fingerprint& fingerprint, std::chrono::milliseconds timeout,
-                const std::function<void(const CollectiveContext&)>& body, Work& work);
+  // What a collective does once it runs, given the call's context (name, deadline, ...).
+  using Body = std::function<void(const CollectiveContext&)>;
+  // Queues `body` as the next collective.
+  WorkPtr enqueue(Fingerprint fingerprint, const CallOptions& call, Body body);
+  void run_task(const Fingerprint& fingerprint, std::chrono::milliseconds timeout, const Body& body, Work& work);
   void check_fingerprints(const Fingerprint& mine, const CollectiveContext& ctx);
   void all_reduce_bytes(const std::byte* in, std::byte* out, size_t count, const CollectiveContext& ctx);
   Ring ring() const;

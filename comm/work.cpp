@@ -12,6 +12,13 @@ constexpr std::chrono::nanoseconds kMaxSpin = std::chrono::microseconds(5);
 
 Work::Work(std::string description) : description_(std::move(description)) {}
 
+Work::Work(const Fingerprint& fingerprint) : fingerprint_(fingerprint) {}
+
+const std::string& Work::description() const {
+  if (fingerprint_) std::call_once(described_, [this] { description_ = describe_fingerprint(*fingerprint_); });
+  return description_;
+}
+
 std::shared_ptr<Work> Work::completed(std::string description) {
   auto work = std::make_shared<Work>(std::move(description));
   work->mark_succeeded();
@@ -21,7 +28,7 @@ std::shared_ptr<Work> Work::completed(std::string description) {
 void Work::wait() {
   // The helper is told even when the work is done already: the backend learns from it how the
   // caller waits (see RingBackend's Executor).
-  if (helper_) helper_();
+  if (auto helper = helper_.lock()) helper->help(*this);
   block_until_done(std::chrono::steady_clock::time_point::max());
   rethrow_if_failed();
 }

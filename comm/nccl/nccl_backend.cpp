@@ -22,6 +22,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -223,7 +224,7 @@ class NcclBackend : public ProcessGroup {
     auto timeout = call.timeout.count() > 0 ? call.timeout : options_.timeout;
     auto deadline = Clock::now() + timeout;
     if (debug_detail_ && size() > 1) check_fingerprints(f, deadline);
-    auto work = std::make_shared<Work>(describe_fingerprint(f));
+    auto work = std::make_shared<Work>(f);
 
     CUDA_CHECK(cudaSetDevice(device_));
     // The collective waits for the compute (legacy default) stream's work so far, not the reverse.

@@ -168,14 +168,14 @@ int main(int argc, char** argv) {
 
   std::vector<std::string> errors(static_cast<size_t>(n));
   std::vector<std::thread> threads;
-  const std::string description = "ring_explain all_reduce f32 sum";
+  const comm::Work work("ring_explain all_reduce f32 sum");  // names the collective in errors
   for (int r = 0; r < n; ++r)
     threads.emplace_back([&, r] {
       try {
         comm::Transport* mine = transports[size_t(r)].get();
         comm::CollectiveContext ctx;
         ctx.rank = r;
-        ctx.description = &description;
+        ctx.work = &work;
         ctx.dtype = DType::f32;
         ctx.op = comm::ReduceOp::sum;
         ctx.world_size = n;
