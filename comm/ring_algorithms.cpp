@@ -45,7 +45,7 @@ struct Progress {
   size_t sent = 0, processed = 0;
   size_t send_region = 0, send_offset = 0;
   size_t recv_region = 0, recv_offset = 0;
-  size_t posted_region = SIZE_MAX;  // the copy region last offered with post_recv
+  size_t next_post = 0;  // copy regions from this index on were not offered to post_recv yet
   ElementReader reader;
 };
 
@@ -118,19 +118,34 @@ bool pump_send(Stream& s, Progress& p, size_t elem) {
   return moved;
 }
 
+// Offers the transport the next copy region of the receive stream (Connection::post_recv), once
+// the one offered before is behind the consumer, even while regions before it are still being
+// reduced: in a 2-rank all-reduce the peer's all-gather bytes start to arrive while this rank
+// still reduces, and posted early they go straight to the caller's buffer instead of the ring.
+void offer_next_copy_region(Stream& s, Progress& p) {
+  size_t start = p.processed - p.recv_offset;  // where the current region starts in the stream
+  for (size_t j = p.recv_region; j < s.recv.size(); start += s.recv[j].bytes, ++j) {
+    const RecvRegion& region = s.recv[j];
+    if (region.own != nullptr || (j == p.recv_region && p.recv_offset > 0)) continue;
+    // The transport counts from the bytes released so far: the processed ones and any part of an
+    // element the reader holds in its carry.
+    s.from->post_recv(region.dst, region.bytes, start - (p.processed + p.reader.carry_bytes));
+    p.next_post = j + 1;
+    return;
+  }
+  p.next_post = s.recv.size() + 1;  // none left
+}
+
 // Receives, reduces or copies up to one segment; returns whether any byte moved.
 bool pump_recv(Stream& s, Progress& p, const CollectiveContext& ctx, size_t elem) {
   bool moved = false;
   size_t budget = kSegmentBytes;
   while (p.processed < p.recv_total && budget > 0) {
+    if (p.next_post <= p.recv_region) offer_next_copy_region(s, p);
     const RecvRegion& region = s.recv[p.recv_region];
     size_t want = std::min(region.bytes - p.recv_offset, budget);
     size_t n = 0;
     if (region.own == nullptr) {
-      if (p.recv_offset == 0 && p.posted_region != p.recv_region) {  // a copy region starts: offer it to the transport
-        s.from->post_recv(region.dst, region.bytes);
-        p.posted_region = p.recv_region;
-      }
       n = s.from->try_recv(region.dst + p.recv_offset, want);
     } else {
       n = p.reader.take(*s.from, want, elem, [&](const std::byte* theirs, size_t count) {

@@ -376,12 +376,12 @@ class TcpTransport::Peer : public Connection {
     return got;
   }
 
-  void post_recv(std::byte* dst, size_t n) override {
+  void post_recv(std::byte* dst, size_t n, size_t skip) override {
     if (n < kPostBytes) return;  // a copy of a few hundred KiB costs less than the bookkeeping
     std::lock_guard<std::mutex> lock(direct_mutex_);
     direct_dst_ = dst;
-    direct_begin_ = read_;
-    direct_end_ = read_ + n;
+    direct_begin_ = read_ + skip;
+    direct_end_ = direct_begin_ + n;
     direct_posted_.store(true, std::memory_order_release);
   }
 
@@ -396,6 +396,10 @@ class TcpTransport::Peer : public Connection {
   std::span<const std::byte> try_peek(size_t max) override {
     uint64_t written = written_.load(std::memory_order_acquire);
     if (written == read_ && closed_.load(std::memory_order_acquire)) owner().fail_connection(peer(), close_reason_);
+    // Only ring bytes: from the first byte put in a posted destination on, the ring's slots were
+    // never written (the consumer reads those with try_recv, which counts them).
+    uint64_t from = direct_from_.load(std::memory_order_relaxed);
+    if (from != kNone && from > read_) written = std::min(written, from);
     size_t at = read_ % ring_.size();
     size_t n = std::min({size_t(written - read_), ring_.size() - at, max});
     return {ring_.data() + at, n};
@@ -464,7 +468,13 @@ class TcpTransport::Peer : public Connection {
         continue;
       }
       size_t at = written % ring_.size();
-      ssize_t k = ::recv(recv_fd_, ring_.data() + at, std::min({free, ring_.size() - at, kRingChunk}), 0);
+      size_t want = std::min({free, ring_.size() - at, kRingChunk});
+      // Up to a post's first byte, so that what belongs there goes there (a post made ahead).
+      if (direct_posted_.load(std::memory_order_acquire)) {
+        std::lock_guard<std::mutex> lock(direct_mutex_);
+        if (direct_dst_ != nullptr && written < direct_begin_) want = size_t(std::min<uint64_t>(want, direct_begin_ - written));
+      }
+      ssize_t k = ::recv(recv_fd_, ring_.data() + at, want, 0);
       if (k > 0) {
         written_.store(written + uint64_t(k), std::memory_order_release);
         owner().ring_doorbell();

@@ -67,11 +67,14 @@ class Connection {
   virtual void align_send(size_t /*phase*/) {}
   virtual void align_recv(size_t /*phase*/) {}
 
-  // The next `n` bytes of the stream are for `dst`, and will be taken with try_recv(dst + i, ...)
-  // in order. A transport that receives on a thread of its own (TCP) may then put them there
-  // itself, as they arrive, sparing try_recv a copy out of its ring. cancel_recv() ends such a
-  // post; after it returns nothing is written to `dst` any more (call it before `dst` may go away).
-  virtual void post_recv(std::byte* /*dst*/, size_t /*n*/) {}
+  // The `n` bytes of the stream that follow its next `skip` unreleased bytes are for `dst`, and
+  // will be taken with try_recv(dst + i, ...) in order. A transport that receives on a thread of
+  // its own (TCP) may then put them there itself, as they arrive, sparing try_recv a copy out of
+  // its ring. Posting ahead (skip > 0, while the bytes before are still being reduced) lets the
+  // peer's early bytes go straight there too. One post at a time; it ends by itself once try_recv
+  // has taken its last byte. cancel_recv() ends it early; after it returns nothing is written to
+  // `dst` any more (call it before `dst` may go away).
+  virtual void post_recv(std::byte* /*dst*/, size_t /*n*/, size_t /*skip*/ = 0) {}
   virtual void cancel_recv() {}
 
  private:

@@ -156,8 +156,10 @@ TEST_CASE("a 64 MiB all-reduce is exact over each transport") {
 TEST_CASE("tcp: copies straight into the caller's buffer (posted receives) mix with ring bytes and stay exact") {
   // Over tcp the receiver thread puts a large copy region (an all-gather's or a broadcast's, the
   // all-gather half of an all-reduce) straight into place once it is posted, while the bytes that
-  // arrived before the post wait in its ring. Sizes from 1 to 10 MiB, with small collectives in
-  // between so the posts start at every kind of position, every element checked.
+  // arrived before the post wait in its ring. An all-reduce posts its all-gather half ahead, while
+  // it still reduces. Sizes from 1 to 10 MiB, with small collectives in between so the posts start
+  // at every kind of position (after an odd number of words, f64 elements straddle the ring's end
+  // in the reduction before a posted region), every element checked.
   auto groups = make_groups(2, options_for("tcp"));
   std::vector<std::string> errors(2);
   run_ranks(2, [&](int r) {
@@ -171,6 +173,9 @@ TEST_CASE("tcp: copies straight into the caller's buffer (posted receives) mix w
       pg.all_gather(gathered, Tensor::from_vector(mine))->wait();
       Tensor sum = Tensor::from_vector(mine);
       pg.all_reduce(sum)->wait();
+      std::vector<double> wide(mine.begin(), mine.end());
+      Tensor wide_sum = Tensor::from_vector(wide);
+      pg.all_reduce(wide_sum)->wait();
       Tensor cast = Tensor::from_vector(mine);
       pg.broadcast(cast, round % 2)->wait();
       Tensor small = Tensor::from_vector(std::vector<int32_t>(size_t(round % 5 + 1), r));
@@ -181,6 +186,8 @@ TEST_CASE("tcp: copies straight into the caller's buffer (posted receives) mix w
           error = "all_gather round " + std::to_string(round) + " element " + std::to_string(i);
         else if (sum.data<float>()[i] != 2 * base + 1000.f)
           error = "all_reduce round " + std::to_string(round) + " element " + std::to_string(i);
+        else if (wide_sum.data<double>()[i] != 2.0 * base + 1000.0)
+          error = "f64 all_reduce round " + std::to_string(round) + " element " + std::to_string(i);
         else if (cast.data<float>()[i] != base + 1000.f * float(round % 2))
           error = "broadcast round " + std::to_string(round) + " element " + std::to_string(i);
       }
