@@ -3,7 +3,9 @@
 # only figures taken together are compared). For each world size it runs
 #   - the physical limits of the host (memcpy, a+=b, one loopback TCP stream) and, from
 #     bench/tcp_limits, two loopback streams in opposite directions at once (what a 2-rank
-#     all-reduce over tcp needs: every rank sends and receives N bytes together),
+#     all-reduce over tcp needs: every rank sends and receives N bytes together), from and into
+#     cache-resident chunks, and from and into 64 MiB buffers (the bytes of a large all-reduce
+#     moved through memory, no reduction),
 #   - the peers of ../shared/anchors/run.sh allreduce: Open MPI (shared memory), Gloo (TCP ring),
 #     PyTorch's gloo backend,
 #   - bench/allreduce_perf over shm and over tcp, in place, float32 sum,
@@ -140,6 +142,21 @@ with open(f"{out}/plot_w{world}.dat", "w") as dat:
     dat.write("# bytes " + " ".join(names) + "\n")
     for s in sizes:
         dat.write(f"{s} " + " ".join(f"{lines[n][s][1]:.4f}" if s in lines.get(n, {}) else "NaN" for n in names) + "\n")
+# Large tcp all-reduces against the host's own loopback figures of this run (limits.txt).
+limits = open(f"{out}/limits.txt").read() if os.path.exists(f"{out}/limits.txt") else ""
+stream = re.search(r"tcp loopback\s+([\d.]+) GB/s \(one stream\)", limits)
+moved = re.search(r"two streams,\s+64 MiB bufs\s+([\d.]+)", limits)
+big = [s for s in sizes if s >= 16 << 20 and s in lines["tcp"]]
+if world == 2 and big and (stream or moved):
+    print()
+    print("# ours tcp from 16 MiB against this run's loopback figures: one stream (the anchor's limits), and two")
+    print("# streams in opposite directions through 64 MiB buffers with no reduction (bench/tcp_limits)")
+    print("| bytes | ours tcp | / one stream | / two streams, 64 MiB bufs |")
+    print("|---|---|---|---|")
+    for s in big:
+        b = lines["tcp"][s][1]
+        cells = [f"{b / float(m.group(1)):.2f}x" if m else "-" for m in (stream, moved)]
+        print(f"| {s} | {b:.3f} | " + " | ".join(cells) + " |")
 PY
   if command -v gnuplot >/dev/null; then
     gnuplot -e "datafile='$out/plot_w$w.dat'; outfile='$out/allreduce_busbw_w$w.svg'; world=$w" "$top/bench/plot_allreduce.gp"
