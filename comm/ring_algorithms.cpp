@@ -15,9 +15,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// How many received bytes are reduced before the loop goes back to sending: small enough that the
-// segment just reduced is still in L1/L2 when it is sent on, large enough to amortise the calls.
-constexpr size_t kSegmentBytes = 128 << 10;
 // How long one sleep lasts at most: the cadence of the liveness checks while blocked. Short,
 // because loopback TCP now and then stalls with neither side readable nor writable until a
 // retransmission timer fires (~10 ms); waking every millisecond to retry moved 20-50% more there.
@@ -98,7 +95,7 @@ namespace {
 // the incoming direction idle meanwhile. Returns whether any byte moved.
 bool pump_send(Stream& s, Progress& p, size_t elem) {
   bool moved = false;
-  size_t budget = kSegmentBytes;
+  size_t budget = s.to->segment_bytes();
   while (p.sent < p.send_total && budget > 0) {
     size_t allowed = std::min(std::min(s.send_lead + p.processed, p.send_total) - p.sent, budget);
     if (allowed == 0) break;
@@ -156,7 +153,7 @@ void offer_next_copy_region(Stream& s, Progress& p) {
 // Receives, reduces or copies up to one segment; returns whether any byte moved.
 bool pump_recv(Stream& s, Progress& p, const CollectiveContext& ctx, size_t elem) {
   bool moved = false;
-  size_t budget = kSegmentBytes;
+  size_t budget = s.from->segment_bytes();
   while (p.processed < p.recv_total && budget > 0) {
     if (p.next_post <= p.recv_region) offer_next_copy_region(s, p);
     const RecvRegion& region = s.recv[p.recv_region];

@@ -29,11 +29,13 @@ namespace {
 constexpr size_t kSmallMessageBytes = 32 << 10;
 // Two ranks over tcp: there the direct exchange moves the same bytes as the ring (each rank sends
 // its whole buffer once either way) in one step instead of two dependent ones, and loopback TCP
-// rewards the one long duplex transfer. Measured side by side (3 runs, alternating, 2-core host):
-// 1 MiB in 420-440 us against 630-720 us for the ring, 2 MiB in 870-920 against 1200-1570; even
-// at 4 MiB. Over shm, and with more ranks (the direct exchange sends n-1 times the bytes), the
-// ring wins from 32-64 KiB.
-constexpr size_t kSmallMessageBytesTcpPair = 2 << 20;
+// rewards the one long duplex transfer. Measured side by side (3 runs, alternating, 2-core host,
+// in-place us, direct against ring): 128 KiB 64-111 against 100-160, 256 KiB 113-172 against
+// 151-159, 512 KiB 221-279 against 217-229, 1 MiB 410-427 against 385-449, 2 MiB 976-1169 against
+// 620-804. (Before tcp's 1 MiB turns, Connection::segment_bytes, the ring lost up to 4 MiB.) Over
+// shm, and with more ranks (the direct exchange sends n-1 times the bytes), the ring wins from
+// 32-64 KiB.
+constexpr size_t kSmallMessageBytesTcpPair = 512 << 10;
 // Collectives up to this size may run on a blocking caller's own thread (see Executor): above it
 // the hand-off is small beside the transfer, and an unawaited collective must not wait to start.
 constexpr size_t kBlockingCallerBytes = 64 << 10;

@@ -385,6 +385,13 @@ class TcpTransport::Peer : public Connection {
     direct_posted_.store(true, std::memory_order_release);
   }
 
+  // A receiver thread drains the socket whatever the communication thread does, so that thread
+  // need not come back to receiving often, and each turn costs a send() and a pass through the
+  // engine's loop. 1 MiB turns instead of 128 KiB, in-place busbw medians of 4 alternating runs:
+  // 2 ranks 4/16/64 MiB 2.14/2.22/2.07 -> 3.40/2.63/2.54 GB/s (512 KiB and 2 MiB did no better);
+  // 4 ranks on 2 cores 0.69/0.88/0.92 -> 0.91/1.13/1.06.
+  size_t segment_bytes() const override { return size_t(1) << 20; }
+
   void cancel_recv() override {
     if (!direct_posted_.load(std::memory_order_acquire)) return;
     std::lock_guard<std::mutex> lock(direct_mutex_);  // waits out a receive into direct_dst_

@@ -77,6 +77,11 @@ class Connection {
   virtual void post_recv(std::byte* /*dst*/, size_t /*n*/, size_t /*skip*/ = 0) {}
   virtual void cancel_recv() {}
 
+  // The most bytes the algorithms move on this connection in one turn: one send, or one receive
+  // and reduce, before they look at the other direction. By default small enough that the segment
+  // just reduced is still in L1/L2 when it is sent on, large enough to amortise the calls.
+  virtual size_t segment_bytes() const { return size_t(128) << 10; }
+
  private:
   Transport* transport_;
   int peer_;
