@@ -222,6 +222,8 @@ class ShmTransport::Peer : public Connection {
 
   // Both ends compute the same skip: at the start of a collective the sender's count of bytes
   // written equals the receiver's count of bytes read. The ring's data starts on a page.
+  size_t segment_bytes() const override { return static_cast<const ShmTransport&>(transport()).segment_bytes_; }
+
   // A ring of a few pages is left as it is: the skip could leave no room for an element.
   void align_send(size_t phase) override {
     if (capacity_ >= kMinAlignedRing) send_pad_ += skip_to_phase(written_ + send_pad_, phase);
@@ -252,7 +254,7 @@ class ShmTransport::Peer : public Connection {
 
 ShmTransport::ShmTransport(Store& store, const std::string& prefix, int rank, const std::vector<int>& local_ranks,
                            std::chrono::milliseconds timeout, ShmTransportOptions options)
-    : rank_(rank), local_ranks_(local_ranks), own_(std::make_unique<Segment>()) {
+    : rank_(rank), segment_bytes_(options.segment_bytes), local_ranks_(local_ranks), own_(std::make_unique<Segment>()) {
   size_t ring_bytes = options.ring_bytes;
   if (ring_bytes == 0) {
     const char* env = std::getenv("TINYDDP_SHM_RING_BYTES");

@@ -36,6 +36,8 @@ struct ShmTransportOptions {
   // Bytes of each ring. Large enough that a sender rarely waits for room, small enough that the
   // ring stays in the shared cache. 0: TINYDDP_SHM_RING_BYTES, else the default in shm_transport.cpp.
   size_t ring_bytes = 0;
+  // The most bytes the ring engine moves per turn on these connections (Connection::segment_bytes).
+  size_t segment_bytes = size_t(128) << 10;
 };
 
 // What identifies "the same host" for shared memory: the boot id (one kernel), and the /dev/shm
@@ -61,6 +63,7 @@ class ShmTransport : public Transport {
 
  private:
   int rank_;
+  size_t segment_bytes_;
   std::vector<int> local_ranks_;
   std::unique_ptr<Segment> own_;
   std::vector<std::unique_ptr<Segment>> mapped_;  // peers' segments, by position in local_ranks_
