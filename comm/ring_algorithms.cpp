@@ -115,18 +115,24 @@ bool pump_send(Stream& s, Progress& p, size_t elem) {
   return moved;
 }
 
-// Whether every byte this rank sends out of `region`'s memory has been sent: only then may a
-// transport's receiver thread write there. (The peer's bytes for a place depend on what this rank
-// sent from it, so they could not arrive earlier anyway; but that order is kept by the network,
-// and this one by the code, where a reader and ThreadSanitizer can see it.) An in-place 2-rank
-// all-reduce first sends the half its all-gather later receives.
-bool sent_everything_from(const Stream& s, const Progress& p, const RecvRegion& region) {
+// Whether this rank has sent every byte it sends out of `region`'s memory before that memory is
+// received into: only then may a transport's receiver thread write there. (The peer's bytes for a
+// place depend on what this rank sent from it, so they could not arrive earlier anyway; but that
+// order is kept by the network, and this one by the code, where a reader and ThreadSanitizer can
+// see it.) An in-place 2-rank all-reduce first sends the half its all-gather later receives into.
+// Send bytes that depend on the region's own bytes (a ring forwarding what it received: send byte
+// i waits for receive byte i - send_lead) leave after the receive by construction and do not count.
+// `region_start` is where the region starts in the receive stream.
+bool sent_everything_from(const Stream& s, const Progress& p, const RecvRegion& region, size_t region_start) {
   const auto begin = reinterpret_cast<uintptr_t>(region.dst), end = begin + region.bytes;
-  size_t send_end = 0;  // where each send region ends in the send stream
+  const size_t after_receive = s.send_lead + region_start;  // send bytes from here on wait for the region
+  size_t send_begin = 0;  // where each send region starts in the send stream
   for (const SendRegion& send : s.send) {
-    send_end += send.bytes;
     const auto data = reinterpret_cast<uintptr_t>(send.data);
-    if (data < end && begin < data + send.bytes && p.sent < send_end) return false;
+    const size_t before_receive_end = std::min(send_begin + send.bytes, after_receive);
+    if (data < end && begin < data + send.bytes && send_begin < before_receive_end && p.sent < before_receive_end)
+      return false;
+    send_begin += send.bytes;
   }
   return true;
 }
@@ -140,7 +146,7 @@ void offer_next_copy_region(Stream& s, Progress& p) {
   for (size_t j = p.recv_region; j < s.recv.size(); start += s.recv[j].bytes, ++j) {
     const RecvRegion& region = s.recv[j];
     if (region.own != nullptr || (j == p.recv_region && p.recv_offset > 0)) continue;
-    if (!sent_everything_from(s, p, region)) return;  // not yet: asked again on the next call
+    if (!sent_everything_from(s, p, region, start)) return;  // not yet: asked again on the next call
     // The transport counts from the bytes released so far: the processed ones and any part of an
     // element the reader holds in its carry.
     s.from->post_recv(region.dst, region.bytes, start - (p.processed + p.reader.carry_bytes));
