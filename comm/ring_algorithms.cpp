@@ -115,23 +115,25 @@ bool pump_send(Stream& s, Progress& p, size_t elem) {
   return moved;
 }
 
-// Whether this rank has sent every byte it sends out of `region`'s memory before that memory is
-// received into: only then may a transport's receiver thread write there. (The peer's bytes for a
-// place depend on what this rank sent from it, so they could not arrive earlier anyway; but that
-// order is kept by the network, and this one by the code, where a reader and ThreadSanitizer can
-// see it.) An in-place 2-rank all-reduce first sends the half its all-gather later receives into.
-// Send bytes that depend on the region's own bytes (a ring forwarding what it received: send byte
-// i waits for receive byte i - send_lead) leave after the receive by construction and do not count.
-// `region_start` is where the region starts in the receive stream.
-bool sent_everything_from(const Stream& s, const Progress& p, const RecvRegion& region, size_t region_start) {
-  const auto begin = reinterpret_cast<uintptr_t>(region.dst), end = begin + region.bytes;
-  const size_t after_receive = s.send_lead + region_start;  // send bytes from here on wait for the region
-  size_t send_begin = 0;  // where each send region starts in the send stream
+// Whether this rank has sent every byte it sends out of the memory [dst, dst + bytes) before that
+// memory is received into: only then may a transport's receiver thread write there. (The peer's
+// bytes for a place depend on what this rank sent from it, so they could not arrive earlier anyway;
+// but that order is kept by the network, and this one by the code, where a reader and
+// ThreadSanitizer can see it.) An in-place 2-rank all-reduce first sends the half its all-gather
+// later receives into. Send bytes that depend on the received bytes themselves (a ring forwarding
+// what it received: send byte i waits for receive byte i - send_lead) leave after the receive by
+// construction and do not count. `stream_offset` is where dst[0] comes in the receive stream.
+bool sent_everything_from(const Stream& s, const Progress& p, const std::byte* dst, size_t bytes, size_t stream_offset) {
+  const auto begin = reinterpret_cast<uintptr_t>(dst), end = begin + bytes;
+  const size_t after_receive = s.send_lead + stream_offset;  // send bytes from here on wait for the receive
+  size_t send_begin = 0;                                     // where each send region starts in the send stream
   for (const SendRegion& send : s.send) {
     const auto data = reinterpret_cast<uintptr_t>(send.data);
-    const size_t before_receive_end = std::min(send_begin + send.bytes, after_receive);
-    if (data < end && begin < data + send.bytes && send_begin < before_receive_end && p.sent < before_receive_end)
-      return false;
+    const uintptr_t lo = std::max(data, begin), hi = std::min(data + send.bytes, end);
+    if (lo < hi) {  // this region sends [lo, hi) of that memory from these stream offsets:
+      const size_t first = send_begin + size_t(lo - data), last = std::min(send_begin + size_t(hi - data), after_receive);
+      if (first < last && p.sent < last) return false;
+    }
     send_begin += send.bytes;
   }
   return true;
@@ -141,15 +143,18 @@ bool sent_everything_from(const Stream& s, const Progress& p, const RecvRegion& 
 // the one offered before is behind the consumer, even while regions before it are still being
 // reduced: in a 2-rank all-reduce the peer's all-gather bytes start to arrive while this rank
 // still reduces, and posted early they go straight to the caller's buffer instead of the ring.
+// A region the consumer has already begun (its sends were not done in time) is offered for what
+// is left of it.
 void offer_next_copy_region(Stream& s, Progress& p) {
   size_t start = p.processed - p.recv_offset;  // where the current region starts in the stream
   for (size_t j = p.recv_region; j < s.recv.size(); start += s.recv[j].bytes, ++j) {
     const RecvRegion& region = s.recv[j];
-    if (region.own != nullptr || (j == p.recv_region && p.recv_offset > 0)) continue;
-    if (!sent_everything_from(s, p, region, start)) return;  // not yet: asked again on the next call
+    if (region.own != nullptr) continue;
+    const size_t done = j == p.recv_region ? p.recv_offset : 0;
+    if (!sent_everything_from(s, p, region.dst + done, region.bytes - done, start + done)) return;  // asked again next turn
     // The transport counts from the bytes released so far: the processed ones and any part of an
     // element the reader holds in its carry.
-    s.from->post_recv(region.dst, region.bytes, start - (p.processed + p.reader.carry_bytes));
+    s.from->post_recv(region.dst + done, region.bytes - done, start + done - (p.processed + p.reader.carry_bytes));
     p.next_post = j + 1;
     return;
   }
