@@ -171,11 +171,10 @@ class RingBackend::Executor : public Work::Helper {
   // Work::wait() calls this first. It notes that the caller waits (the blocking caller's streak),
   // then lets the caller run queued collectives itself, in order, until `target` is done, unless
   // another runner has them (then the caller just waits for its Work).
-  void help(Work& work) override {
-    Work* target = &work;
+  void help(Work& target) override {
     std::unique_lock<std::mutex> lock(mutex_);
-    if (target == last_work_) last_awaited_ = true;
-    if (target->is_completed() || running_ || queue_.empty()) return;
+    if (&target == last_work_) last_awaited_ = true;
+    if (target.is_completed() || running_ || queue_.empty()) return;
     // A bound thread that is awake (polling) takes the work on its own core within microseconds.
     if (spin_for_work_ && !sleeping_) return;
     running_ = true;
@@ -186,7 +185,7 @@ class RingBackend::Executor : public Work::Helper {
     bool rebound = cpu_ >= 0 && !blocking_caller_ &&
                    pthread_getaffinity_np(pthread_self(), sizeof caller_cpus, &caller_cpus) == 0;
     if (rebound) bind_to(cpu_);
-    while (!target->is_completed() && !queue_.empty()) run_front(lock, &counts_.by_caller);
+    while (!target.is_completed() && !queue_.empty()) run_front(lock, &counts_.by_caller);
     if (rebound) pthread_setaffinity_np(pthread_self(), sizeof caller_cpus, &caller_cpus);
     running_ = false;
     bool wake = !queue_.empty() || stopping_;

@@ -220,10 +220,10 @@ class ShmTransport::Peer : public Connection {
     ring_doorbell(peer_control_);
   }
 
-  // Both ends compute the same skip: at the start of a collective the sender's count of bytes
-  // written equals the receiver's count of bytes read. The ring's data starts on a page.
   size_t segment_bytes() const override { return static_cast<const ShmTransport&>(transport()).segment_bytes_; }
 
+  // Both ends compute the same skip: at the start of a collective the sender's count of bytes
+  // written equals the receiver's count of bytes read. The ring's data starts on a page.
   // A ring of a few pages is left as it is: the skip could leave no room for an element.
   void align_send(size_t phase) override {
     if (capacity_ >= kMinAlignedRing) send_pad_ += skip_to_phase(written_ + send_pad_, phase);

@@ -121,13 +121,14 @@ void direct_all_reduce(std::span<Connection* const> peers, int rank, const std::
   const size_t bytes = count * dtype_size(ctx.dtype);
   if (bytes == 0) return;
   // Two ranks over shared memory fold in place. Over tcp (where two ranks use this path up to
-  // 2 MiB) that was faster from 256 KiB but slower at 64 KiB (56-60 us against 36-47, in place,
+  // 512 KiB) that was faster from 256 KiB but slower at 64 KiB (56-60 us against 36-47, in place,
   // side by side), so tcp keeps the gathering exchange below.
   if (n == 2 && std::strcmp(peers[size_t(1 - rank)]->transport().name(), "shm") == 0)
     return pair_all_reduce(peers[size_t(1 - rank)], rank, in, out, count, ctx);
   // The gathered inputs: a buffer of the thread's own, reused, for the sizes this path is meant for
   // (no allocation per call); a one-off for anything larger (TINYDDP_SMALL_MESSAGE_BYTES raised).
-  constexpr size_t kKeptBytes = 4 << 20;  // 2 ranks x 2 MiB: the largest direct exchange by default (tcp)
+  // 4 MiB holds every default direct exchange: 2 ranks x 512 KiB over tcp, up to 128 ranks x 32 KiB.
+  constexpr size_t kKeptBytes = 4 << 20;
   thread_local std::vector<std::byte> kept;
   std::vector<std::byte> one_off;
   std::vector<std::byte>& all = size_t(n) * bytes <= kKeptBytes ? kept : one_off;

@@ -87,9 +87,15 @@ class MemoryConnection : public Connection {
   const std::atomic<uint64_t>* rank_sent_;
 };
 
+// A post as the test reads it: where in the rank's buffer it starts.
+struct PostAt {
+  size_t offset, bytes, skip;
+  uint64_t rank_had_sent;
+};
+
 // Runs an in-place f32 sum all-reduce of world * chunk bytes over the in-memory transport, checks
 // the result, and returns each rank's posts (the all-gather receives, from rank r-1).
-std::vector<std::vector<Post>> ring_posts(int world, size_t chunk) {
+std::vector<std::vector<PostAt>> ring_posts(int world, size_t chunk) {
   const size_t ranks = static_cast<size_t>(world), count = ranks * chunk / sizeof(float);
   std::vector<Pipe> pipes(ranks);  // pipes[r]: rank r -> rank r+1
   std::vector<MemoryTransport> transports(ranks);
@@ -115,14 +121,13 @@ std::vector<std::vector<Post>> ring_posts(int world, size_t chunk) {
     ring_all_reduce(Ring{r, world, next[size_t(r)].get(), prev[size_t(r)].get()}, data, data, count, ctx);
   });
   const float ranks_sum = float(world * (world + 1) / 2);
-  std::vector<std::vector<Post>> posts;
+  std::vector<std::vector<PostAt>> posts(ranks);
   for (int r = 0; r < world; ++r) {
     for (size_t i = 0; i < count; ++i)
       if (buffers[size_t(r)][i] != float(i % 251) * ranks_sum) FAIL("rank ", r, " element ", i, " = ", buffers[size_t(r)][i]);
-    // Offsets from the start of the rank's buffer, so that they outlive it.
     auto* base = reinterpret_cast<const std::byte*>(buffers[size_t(r)].data());
-    posts.push_back(prev[size_t(r)]->posts);
-    for (Post& post : posts.back()) post.dst = reinterpret_cast<const std::byte*>(post.dst - base);
+    for (const Post& post : prev[size_t(r)]->posts)
+      posts[size_t(r)].push_back({size_t(post.dst - base), post.bytes, post.skip, post.rank_had_sent});
   }
   return posts;
 }
@@ -142,10 +147,10 @@ TEST_CASE("the ring engine posts every all-gather region, after sending what it 
     REQUIRE(posts[size_t(r)].size() == size_t(world - 1));
     for (size_t k = 0; k < size_t(world - 1); ++k) {
       CAPTURE(k);
-      const Post& post = posts[size_t(r)][k];
-      const size_t offset = size_t(reinterpret_cast<uintptr_t>(post.dst)), chunk_begin = size_t((r - int(k) + world) % world) * chunk;
-      CHECK(offset >= chunk_begin);
-      CHECK(offset + post.bytes == chunk_begin + chunk);
+      const PostAt& post = posts[size_t(r)][k];
+      const size_t chunk_begin = size_t((r - int(k) + world) % world) * chunk;
+      CHECK(post.offset >= chunk_begin);
+      CHECK(post.offset + post.bytes == chunk_begin + chunk);
     }
     // Chunk r is read by the reduce-scatter's first send: posted only once all of it had left.
     CHECK(posts[size_t(r)][0].rank_had_sent >= chunk);
@@ -160,8 +165,8 @@ TEST_CASE("the ring engine posts a 2-rank all-gather region ahead, while it stil
   for (int r = 0; r < 2; ++r) {
     CAPTURE(r);
     REQUIRE(posts[size_t(r)].size() == 1);
-    const Post& post = posts[size_t(r)][0];
-    CHECK(size_t(reinterpret_cast<uintptr_t>(post.dst)) == size_t(r) * chunk);
+    const PostAt& post = posts[size_t(r)][0];
+    CHECK(post.offset == size_t(r) * chunk);
     CHECK(post.bytes == chunk);
     CHECK(post.skip == chunk);  // the whole reduce-scatter half still ahead of it
     CHECK(post.rank_had_sent >= chunk);
