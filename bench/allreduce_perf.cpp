@@ -21,9 +21,9 @@
 #include <unistd.h>
 #include <vector>
 
-#include "comm/hash_store.h"
 #include "comm/process_group.h"
-#include "comm/rendezvous.h"
+#include "comm/store/hash_store.h"
+#include "comm/store/rendezvous.h"
 #include "core/cuda_runtime.h"
 #include "core/tensor.h"
 

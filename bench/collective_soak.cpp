@@ -34,9 +34,9 @@
 #include <string>
 #include <vector>
 
-#include "comm/hash_store.h"
 #include "comm/process_group.h"
-#include "comm/rendezvous.h"
+#include "comm/store/hash_store.h"
+#include "comm/store/rendezvous.h"
 #include "core/error.h"
 #include "core/tensor.h"
 

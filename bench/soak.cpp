@@ -37,7 +37,7 @@
 
 #include "core/error.h"
 #include "core/safetensors.h"
-#include "nn/addons/state_manager.h"
+#include "nn/train/addons/state_manager.h"
 
 using namespace tinyddp;
 using Clock = std::chrono::steady_clock;

@@ -20,8 +20,8 @@
 
 #include <CLI/CLI.hpp>
 
-#include "comm/store_server.h"
-#include "comm/tcp_store.h"
+#include "comm/store/store_server.h"
+#include "comm/store/tcp_store.h"
 #include "core/error.h"
 
 namespace {

@@ -29,15 +29,15 @@
 #include "examples/dummy_dataset.h"
 #include "kernels/ops.h"
 #include "nn/activations.h"
-#include "nn/adam.h"
-#include "nn/addons/multi_device.h"
-#include "nn/addons/trace.h"
-#include "nn/data_loader.h"
+#include "nn/data/data_loader.h"
 #include "nn/linear.h"
 #include "nn/loss.h"
-#include "nn/schedulers.h"
+#include "nn/optim/adam.h"
+#include "nn/optim/schedulers.h"
 #include "nn/sequential.h"
-#include "nn/trainer.h"
+#include "nn/train/addons/multi_device.h"
+#include "nn/train/addons/trace.h"
+#include "nn/train/trainer.h"
 
 using namespace tinyddp;
 using Clock = std::chrono::steady_clock;

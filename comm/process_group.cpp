@@ -1,8 +1,8 @@
 #include "comm/process_group.h"
 
-#include "comm/rendezvous.h"
 #include "comm/ring_backend.h"
-#include "comm/tcp_store.h"
+#include "comm/store/rendezvous.h"
+#include "comm/store/tcp_store.h"
 #ifdef TINYDDP_WITH_NCCL
 #include "comm/nccl/nccl_backend.h"
 #endif

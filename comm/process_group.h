@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "comm/reduce_op.h"
-#include "comm/store.h"
+#include "comm/store/store.h"
 #include "comm/work.h"
 #include "core/tensor.h"
 

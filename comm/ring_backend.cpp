@@ -11,11 +11,11 @@
 #include <sched.h>
 #include <unistd.h>
 
-#include "comm/prefix_store.h"
-#include "comm/shm_transport.h"
-#include "comm/small_message_allreduce.h"
-#include "comm/tcp_store.h"
-#include "comm/tcp_transport.h"
+#include "comm/algorithms/small_message_allreduce.h"
+#include "comm/store/prefix_store.h"
+#include "comm/store/tcp_store.h"
+#include "comm/transport/shm_transport.h"
+#include "comm/transport/tcp_transport.h"
 
 namespace tinyddp::comm {
 

@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
+#include "comm/algorithms/ring_algorithms.h"
 #include "comm/debug_check.h"
 #include "comm/process_group.h"
-#include "comm/ring_algorithms.h"
 
 namespace tinyddp::comm {
 

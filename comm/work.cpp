@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "comm/transport.h"
+#include "comm/transport/transport.h"
 
 namespace tinyddp::comm {
 

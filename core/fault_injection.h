@@ -10,7 +10,7 @@
 // able to get past the point where its predecessor died, as it would after a real crash.
 //
 // The points, and where they sit:
-//   forward           a training step starts (nn/addons/state_manager.h)
+//   forward           a training step starts (nn/train/addons/state_manager.h)
 //   backward          the first gradient of a backward pass is finished: the pass is half done
 //   allreduce         the last gradient is finished, just after DDP put the last bucket's all-reduce
 //                     on the wire: the peers are inside that collective, waiting for this rank

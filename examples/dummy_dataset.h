@@ -6,7 +6,7 @@
 #include <memory>
 
 #include "core/random.h"
-#include "nn/dataset.h"
+#include "nn/data/dataset.h"
 
 namespace tinyddp::examples {
 

@@ -11,12 +11,12 @@
 #include "core/cuda_runtime.h"
 #include "examples/dummy_dataset.h"
 #include "kernels/ops.h"
-#include "nn/adam.h"
-#include "nn/checkpoint.h"
-#include "nn/data_loader.h"
+#include "nn/data/data_loader.h"
 #include "nn/linear.h"
 #include "nn/loss.h"
-#include "nn/schedulers.h"
+#include "nn/optim/adam.h"
+#include "nn/optim/schedulers.h"
+#include "nn/train/checkpoint.h"
 
 using namespace tinyddp;
 

@@ -1,8 +1,8 @@
 // LockstepTransport: an in-memory transport for ring_explain that watches the real ring algorithm
 // work, and holds it to one step at a time so the buffers can be printed between steps.
 //
-// The library's ring (comm/ring_algorithms.cpp) only ever talks to the network through the
-// Connection interface of comm/transport.h: try_send, then try_peek + release (receive and reduce
+// The library's ring (comm/algorithms/ring_algorithms.cpp) only ever talks to the network through the
+// Connection interface of comm/transport/transport.h: try_send, then try_peek + release (receive and reduce
 // in place) or try_recv (receive by copying). This transport implements that interface with
 // in-memory queues between the threads that act as ranks, and writes down every call: who sent
 // which bytes of their buffer, and whether the receiver added them (peek/release) or copied them
@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/transport.h"
+#include "comm/transport/transport.h"
 
 namespace tinyddp::examples {
 

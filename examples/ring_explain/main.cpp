@@ -3,7 +3,7 @@
 //   build/bin/ring_explain                     # 4 ranks, 9 floats each
 //   build/bin/ring_explain --ranks 3 --count 7
 //
-// Each rank is a thread that calls the library's own comm::ring_all_reduce (comm/ring_algorithms.cpp),
+// Each rank is a thread that calls the library's own comm::ring_all_reduce (comm/algorithms/ring_algorithms.cpp),
 // the function the "ring" process group runs for large messages. Its connections are a
 // LockstepTransport (lockstep_transport.h): in-memory queues that record every send and receive
 // and hold the ranks to one step at a time. So the chunks printed are the ones the real code sent,
@@ -19,9 +19,9 @@
 #include <thread>
 #include <vector>
 
-#include "comm/hash_store.h"
+#include "comm/algorithms/ring_algorithms.h"
 #include "comm/process_group.h"
-#include "comm/ring_algorithms.h"
+#include "comm/store/hash_store.h"
 #include "comm/work.h"
 #include "core/error.h"
 #include "core/tensor.h"

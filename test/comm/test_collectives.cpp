@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "comm/ring_backend.h"
-#include "test_collectives_support.h"
+#include "test/comm/test_collectives_support.h"
 
 using namespace tinyddp;
 using namespace tinyddp::comm;

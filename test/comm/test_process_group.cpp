@@ -8,7 +8,7 @@
 #include "comm/ring_backend.h"
 #include "core/cuda_runtime.h"
 #include "core/error.h"
-#include "test_collectives_support.h"
+#include "test/comm/test_collectives_support.h"
 
 using namespace tinyddp;
 using namespace tinyddp::comm;

@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "comm/process_group.h"
-#include "comm/tcp_store.h"
+#include "comm/store/tcp_store.h"
 #include "test/comm/helpers/child_process.h"
 
 using namespace tinyddp;

@@ -14,14 +14,14 @@
 #include <string>
 #include <vector>
 
-#include "test/test_support.h"
 #include "core/safetensors.h"
 #include "core/trace.h"
 #include "examples/dummy_dataset.h"
-#include "nn/checkpoint.h"
 #include "nn/linear.h"
 #include "nn/loss.h"
+#include "nn/train/checkpoint.h"
 #include "test/comm/helpers/child_process.h"
+#include "test/test_support.h"
 
 using namespace tinyddp;
 using namespace std::chrono_literals;

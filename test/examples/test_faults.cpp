@@ -15,11 +15,11 @@
 #include <string>
 #include <vector>
 
-#include "test/test_support.h"
 #include "core/error.h"
 #include "core/safetensors.h"
-#include "nn/addons/state_manager.h"
+#include "nn/train/addons/state_manager.h"
 #include "test/comm/helpers/child_process.h"
+#include "test/test_support.h"
 
 using namespace tinyddp;
 using namespace std::chrono_literals;

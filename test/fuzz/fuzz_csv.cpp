@@ -1,4 +1,4 @@
-// Fuzz target for the CSV reader (nn/csv.h): text from a file nobody checked.
+// Fuzz target for the CSV reader (nn/data/csv.h): text from a file nobody checked.
 //
 // The first input byte picks the options (delimiter, header, label column, label kind, scale); the
 // rest is the text. Properties checked on every input, beyond "does not crash, leak or read out of
@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "nn/csv.h"
+#include "nn/data/csv.h"
 
 using tinyddp::nn::CsvOptions;
 

@@ -1,4 +1,4 @@
-// Fuzz target for the store's wire format (comm/store_protocol.h): the code that reads bytes
+// Fuzz target for the store's wire format (comm/store/store_protocol.h): the code that reads bytes
 // straight off the network.
 //
 // Properties checked on every input, beyond "does not crash, leak or read out of bounds":
@@ -20,7 +20,7 @@
 #include <string_view>
 #include <vector>
 
-#include "comm/store_protocol.h"
+#include "comm/store/store_protocol.h"
 #include "core/error.h"
 
 using namespace tinyddp::comm::protocol;

@@ -6,9 +6,9 @@
 #include "core/allocator.h"
 #include "core/random.h"
 #include "nn/activations.h"
-#include "nn/adam.h"
 #include "nn/linear.h"
 #include "nn/loss.h"
+#include "nn/optim/adam.h"
 #include "nn/sequential.h"
 #include "test/test_support.h"
 

@@ -10,8 +10,8 @@
 
 #include <CLI/CLI.hpp>
 
-#include "comm/barrier.h"
-#include "comm/rendezvous.h"
+#include "comm/store/barrier.h"
+#include "comm/store/rendezvous.h"
 #include "core/error.h"
 
 int main(int argc, char** argv) {

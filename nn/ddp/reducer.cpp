@@ -1,0 +1,299 @@
+#include "nn/ddp/reducer.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <utility>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/trace.h"
+
+namespace tinyddp::nn {
+
+namespace {
+
+// The hook the Reducer adds to each Parameter. A named type (rather than a lambda) so the destructor
+// can find its own hooks among the parameter's others and remove exactly those.
+struct ReadyHook {
+  Reducer* reducer;
+  size_t index;
+  void operator()(Parameter&) const { reducer->mark_ready(index); }
+};
+
+// TINYDDP_DEBUG=INFO (or DETAIL, which includes it) prints the bucket layout, as
+// TORCH_DISTRIBUTED_DEBUG=INFO makes PyTorch's DDP log its buckets.
+bool debug_info_enabled() {
+  const char* level = std::getenv("TINYDDP_DEBUG");
+  if (!level) return false;
+  std::string text(level);
+  for (char& c : text) c = char(std::toupper(static_cast<unsigned char>(c)));
+  return text == "INFO" || text == "DETAIL";
+}
+
+// describe_buckets() without its final newline, for one log message.
+std::string trimmed(std::string text) {
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  return text;
+}
+
+std::string list_names(const std::vector<NamedParameter>& parameters, const std::vector<size_t>& indices) {
+  constexpr size_t kShown = 5;
+  std::ostringstream out;
+  for (size_t i = 0; i < indices.size() && i < kShown; ++i) out << (i ? ", " : "") << "'" << parameters[indices[i]].name << "'";
+  if (indices.size() > kShown) out << " and " << indices.size() - kShown << " more";
+  return out.str();
+}
+
+}  // namespace
+
+Reducer::Reducer(std::vector<NamedParameter> parameters, std::shared_ptr<comm::ProcessGroup> group,
+                 ReducerOptions options)
+    : parameters_(std::move(parameters)), group_(std::move(group)), options_(options) {
+  TINYDDP_CHECK(group_ != nullptr, "Reducer: the process group is null; hint: create one with "
+                "comm::create_process_group (or rendezvous) first");
+  TINYDDP_CHECK(!parameters_.empty(), "Reducer: the model has no parameters, so there are no gradients to "
+                "synchronise; hint: DistributedDataParallel is only needed for models with parameters");
+  const Device device = parameters_[0].parameter->value.device();
+  std::set<const Parameter*> distinct;
+  for (const NamedParameter& named : parameters_) {
+    TINYDDP_CHECK(named.parameter != nullptr, "Reducer: parameter '", named.name, "' is null; hint: pass "
+                  "module.named_parameters()");
+    const Tensor& value = named.parameter->value;
+    TINYDDP_CHECK(value.device() == device, "Reducer: parameter '", named.name, "' is on ", value.device().str(),
+                  " but '", parameters_[0].name, "' is on ", device.str(), "; hint: move the whole model to one device "
+                  "with model.to(device) before wrapping it in DistributedDataParallel");
+    TINYDDP_CHECK(value.dtype() == DType::f32, "Reducer: parameter '", named.name, "' is ", value.describe(),
+                  "; hint: parameters must be f32");
+    TINYDDP_CHECK(distinct.insert(named.parameter).second, "Reducer: parameter '", named.name, "' is listed twice "
+                  "(a shared weight); hint: list every Parameter once, a shared one under a single name");
+    const Tensor& grad = named.parameter->grad;
+    TINYDDP_CHECK(!grad.defined() || (grad.shape() == value.shape() && grad.dtype() == value.dtype()),
+                  "Reducer: the gradient of '", named.name, "' is ", grad.describe(), " but the parameter is ",
+                  value.describe(), "; hint: gradients must have their parameter's shape and dtype");
+  }
+
+  std::vector<size_t> bytes;
+  for (const NamedParameter& named : parameters_) bytes.push_back(named.parameter->value.nbytes());
+  install(plan_buckets(reverse_registration_order(parameters_.size()), bytes, options_.first_bucket_bytes,
+                       options_.bucket_cap_bytes));
+  for (size_t i = 0; i < parameters_.size(); ++i) parameters_[i].parameter->grad_ready_hooks.push_back(ReadyHook{this, i});
+
+  if (debug_info_enabled() && group_->rank() == 0)
+    log_line(LogLevel::info, "ddp", "buckets in reverse registration order (rebuilt after the first "
+                   "iteration):\n" + trimmed(describe_buckets()));
+}
+
+Reducer::~Reducer() {
+  for (NamedParameter& named : parameters_) {
+    auto& hooks = named.parameter->grad_ready_hooks;
+    std::erase_if(hooks, [this](const std::function<void(Parameter&)>& hook) {
+      const ReadyHook* mine = hook.target<ReadyHook>();
+      return mine != nullptr && mine->reducer == this;
+    });
+  }
+  // An all-reduce still running writes into the gradients; let it finish before the Reducer goes.
+  if (armed_) abandon_iteration();
+  wait_for_abandoned_work();
+}
+
+void Reducer::install(std::vector<BucketSpec> specs) {
+  const Device device = parameters_[0].parameter->value.device();
+  std::vector<Bucket> buckets(specs.size());
+  std::vector<Location> locations(parameters_.size());
+  for (size_t b = 0; b < specs.size(); ++b) {
+    int64_t elements = 0;
+    for (size_t index : specs[b].parameters) elements += parameters_[index].parameter->value.numel();
+    buckets[b].buffer = Tensor::zeros({elements}, DType::f32, device);
+    int64_t offset = 0;
+    for (size_t index : specs[b].parameters) {
+      Parameter& p = *parameters_[index].parameter;
+      Tensor view = buckets[b].buffer.view(offset, p.value.shape());
+      // Keep whatever the gradient holds (a gradient accumulated before wrapping, or before a
+      // rebuild), then make the view *the* gradient: from now on backward writes into the bucket.
+      // A gradient that is "none" (has_grad false) has nothing worth keeping.
+      if (p.grad.defined() && p.has_grad) view.copy_from(p.grad);
+      p.grad = view;
+      locations[index] = {b, offset};
+      offset += p.value.numel();
+    }
+  }
+  specs_ = std::move(specs);
+  buckets_ = std::move(buckets);
+  locations_ = std::move(locations);
+}
+
+void Reducer::prepare_for_backward() {
+  if (armed_) abandon_iteration();  // a forward without its backward: start over
+  wait_for_abandoned_work();
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    buckets_[b].pending = specs_[b].parameters.size();
+    buckets_[b].work = nullptr;
+    buckets_[b].completion_recorded = false;
+  }
+  marked_.assign(parameters_.size(), false);
+  ready_order_.clear();
+  next_to_launch_ = 0;
+  armed_ = true;
+}
+
+void Reducer::mark_ready(size_t index) {
+  if (!armed_) return;  // no_sync(), or a backward that DDP's forward did not prepare
+  TINYDDP_CHECK(index < parameters_.size(), "Reducer::mark_ready: parameter index ", index, " is outside the ",
+                parameters_.size(), " parameters; hint: mark_ready is called by the parameters' own hooks");
+  mark(index, true);
+}
+
+void Reducer::mark(size_t index, bool observed) {
+  TINYDDP_CHECK(!marked_[index], "DistributedDataParallel: parameter '", name(index), "' was marked ready twice in "
+                "one backward pass on rank ", group_->rank(), "; its bucket may already be on the wire, so the second "
+                "gradient cannot be included; hint: use each layer once per forward pass, or run the extra "
+                "backward passes of gradient accumulation under no_sync()");
+  marked_[index] = true;
+  if (observed) ready_order_.push_back(index);
+  const size_t b = locations_[index].bucket;
+  if (--buckets_[b].pending == 0) {
+    if (trace::enabled())
+      trace::record_instant("bucket " + std::to_string(b) + " ready", "ddp", trace::Lane::comm,
+                            nlohmann::json{{"rank", group_->rank()}, {"bucket", b}}.dump());
+    launch_ready_buckets();
+  }
+  observe_completions();
+}
+
+void Reducer::launch_ready_buckets() {
+  // Strictly in bucket order: bucket 3 may be complete before bucket 2 (gradients need not become
+  // ready in the planned order), but it waits for bucket 2 to start first, because every rank must
+  // issue its collectives in the same sequence.
+  while (next_to_launch_ < buckets_.size() && buckets_[next_to_launch_].pending == 0) {
+    Bucket& bucket = buckets_[next_to_launch_];
+    bucket.launched_us = trace::enabled() ? trace::now_us() : 0;
+    // avg = sum over the ranks, then one division by the world size (in the backend, after the sum).
+    bucket.work = group_->all_reduce(bucket.buffer, comm::ReduceOp::avg);
+    ++next_to_launch_;
+  }
+}
+
+void Reducer::observe_completions() {
+  if (!trace::enabled()) return;
+  for (size_t b = 0; b < next_to_launch_; ++b)
+    if (!buckets_[b].completion_recorded && buckets_[b].work && buckets_[b].work->is_completed()) record_completion(b);
+}
+
+void Reducer::record_completion(size_t b) {
+  Bucket& bucket = buckets_[b];
+  bucket.completion_recorded = true;
+  if (!trace::enabled()) return;
+  // The span runs from the launch to the first moment this thread saw the all-reduce complete (the
+  // backend does not call back), so its end is an upper bound on the true completion time.
+  trace::record_span("all_reduce bucket " + std::to_string(b), "ddp", trace::Lane::comm, bucket.launched_us,
+                     trace::now_us(),
+                     nlohmann::json{{"rank", group_->rank()}, {"bucket", b}, {"bytes", specs_[b].bytes},
+                                    {"parameters", specs_[b].parameters.size()}}.dump());
+}
+
+void Reducer::finalize() {
+  if (!armed_) return;
+  std::vector<size_t> missing;
+  for (size_t i = 0; i < parameters_.size(); ++i)
+    if (!marked_[i]) missing.push_back(i);
+  if (!missing.empty()) {
+    if (!options_.find_unused_parameters) {
+      abandon_iteration();
+      TINYDDP_FAIL("DistributedDataParallel: ", missing.size(), " parameter(s) got no gradient in this backward pass "
+                   "on rank ", group_->rank(), ": ", list_names(parameters_, missing), "; their buckets could not be "
+                   "all-reduced; hint: pass find_unused_parameters = true when some layers do not run in every "
+                   "iteration, or make every parameter take part in the loss");
+    }
+    // Unused here: this rank contributes what backward accumulated for them in this iteration, which
+    // is nothing new; the all-reduce still runs, since other ranks may have used them. A parameter
+    // with no gradient at all (zero_grad set it to none) holds stale numbers in its part of the
+    // bucket: it contributes zeros instead, as PyTorch's reducer zero-fills the bucket view of a
+    // gradient that is None, and afterwards holds the average like every other parameter.
+    for (size_t index : missing) {
+      Parameter& p = *parameters_[index].parameter;
+      if (!p.has_grad) {
+        p.grad.zero_();
+        p.has_grad = true;
+      }
+      mark(index, false);
+    }
+  }
+  TINYDDP_CHECK(next_to_launch_ == buckets_.size(), "Reducer::finalize: only ", next_to_launch_, " of ",
+                buckets_.size(), " buckets started although every gradient is ready; hint: this is a bug in tinyddp");
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    try {
+      buckets_[b].work->wait();
+    } catch (...) {
+      abandon_iteration();
+      throw;
+    }
+    if (!buckets_[b].completion_recorded) record_completion(b);
+  }
+  for (Bucket& bucket : buckets_) bucket.work = nullptr;
+  armed_ = false;
+  ++iterations_;
+  if (options_.rebuild_buckets && !options_.find_unused_parameters && !rebuilt_) rebuild_from_observed_order();
+}
+
+void Reducer::abandon_iteration() {
+  for (Bucket& bucket : buckets_) {
+    if (bucket.work) abandoned_.push_back(std::move(bucket.work));
+    bucket.work = nullptr;
+  }
+  armed_ = false;
+}
+
+void Reducer::wait_for_abandoned_work() {
+  for (const comm::WorkPtr& work : abandoned_) {
+    try {
+      work->wait();
+    } catch (...) {
+      // Already reported to whoever ran that iteration (or the group is aborted, and the next
+      // collective says so); all that matters here is that nothing writes into the buckets any more.
+    }
+  }
+  abandoned_.clear();
+}
+
+void Reducer::rebuild_from_observed_order() {
+  rebuilt_ = true;
+  // Every parameter was marked (finalize would have thrown otherwise), so the order is complete on
+  // every rank and every rank takes part in the broadcast below.
+  TINYDDP_CHECK(ready_order_.size() == parameters_.size(), "Reducer: the observed ready order lists ",
+                ready_order_.size(), " of ", parameters_.size(), " parameters; hint: this is a bug in tinyddp");
+  // Ranks may have seen slightly different orders; rank 0's is broadcast so that every rank lays out
+  // the same buckets (otherwise the all-reduces would add up unrelated gradients).
+  std::vector<int64_t> order(ready_order_.begin(), ready_order_.end());
+  Tensor agreed = Tensor::from_vector(order);
+  group_->broadcast(agreed, 0)->wait();
+  std::vector<size_t> agreed_order;
+  for (int64_t index : agreed.to_vector<int64_t>()) agreed_order.push_back(size_t(index));
+  std::vector<size_t> bytes;
+  for (const NamedParameter& named : parameters_) bytes.push_back(named.parameter->value.nbytes());
+  std::vector<BucketSpec> specs =
+      plan_buckets(agreed_order, bytes, options_.first_bucket_bytes, options_.bucket_cap_bytes);
+  bool same = specs.size() == specs_.size();
+  for (size_t b = 0; same && b < specs.size(); ++b) same = specs[b].parameters == specs_[b].parameters;
+  if (!same) install(std::move(specs));  // the gradients just averaged move into the new buffers
+  if (debug_info_enabled() && group_->rank() == 0)
+    log_line(LogLevel::info, "ddp", std::string(same ? "buckets kept" : "buckets rebuilt") +
+                   " in the ready order of the first iteration:\n" + trimmed(describe_buckets()));
+}
+
+std::string Reducer::describe_buckets() const {
+  std::vector<std::string> names;
+  for (const NamedParameter& named : parameters_) names.push_back(named.name);
+  return nn::describe_buckets(specs_, names);
+}
+
+const Tensor& Reducer::bucket_buffer(size_t b) const {
+  TINYDDP_CHECK(b < buckets_.size(), "Reducer::bucket_buffer(", b, "): there are ", buckets_.size(),
+                " buckets; hint: bucket indices start at 0");
+  return buckets_[b].buffer;
+}
+
+}  // namespace tinyddp::nn

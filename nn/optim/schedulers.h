@@ -1,0 +1,75 @@
+// The schedules: cosine annealing, linear warm-up, and a chain of schedules (warm-up then cosine).
+// Each one sets the optimizer's lr to lr_at(0) when it is constructed, as PyTorch's schedulers do.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nn/optim/scheduler.h"
+
+namespace tinyddp::nn {
+
+// lr(t) = eta_min + (base - eta_min) * (1 + cos(pi * t / total_iters)) / 2
+//
+// From base at t = 0 down to eta_min at t = total_iters. Past total_iters the formula is *not*
+// clamped: it keeps following the cosine, rising back to base at 2 * total_iters and so on with
+// period 2 * total_iters. That is what PyTorch's CosineAnnealingLR(T_max = total_iters) does, and it
+// is why total_iters should cover the whole run (or use SequentialSchedule to hold a constant after).
+class CosineAnnealing : public LRScheduler {
+ public:
+  CosineAnnealing(Optimizer& optimizer, int64_t total_iters, double eta_min = 0);
+  double lr_at(int64_t t) const override;
+  std::string kind() const override { return "cosine"; }
+
+  int64_t total_iters() const { return total_iters_; }
+  double eta_min() const { return eta_min_; }
+
+ private:
+  int64_t total_iters_;
+  double eta_min_;
+};
+
+// Linear warm-up: lr(t) = base * (start_factor + (1 - start_factor) * min(t, warmup_iters) / warmup_iters),
+// from base * start_factor at t = 0 up to base at t = warmup_iters, then constant.
+// PyTorch's LinearLR(start_factor, end_factor = 1, total_iters = warmup_iters).
+// Warm-up matters for DDP: the global batch grows with the number of ranks, and large batches are
+// usually paired with a larger lr that is only safe once the first steps have settled the weights.
+class WarmUp : public LRScheduler {
+ public:
+  WarmUp(Optimizer& optimizer, int64_t warmup_iters, double start_factor);
+  double lr_at(int64_t t) const override;
+  std::string kind() const override { return "warmup"; }
+
+  int64_t warmup_iters() const { return warmup_iters_; }
+  double start_factor() const { return start_factor_; }
+
+ private:
+  int64_t warmup_iters_;
+  double start_factor_;
+};
+
+// Runs schedulers one after another: schedulers[0] for t < milestones[0], then schedulers[i] with its
+// own clock restarted, t - milestones[i-1], for milestones[i-1] <= t < milestones[i]. PyTorch's
+// SequentialLR. The chained schedulers are used only through lr_at(); they must drive the same
+// optimizer, and their own step() should not be called.
+//
+//   SequentialSchedule schedule(opt, {std::make_shared<WarmUp>(opt, 5, 0.1),
+//                                     std::make_shared<CosineAnnealing>(opt, 95)}, {5});
+class SequentialSchedule : public LRScheduler {
+ public:
+  SequentialSchedule(Optimizer& optimizer, std::vector<std::shared_ptr<LRScheduler>> schedulers,
+                     std::vector<int64_t> milestones);
+  double lr_at(int64_t t) const override;
+  std::string kind() const override { return "sequential"; }
+
+  const std::vector<std::shared_ptr<LRScheduler>>& schedulers() const { return schedulers_; }
+  const std::vector<int64_t>& milestones() const { return milestones_; }
+
+ private:
+  std::vector<std::shared_ptr<LRScheduler>> schedulers_;
+  std::vector<int64_t> milestones_;
+};
+
+}  // namespace tinyddp::nn

@@ -1,0 +1,211 @@
+// MultiDevice: the seed's MultiGPUAddon. One training process per device, data-parallel through
+// DistributedDataParallel, from an unchanged single-process program.
+//
+//   Python (the seed)                                     C++ (tinyddp)
+//   ----------------------------------------------------  ---------------------------------------------------
+//   trainer = Trainer.add_on(MultiGPUAddon)(              using MyTrainer = nn::WithAddOns<DummyTrainer, nn::MultiDevice>;
+//       model=model, device=['cuda:0', 'cuda:1'], ...,    MyTrainer trainer(model, nn::all_devices(2), opt, &sched);
+//       init_method='tcp://localhost:12355')              trainer.set_init_method("tcp://localhost:12355");
+//   trainer.run(n_epoch=10, loader=loader)                trainer.run(10, loader);
+//   torch.save(trainer.model.state_dict(), 'm.pt')        if (trainer.is_main_process()) nn::save_model("m.safetensors", trainer.model());
+//
+// What run() does depends on who is calling it:
+//
+//   the program as the user started it, with several devices (the "spawner"):
+//     it hosts the job's store (on init_method's port, or a free one when that is taken), then starts
+//     one worker per device by running this same program again with the same arguments, plus RANK,
+//     WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT and a job token in the environment (what
+//     torch.multiprocessing.spawn does with the "spawn" start method). It waits for them; when one
+//     fails, the others are stopped and run() throws an error naming the rank and how it ended.
+//     When they succeed, rank 0 has left its final state behind, and the spawner loads it: after
+//     run() this process holds rank 0's final weights (and optimizer, scheduler, history and best
+//     weights), so the seed's "save the model after run" works unchanged.
+//
+//   a spawned worker (it finds those variables): it joins the job (rendezvous, a process group:
+//     NCCL for CUDA devices when built, the ring otherwise), moves the model to devices[LOCAL_RANK],
+//     wraps it in DistributedDataParallel, gives each loader a DistributedSampler so each rank
+//     trains on its own share, and runs the ordinary training loop. Only rank 0 draws the progress
+//     bar and writes checkpoints.
+//
+//   a process started by a launcher (tinyddp-run, torchrun, srun, mpirun set RANK/WORLD_SIZE or their
+//     own variables): it joins directly, exactly as a spawned worker, without spawning anything.
+//
+//   a program with one device and no launcher: the plain single-process loop.
+//
+// Because every worker runs the whole program again, code after run() runs in every worker too. Guard
+// what only one process should do -- print results, save files -- with is_main_process(), true in
+// exactly one process of the job: the spawner, or rank 0 under a launcher. (Python needs the same
+// care: `if __name__ == "__main__":` is what keeps mp.spawn's children from re-running the script.)
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "comm/process_group.h"
+#include "comm/store/tcp_store.h"
+#include "nn/ddp/distributed_data_parallel.h"
+#include "nn/train/trainer.h"
+
+namespace tinyddp::nn {
+
+struct MultiDeviceOptions {
+  // Where the job's store listens: the seed's default. When the port is taken, a free one is used.
+  std::string init_method = "tcp://localhost:12355";
+  // "ring" or "nccl"; empty: nccl for CUDA devices when this build has it, ring otherwise.
+  std::string backend;
+  DdpOptions ddp;
+  // The spawner's limit for the whole job (zero: none). Past it, the workers are stopped and run() throws.
+  std::chrono::milliseconds timeout{0};
+  // Between SIGTERM and SIGKILL when workers are stopped.
+  std::chrono::milliseconds grace = std::chrono::seconds(5);
+  // How a worker is started; empty: this program with this process's own arguments (this_program_command()).
+  std::vector<std::string> worker_command;
+};
+
+// Which part this process plays in a MultiDevice run (see the header comment).
+enum class ProcessRole { single, spawner, spawned_worker, launched_worker };
+ProcessRole detect_process_role(size_t device_count);
+const char* process_role_name(ProcessRole role);
+
+// Every visible GPU (cuda:0 ... cuda:N-1) or, on a machine without one, `cpu_workers` CPU devices:
+// the seed's "all GPUs of the machine, or N CPU workers where there is none".
+std::vector<Device> all_devices(int cpu_workers = 2);
+
+// This program's path (/proc/self/exe) followed by this process's arguments (/proc/self/cmdline).
+std::vector<std::string> this_program_command();
+
+// ---- the non-template parts of MultiDevice (nn/train/addons/multi_device.cpp) ----
+namespace multi_device {
+
+// What a worker learns when it joins its job.
+struct JoinedJob {
+  int rank = 0, world_size = 1, local_rank = 0, local_world_size = 1;
+  Device device;
+  std::shared_ptr<comm::ProcessGroup> group;
+  std::string result_dir;  // spawned workers: where rank 0 leaves its final state for the spawner
+  std::shared_ptr<comm::TcpStore> store;  // the job's store, unscoped
+  std::shared_ptr<comm::Store> job_store;  // the same, scoped to this job (rendezvous' namespace)
+};
+
+// This process's rank as its launcher set it (RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK); -1 when none did.
+int launched_rank();
+// Rendezvous from the environment and a process group of the chosen backend; picks this rank's device.
+JoinedJob join_job(const std::vector<Device>& devices, const MultiDeviceOptions& options);
+// Returns once every rank has finished its collectives, so that none exits while a peer may still be
+// reading the last collective's data from it. It meets through the store, not the process group:
+// a barrier over the group is itself a collective some rank finishes first.
+void leave_job(const JoinedJob& job);
+// A spawned worker whose run() throws tells the spawner why, with the time, through the store, so the
+// spawner can name the rank that failed first (the others then fail because it is gone) and quote
+// its message. Does nothing for a launched worker, or when the store is unreachable.
+void report_failure(const JoinedJob& job, const std::string& message);
+// Runs one worker per device and waits for them; throws naming the rank that failed. Returns the
+// directory holding rank 0's final state (removed by the returned handle's destructor).
+std::shared_ptr<const std::string> spawn_workers(const std::vector<Device>& devices, const MultiDeviceOptions& options);
+// A loader over the same dataset whose sampler hands this rank its share (DistributedSampler with
+// the loader's shuffle and seed), or nullptr when the loader already has a DistributedSampler (it is
+// used as it is).
+std::unique_ptr<DataLoader> shard_loader(DataLoader& loader, int rank, int world_size);
+// Rank 0 of a spawned job leaves its state in `dir`; the spawner reads it back into its own trainer.
+void save_result(const std::string& dir, Trainer& trainer);
+void load_result(const std::string& dir, Trainer& trainer);
+// Element-wise sum of `values` over the group.
+void all_reduce_sum(comm::ProcessGroup& group, Device device, std::vector<double>& values);
+
+}  // namespace multi_device
+
+template <class Base>
+class MultiDevice : public Base {
+  static_assert(std::is_base_of_v<Trainer, Base>, "MultiDevice<Base>: Base must derive from nn::Trainer");
+
+ public:
+  using Base::Base;
+
+  // The seed's init_method argument.
+  void set_init_method(std::string init_method) { options_.init_method = std::move(init_method); }
+  MultiDeviceOptions& multi_device_options() { return options_; }
+
+  ProcessRole role() const { return detect_process_role(this->devices().size()); }
+  bool is_main_process() const override {
+    switch (role()) {
+      case ProcessRole::single:
+      case ProcessRole::spawner: return true;
+      case ProcessRole::spawned_worker: return false;  // the spawner reports for the job
+      case ProcessRole::launched_worker: return multi_device::launched_rank() == 0;
+    }
+    return true;
+  }
+  // The DDP wrapper while a worker trains (nullptr otherwise).
+  DistributedDataParallel* ddp() { return ddp_.get(); }
+
+  void run(int64_t n_epoch, DataLoader& loader, DataLoader* valid_loader = nullptr) override {
+    switch (role()) {
+      case ProcessRole::single: Base::run(n_epoch, loader, valid_loader); return;
+      case ProcessRole::spawner: {
+        auto result_dir = multi_device::spawn_workers(this->devices(), options_);
+        multi_device::load_result(*result_dir, *this);
+        return;
+      }
+      case ProcessRole::spawned_worker:
+      case ProcessRole::launched_worker: run_worker(n_epoch, loader, valid_loader); return;
+    }
+  }
+
+ protected:
+  Tensor forward(const Tensor& input) override {
+    // Only a training forward goes through DDP: it arms the reducer for the backward pass to come.
+    if (ddp_ && this->is_training()) return ddp_->forward(input);
+    return Base::forward(input);
+  }
+  void backward(const Tensor& output_grad) override {
+    if (!ddp_) return Base::backward(output_grad);
+    // Buckets are all-reduced while this runs; it returns once every gradient is the global average.
+    ddp_->backward(output_grad, /*want_input_grad=*/false);
+  }
+  void all_reduce_sum(std::vector<double>& values) override {
+    Base::all_reduce_sum(values);
+    if (this->process_group()) multi_device::all_reduce_sum(*this->process_group(), this->device(), values);
+  }
+
+ private:
+  void run_worker(int64_t n_epoch, DataLoader& loader, DataLoader* valid_loader) {
+    multi_device::JoinedJob job = multi_device::join_job(this->devices(), options_);
+    try {
+      train_as_rank(job, n_epoch, loader, valid_loader);
+    } catch (const Error& e) {
+      multi_device::report_failure(job, e.message());
+      throw;
+    } catch (const std::exception& e) {
+      multi_device::report_failure(job, e.what());
+      throw;
+    }
+  }
+
+  void train_as_rank(const multi_device::JoinedJob& job, int64_t n_epoch, DataLoader& loader, DataLoader* valid_loader) {
+    this->set_distributed(job.rank, job.world_size, job.group);
+    // The model must sit on its device before DDP lays the gradient buckets out there.
+    this->set_device(job.device);
+    ddp_ = std::make_unique<DistributedDataParallel>(this->model(), job.group, options_.ddp);
+    struct DropDdp {  // the wrapper unhooks the parameters when the run ends, however it ends
+      std::unique_ptr<DistributedDataParallel>& ddp;
+      ~DropDdp() { ddp.reset(); }
+    } drop{ddp_};
+
+    auto train = multi_device::shard_loader(loader, job.rank, job.world_size);
+    std::unique_ptr<DataLoader> valid;
+    if (valid_loader) valid = multi_device::shard_loader(*valid_loader, job.rank, job.world_size);
+    Base::run(n_epoch, train ? *train : loader, valid ? valid.get() : valid_loader);
+
+    if (!job.result_dir.empty() && job.rank == 0) multi_device::save_result(job.result_dir, *this);
+    multi_device::leave_job(job);
+  }
+
+  MultiDeviceOptions options_;
+  std::unique_ptr<DistributedDataParallel> ddp_;
+};
+
+}  // namespace tinyddp::nn

@@ -1,0 +1,382 @@
+#include "nn/train/trainer.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/trace.h"
+#include "kernels/ops.h"
+#include "nn/optim/clip.h"
+#include "nn/optim/schedulers.h"
+#include "nn/train/progress_bar.h"
+
+namespace tinyddp::nn {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using json = nlohmann::json;
+
+namespace key {
+const std::string history = "trainer.history";
+const std::string best_epoch = "trainer.best_epoch";
+const std::string best_loss = "trainer.best_loss";
+const std::string global_step = "trainer.global_step";
+}  // namespace key
+
+Batch to_device(const Batch& batch, Device device) {
+  // to() hands back the same tensor when it is already there: no copy on a CPU run.
+  return {batch.inputs.defined() ? batch.inputs.to(device) : Tensor(),
+          batch.targets.defined() ? batch.targets.to(device) : Tensor()};
+}
+
+// Stacks CPU tensors along their first dimension (the batches' outputs of inference()).
+Tensor stack_rows(const std::vector<Tensor>& parts) {
+  if (parts.empty()) return {};
+  Shape shape = parts[0].shape();
+  TINYDDP_CHECK(!shape.empty(), "inference: test_step returned a 0-D output; hint: return the model's output [batch, ...]");
+  int64_t rows = 0;
+  for (const Tensor& t : parts) {
+    bool same_row_shape = t.dim() == int64_t(shape.size()) && std::equal(shape.begin() + 1, shape.end(), t.shape().begin() + 1);
+    TINYDDP_CHECK(same_row_shape && t.dtype() == parts[0].dtype(), "inference: test_step outputs differ: ",
+                  parts[0].describe(), " and ", t.describe(),
+                  "; hint: every batch's output must have the same shape past the batch dimension, and one dtype");
+    rows += t.size(0);
+  }
+  shape[0] = rows;
+  Tensor out = Tensor::empty(shape, parts[0].dtype());
+  char* dst = static_cast<char*>(out.raw_data());
+  for (const Tensor& t : parts) {
+    std::memcpy(dst, t.raw_data(), t.nbytes());
+    dst += t.nbytes();
+  }
+  return out;
+}
+
+std::string describe_means(const std::map<std::string, double>& means) {
+  std::ostringstream out;
+  out.setf(std::ios::fixed);
+  out.precision(4);
+  // The loss first, as the seed prints it, then the metrics in name order.
+  if (auto it = means.find("loss"); it != means.end()) out << " loss " << it->second;
+  for (const auto& [name, value] : means)
+    if (name != "loss") out << " " << name << " " << value;
+  return out.str();
+}
+
+// "epoch 3/10  train loss 0.6931 accuracy 0.5120  valid loss 0.6902  lr 9.755e-04  0.41 s"
+std::string epoch_summary(const EpochRecord& record, int64_t n_epoch) {
+  std::ostringstream out;
+  out << "epoch " << record.epoch + 1 << "/" << n_epoch << "  train" << describe_means(record.train);
+  if (!record.valid.empty()) out << "  valid" << describe_means(record.valid);
+  char tail[64];
+  std::snprintf(tail, sizeof tail, "  lr %.3e  %.2f s", record.lr, record.seconds);
+  return out.str() + tail;
+}
+
+json means_to_json(const std::map<std::string, double>& means) {
+  json out = json::object();
+  for (const auto& [name, value] : means) out[name] = value;  // NaN becomes null
+  return out;
+}
+
+std::map<std::string, double> means_from_json(const json& in) {
+  std::map<std::string, double> out;
+  for (const auto& [name, value] : in.items())
+    out[name] = value.is_number() ? value.get<double>() : std::numeric_limits<double>::quiet_NaN();
+  return out;
+}
+
+}  // namespace
+
+// Sums over one pass: each batch's means weighted by its sample count, so that the epoch's mean is a
+// mean over samples even when the last batch is short, and adds up correctly across ranks.
+struct Trainer::Totals {
+  double samples = 0;
+  double loss_sum = 0;
+  std::map<std::string, double> metric_sums;
+  std::vector<Tensor> outputs;  // inference() only
+
+  void add(const StepOutput& step, int64_t batch_samples) {
+    double n = double(batch_samples);
+    samples += n;
+    loss_sum += double(step.loss) * n;
+    for (const auto& [name, value] : step.metrics) metric_sums[name] += value * n;
+  }
+  double mean_loss() const { return samples > 0 ? loss_sum / samples : 0; }
+};
+
+Trainer::Trainer(Module& model, std::vector<Device> devices, Optimizer& optimizer, LRScheduler* scheduler,
+                 TrainerOptions options)
+    : model_(model), devices_(std::move(devices)), optimizer_(optimizer), scheduler_(scheduler), options_(options) {
+  TINYDDP_CHECK(!devices_.empty(), "Trainer: the device list is empty; hint: pass {Device::cpu()} or the GPUs to use");
+  TINYDDP_CHECK(options_.gradient_clip >= 0, "Trainer: gradient_clip is ", options_.gradient_clip,
+                "; hint: use a positive maximum norm, or 0 to turn clipping off");
+  TINYDDP_CHECK(scheduler_ == nullptr || &scheduler_->optimizer() == &optimizer_,
+                "Trainer: the scheduler drives another optimizer than the one given",
+                "; hint: build the scheduler on the same optimizer object");
+  set_device(devices_[0]);
+}
+
+Trainer::Trainer(Module& model, Device device, Optimizer& optimizer, LRScheduler* scheduler, TrainerOptions options)
+    : Trainer(model, std::vector<Device>{device}, optimizer, scheduler, options) {}
+
+void Trainer::set_device(Device device) {
+  device_ = device;
+  model_.to(device);
+}
+
+void Trainer::set_distributed(int rank, int world_size, std::shared_ptr<comm::ProcessGroup> group) {
+  TINYDDP_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, "Trainer: rank ", rank, " of world size ",
+                world_size, " is impossible; hint: 0 <= rank < world_size");
+  rank_ = rank;
+  world_size_ = world_size;
+  group_ = std::move(group);
+}
+
+void Trainer::barrier() {
+  if (group_) group_->barrier()->wait();
+}
+
+Tensor Trainer::forward(const Tensor& input) { return model_.forward(input); }
+
+void Trainer::backward(const Tensor& output_grad) {
+  // Nobody needs the gradient of the data itself: the first layer skips computing it.
+  model_.backward(output_grad, /*want_input_grad=*/false);
+}
+
+void Trainer::run(int64_t n_epoch, DataLoader& loader, DataLoader* valid_loader) {
+  TINYDDP_CHECK(n_epoch >= 0, "Trainer::run: n_epoch is ", n_epoch, "; hint: pass the number of epochs to train");
+  on_run_begin(n_epoch);  // an add-on may restore a checkpoint here, so epochs_done() is read after it
+  check_schedule_length(n_epoch, loader);
+
+  std::optional<ProgressBar> bar;
+  if (options_.log_bar && is_rank_zero()) bar.emplace();
+  for (int64_t epoch = epochs_done_; epoch < n_epoch; ++epoch) {
+    auto start = Clock::now();
+    EpochRecord record;
+    record.epoch = epoch;
+    // A shuffling sampler draws its order from seed + epoch: every rank the same, every epoch a new one.
+    loader.set_epoch(epoch);
+    Totals train = run_pass(loader, true, false, epoch, n_epoch, bar ? &*bar : nullptr);
+    record.train = reduce_means(train);
+    if (valid_loader) {
+      valid_loader->set_epoch(epoch);
+      Totals valid = run_pass(*valid_loader, false, false, epoch, n_epoch, bar ? &*bar : nullptr);
+      record.valid = reduce_means(valid);
+    }
+    if (scheduler_ && !options_.scheduler_step_on_batch) scheduler_->step();
+    record.lr = optimizer_.lr();
+    record.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+
+    history_.push_back(record);
+    epochs_done_ = epoch + 1;
+    keep_if_best(record);
+    if (bar) bar->line(epoch_summary(record, n_epoch));
+    on_epoch_end(record);
+  }
+  on_run_end();
+}
+
+InferenceResult Trainer::inference(DataLoader& loader) {
+  Totals totals = run_pass(loader, false, /*keep_outputs=*/true, 0, 1, nullptr);
+  InferenceResult result;
+  result.outputs = stack_rows(totals.outputs);
+  if (totals.samples > 0) {
+    result.metrics["loss"] = totals.mean_loss();
+    for (const auto& [name, sum] : totals.metric_sums) result.metrics[name] = sum / totals.samples;
+  }
+  return result;
+}
+
+Trainer::Totals Trainer::run_pass(DataLoader& loader, bool training, bool keep_outputs, int64_t epoch, int64_t n_epoch,
+                                  ProgressBar* bar) {
+  Totals totals;
+  const int64_t batches = loader.size();
+  const char* phase = training ? "train" : "valid";
+  int64_t done = 0;
+  auto it = loader.begin();
+  while (!(it == loader.end())) {
+    Batch batch = to_device(*it, device_);
+    int64_t samples = batch.inputs.size(0);
+    if (training) {
+      train_batch(batch, totals);
+    } else {
+      trace::Span span("test_step", "compute");
+      StepOutput step = test_step(batch);
+      totals.add(step, samples);
+      if (keep_outputs && step.output.defined()) totals.outputs.push_back(step.output.to(Device::cpu()));
+    }
+    ++done;
+    if (bar) bar->update(epoch, n_epoch, phase, done, batches, totals.mean_loss(), optimizer_.lr());
+    // Waiting here means the loader's background thread fell behind the training step.
+    trace::Span wait("wait for batch", "data", trace::Lane::data);
+    ++it;
+  }
+  return totals;
+}
+
+void Trainer::train_batch(const Batch& batch, Totals& totals) {
+  optimizer_.zero_grad();
+  StepOutput step;
+  {
+    // Set for train_step and its backward pass, and cleared however they end (an exception included).
+    struct TrainingFlag {
+      bool& flag;
+      explicit TrainingFlag(bool& f) : flag(f) { flag = true; }
+      ~TrainingFlag() { flag = false; }
+    } training(training_);
+    {
+      trace::Span span("train_step", "compute");
+      step = train_step(batch);
+    }
+    TINYDDP_CHECK(step.output_grad.defined(), "Trainer: train_step returned no output_grad",
+                  "; hint: return {.loss = loss, .output_grad = loss_fn.backward()} so the backward pass can run");
+    trace::Span span("backward pass", "compute");
+    backward(step.output_grad);
+  }
+  // Under DDP the gradients are already averaged over the ranks here, so every rank computes the
+  // same norm and clips by the same factor: the replicas stay identical.
+  // Only gradients that exist count, as clip_grad_norm_ skips a None .grad (zero_grad set them to none).
+  if (options_.gradient_clip > 0) {
+    std::vector<Parameter*> with_grad;
+    for (Parameter* p : model_.parameters())
+      if (p->has_grad) with_grad.push_back(p);
+    clip_grad_norm(with_grad, options_.gradient_clip);
+  }
+  {
+    trace::Span span("optimizer step", "compute");
+    optimizer_.step();
+  }
+  if (scheduler_ && options_.scheduler_step_on_batch) scheduler_->step();
+  ++global_step_;
+  totals.add(step, batch.inputs.size(0));
+}
+
+std::map<std::string, double> Trainer::reduce_means(Totals& totals) {
+  // One small all-reduce of every sum at once: [samples, loss, metric...], metrics in name order
+  // (every rank's train_step returns the same names, so the vectors line up).
+  std::vector<double> sums{totals.samples, totals.loss_sum};
+  for (const auto& [name, sum] : totals.metric_sums) sums.push_back(sum);
+  all_reduce_sum(sums);
+  std::map<std::string, double> means;
+  if (sums[0] <= 0) return means;
+  means["loss"] = sums[1] / sums[0];
+  size_t i = 2;
+  for (const auto& [name, sum] : totals.metric_sums) means[name] = sums[i++] / sums[0];
+  return means;
+}
+
+void Trainer::check_schedule_length(int64_t n_epoch, const DataLoader& loader) const {
+  // The seed's _scheduler_step_check: a cosine schedule stepped per batch must cover every batch,
+  // or past total_iters the learning rate climbs back up again.
+  auto* cosine = dynamic_cast<const CosineAnnealing*>(scheduler_);
+  if (!cosine || !options_.scheduler_step_on_batch) return;
+  int64_t needed = n_epoch * loader.size();
+  TINYDDP_CHECK(cosine->total_iters() >= needed, "Trainer::run: the cosine schedule has total_iters ",
+                cosine->total_iters(), " but ", n_epoch, " epochs of ", loader.size(), " batches step it ", needed,
+                " times; hint: build it with total_iters >= ", needed, ", or step it per epoch");
+}
+
+void Trainer::keep_if_best(const EpochRecord& record) {
+  const auto& means = record.valid.empty() ? record.train : record.valid;
+  auto it = means.find("loss");
+  if (it == means.end() || std::isnan(it->second)) return;
+  if (best_epoch_ && !(it->second < best_loss_)) return;
+  best_epoch_ = record.epoch;
+  best_loss_ = it->second;
+  // A copy, on the CPU: the parameters go on changing with every later step.
+  best_weights_.clear();
+  for (const NamedParameter& p : model_.named_parameters()) {
+    const Tensor& value = p.parameter->value;
+    best_weights_.emplace_back(p.name, value.device().is_cpu() ? value.clone() : value.to(Device::cpu()));
+  }
+}
+
+void Trainer::apply_best_weights() {
+  TINYDDP_CHECK(!best_weights_.empty(), "Trainer::apply_best_weights: there are no best weights yet",
+                "; hint: run at least one epoch first");
+  for (const auto& [name, weights] : best_weights_) {
+    Parameter& p = model_.parameter(name);
+    TINYDDP_CHECK(p.value.shape() == weights.shape(), "Trainer::apply_best_weights: ", name, " is ",
+                  p.value.describe(), " but the kept copy is ", weights.describe(),
+                  "; hint: the model changed shape after training");
+    p.value.copy_from(weights);
+  }
+}
+
+Metadata Trainer::progress_metadata() const {
+  json history = json::array();
+  for (const EpochRecord& r : history_)
+    history.push_back({{"epoch", r.epoch},
+                       {"train", means_to_json(r.train)},
+                       {"valid", means_to_json(r.valid)},
+                       {"lr", r.lr},
+                       {"seconds", r.seconds}});
+  Metadata out{{key::history, history.dump()}, {key::global_step, std::to_string(global_step_)}};
+  if (best_epoch_) {
+    out[key::best_epoch] = std::to_string(*best_epoch_);
+    out[key::best_loss] = json(best_loss_).dump();  // shortest text that reads back exactly
+  }
+  return out;
+}
+
+void Trainer::restore_progress(const Metadata& metadata, int64_t epochs_done) {
+  TINYDDP_CHECK(epochs_done >= 0, "Trainer::restore_progress: epochs_done is ", epochs_done,
+                "; hint: pass the number of finished epochs");
+  std::vector<EpochRecord> history;
+  int64_t global_step = 0;
+  std::optional<int64_t> best_epoch;
+  double best_loss = 0;
+  try {
+    if (auto it = metadata.find(key::history); it != metadata.end()) {
+      for (const json& r : json::parse(it->second)) {
+        EpochRecord record;
+        record.epoch = r.at("epoch").get<int64_t>();
+        record.train = means_from_json(r.at("train"));
+        record.valid = means_from_json(r.at("valid"));
+        record.lr = r.at("lr").get<double>();
+        record.seconds = r.at("seconds").get<double>();
+        if (record.epoch < epochs_done) history.push_back(std::move(record));
+      }
+    }
+    if (auto it = metadata.find(key::global_step); it != metadata.end()) global_step = std::stoll(it->second);
+    if (auto it = metadata.find(key::best_epoch); it != metadata.end()) {
+      best_epoch = std::stoll(it->second);
+      best_loss = json::parse(metadata.at(key::best_loss)).get<double>();
+    }
+  } catch (const std::exception& e) {
+    TINYDDP_FAIL("Trainer::restore_progress: the saved progress (", key::history, ", ", key::best_epoch, ", ",
+                 key::global_step, ") does not parse: ", e.what(),
+                 "; hint: the checkpoint was edited or written by another program; start without it");
+  }
+  history_ = std::move(history);
+  epochs_done_ = epochs_done;
+  global_step_ = global_step;
+  best_epoch_ = best_epoch;
+  best_loss_ = best_loss;
+}
+
+namespace {
+double batch_accuracy(const Tensor& logits, const Batch& batch) {
+  return double(kernels::count_correct(logits, batch.targets)) / double(batch.inputs.size(0));
+}
+}  // namespace
+
+StepOutput ClassifierTrainer::train_step(const Batch& batch) {
+  Tensor logits = forward(batch.inputs);
+  float loss = loss_fn_.forward(logits, batch.targets);
+  return {.loss = loss, .output_grad = loss_fn_.backward(), .metrics = {{"accuracy", batch_accuracy(logits, batch)}}};
+}
+
+StepOutput ClassifierTrainer::test_step(const Batch& batch) {
+  Tensor logits = forward(batch.inputs);
+  return {.loss = loss_fn_.evaluate(logits, batch.targets),
+          .output = logits,
+          .metrics = {{"accuracy", batch_accuracy(logits, batch)}}};
+}
+
+}  // namespace tinyddp::nn

@@ -1,0 +1,237 @@
+// Trainer: the training loop, written once, with the parts that differ per model left to a subclass.
+// It is the C++ form of the seed's zae-engine Trainer:
+//
+//   Python (the seed)                                    C++ (tinyddp)
+//   ---------------------------------------------------  ----------------------------------------------------
+//   class DummyTrainer(Trainer):                         class DummyTrainer : public nn::Trainer {
+//                                                         public:
+//                                                          using nn::Trainer::Trainer;
+//       def train_step(self, batch):                       nn::StepOutput train_step(const nn::Batch& b) override {
+//           x, y = batch                                     Tensor logits = forward(b.inputs);
+//           loss = F.cross_entropy(self.model(x), y)         float loss = loss_fn_.forward(logits, b.targets);
+//           return {'loss': loss}                            return {.loss = loss, .output_grad = loss_fn_.backward()};
+//                                                          }
+//       def test_step(self, batch): ...                    nn::StepOutput test_step(const nn::Batch& b) override {...}
+//                                                          nn::CrossEntropyLoss loss_fn_;
+//                                                        };
+//   trainer = Trainer.add_on(MultiGPUAddon)(             using MyTrainer = nn::WithAddOns<DummyTrainer, nn::MultiDevice>;
+//       model=model, device=devices, mode='train',       MyTrainer trainer(model, devices, opt, &sched, {});
+//       optimizer=opt, scheduler=sched,
+//       init_method='tcp://localhost:12355')             trainer.set_init_method("tcp://localhost:12355");
+//   trainer.run(n_epoch=10, loader=loader,               trainer.run(10, loader);
+//               valid_loader=None)
+//   torch.save(trainer.model.state_dict(), path)         if (trainer.is_main_process()) nn::save_model(path, trainer.model());
+//
+// What one training batch does (run_batch in the seed):
+//   1. the batch is moved to the trainer's device;
+//   2. the gradients are zeroed, train_step(batch) runs the forward pass and the loss, and returns the
+//      loss and d(loss)/d(output) (tinyddp has no autograd: that tensor is what `loss.backward()` starts from);
+//   3. the Trainer runs the backward pass with it -- under DDP this is where the gradient buckets are
+//      all-reduced, overlapping the layers still to go -- then clips the gradients (gradient_clip),
+//      steps the optimizer, and steps the scheduler when it steps per batch.
+// After each epoch (and a pass over valid_loader, if given) the epoch's mean loss and metrics go into
+// history(), the scheduler steps when it steps per epoch, and if the loss (the validation loss when
+// there is a validation set) is the lowest so far, the weights are *copied* into best_weights(). (The
+// seed keeps a reference to state_dict(), whose tensors go on changing with training; a copy is what
+// "the best weights" has to mean.)
+//
+// Add-ons (nn/addons/) are mixin templates, several at once, in any order:
+//   nn::WithAddOns<DummyTrainer, nn::MultiDevice, nn::StateManager, nn::Trace>
+//   == nn::MultiDevice<nn::StateManager<nn::Trace<DummyTrainer>>>
+// Each derives from the class it wraps and overrides the hooks below (calling the wrapped class's
+// version too), so they stack like Python's class decorators, but checked at compile time.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "comm/process_group.h"
+#include "core/safetensors.h"
+#include "core/tensor.h"
+#include "nn/data/data_loader.h"
+#include "nn/loss.h"
+#include "nn/module.h"
+#include "nn/optim/optimizer.h"
+#include "nn/optim/scheduler.h"
+
+namespace tinyddp::nn {
+
+class ProgressBar;
+
+// What train_step and test_step return: the seed's {'loss': loss, ...} dictionary.
+struct StepOutput {
+  // The batch's mean loss. Required.
+  float loss = 0;
+  // train_step only: d(loss)/d(model output), e.g. CrossEntropyLoss::backward(). The Trainer runs the
+  // backward pass from it (the seed's `step_dict['loss'].backward()`).
+  Tensor output_grad{};
+  // Optional: the model's output for this batch; inference() stacks them.
+  Tensor output{};
+  // Optional: more per-batch means to log beside the loss ("accuracy").
+  std::map<std::string, double> metrics{};
+};
+
+struct TrainerOptions {
+  // Show progress: a live bar on a terminal, one line per epoch otherwise (on stderr, rank 0 only).
+  bool log_bar = true;
+  // Step the scheduler after every batch (true) or after every epoch (false, the seed's default).
+  bool scheduler_step_on_batch = false;
+  // Clip the global gradient norm to this before each optimizer step; 0: no clipping.
+  double gradient_clip = 0;
+};
+
+// One epoch of history. Means are over samples (each batch weighted by its size), over every rank.
+struct EpochRecord {
+  int64_t epoch = 0;                     // 0-based
+  std::map<std::string, double> train;   // "loss" and every metric train_step returned
+  std::map<std::string, double> valid;   // the same for valid_loader; empty without one
+  double lr = 0;                         // the learning rate at the end of the epoch
+  double seconds = 0;
+};
+
+struct InferenceResult {
+  Tensor outputs;                         // every batch's StepOutput::output, stacked along the rows (CPU)
+  std::map<std::string, double> metrics;  // "loss" and every metric, means over the samples
+};
+
+class Trainer {
+ public:
+  // `model`, `optimizer` and `scheduler` are the caller's and must outlive the trainer; `scheduler` may
+  // be null. The model moves to devices[0] now (a MultiDevice worker moves it to its own device).
+  Trainer(Module& model, std::vector<Device> devices, Optimizer& optimizer, LRScheduler* scheduler,
+          TrainerOptions options = {});
+  Trainer(Module& model, Device device, Optimizer& optimizer, LRScheduler* scheduler, TrainerOptions options = {});
+  virtual ~Trainer() = default;
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // Trains until `n_epoch` epochs are done in all: epochs are counted across calls (and across a
+  // resumed checkpoint), so run(10) after a crash in epoch 7 runs epochs 7, 8 and 9.
+  virtual void run(int64_t n_epoch, DataLoader& loader, DataLoader* valid_loader = nullptr);
+  // Runs test_step over `loader` in this process, on device(), and collects the outputs and metrics.
+  InferenceResult inference(DataLoader& loader);
+
+  // ---- what a subclass writes ----
+  virtual StepOutput train_step(const Batch& batch) = 0;
+  virtual StepOutput test_step(const Batch& batch) = 0;
+
+  // ---- state ----
+  Module& model() { return model_; }
+  Optimizer& optimizer() { return optimizer_; }
+  LRScheduler* scheduler() { return scheduler_; }
+  const std::vector<Device>& devices() const { return devices_; }
+  Device device() const { return device_; }
+  const TrainerOptions& options() const { return options_; }
+  const std::vector<EpochRecord>& history() const { return history_; }
+  int64_t epochs_done() const { return epochs_done_; }
+  int64_t global_step() const { return global_step_; }
+
+  // The lowest epoch loss so far, the epoch it came from, and a copy of the weights then (CPU).
+  std::optional<int64_t> best_epoch() const { return best_epoch_; }
+  double best_loss() const { return best_loss_; }
+  const NamedTensors& best_weights() const { return best_weights_; }
+  // Copies best_weights() into the model (the seed's apply_weights()).
+  void apply_best_weights();
+
+  // ---- who this process is ----
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  bool is_rank_zero() const { return rank_ == 0; }
+  // True in exactly one process of a job: the one that should save and print results after run().
+  // Without MultiDevice that is this process; MultiDevice says which (see its header).
+  virtual bool is_main_process() const { return true; }
+
+  // ---- progress, as checkpoints and spawned workers hand it on ----
+  // The history, the best loss and epoch, and the step count as string metadata ("trainer.*").
+  Metadata progress_metadata() const;
+  // Restores what progress_metadata() wrote; `epochs_done` epochs count as finished.
+  void restore_progress(const Metadata& metadata, int64_t epochs_done);
+  void set_best_weights(NamedTensors weights) { best_weights_ = std::move(weights); }
+
+ protected:
+  // The model's forward and backward passes as this trainer runs them. train_step and test_step call
+  // forward(); the Trainer calls backward() with StepOutput::output_grad. MultiDevice routes both
+  // through DistributedDataParallel.
+  virtual Tensor forward(const Tensor& input);
+  virtual void backward(const Tensor& output_grad);
+  // True while a training batch runs (train_step and its backward pass); false in test_step. DDP
+  // arms its gradient reducer only for training forwards.
+  bool is_training() const { return training_; }
+
+  // Hooks for add-ons; an override calls the wrapped class's version too.
+  virtual void on_run_begin(int64_t n_epoch) { (void)n_epoch; }
+  virtual void on_epoch_end(const EpochRecord& record) { (void)record; }
+  virtual void on_run_end() {}
+  // Sums `values` element-wise over every rank (MultiDevice); a single process has nothing to add.
+  virtual void all_reduce_sum(std::vector<double>& values) { (void)values; }
+
+  void set_device(Device device);
+  void set_distributed(int rank, int world_size, std::shared_ptr<comm::ProcessGroup> group);
+  comm::ProcessGroup* process_group() { return group_.get(); }
+  // Waits for every rank (nothing to wait for in a single process).
+  void barrier();
+
+ private:
+  struct Totals;  // sums of one pass over a loader
+  Totals run_pass(DataLoader& loader, bool training, bool keep_outputs, int64_t epoch, int64_t n_epoch, ProgressBar* bar);
+  void train_batch(const Batch& batch, Totals& totals);
+  std::map<std::string, double> reduce_means(Totals& totals);
+  void check_schedule_length(int64_t n_epoch, const DataLoader& loader) const;
+  void keep_if_best(const EpochRecord& record);
+
+  Module& model_;
+  std::vector<Device> devices_;
+  Device device_;
+  Optimizer& optimizer_;
+  LRScheduler* scheduler_;
+  TrainerOptions options_;
+
+  bool training_ = false;
+  int rank_ = 0, world_size_ = 1;
+  std::shared_ptr<comm::ProcessGroup> group_;
+
+  std::vector<EpochRecord> history_;
+  int64_t epochs_done_ = 0;
+  int64_t global_step_ = 0;
+  std::optional<int64_t> best_epoch_;
+  double best_loss_ = 0;
+  NamedTensors best_weights_;
+};
+
+// The user's part for the most common job, ready-made: a classifier whose model outputs logits,
+// trained with cross-entropy; both steps also report the batch's accuracy, and test_step returns the
+// logits (inference() stacks them). Derive from it to change one step and keep the other (the digits
+// example adds input noise in train_step, then calls this one).
+class ClassifierTrainer : public Trainer {
+ public:
+  using Trainer::Trainer;
+  StepOutput train_step(const Batch& batch) override;
+  StepOutput test_step(const Batch& batch) override;
+
+ private:
+  CrossEntropyLoss loss_fn_;
+};
+
+// ---- composing add-ons ----
+namespace detail {
+template <class Base, template <class> class... AddOns>
+struct ApplyAddOns {
+  using type = Base;
+};
+template <class Base, template <class> class First, template <class> class... Rest>
+struct ApplyAddOns<Base, First, Rest...> {
+  using type = First<typename ApplyAddOns<Base, Rest...>::type>;
+};
+}  // namespace detail
+
+// WithAddOns<T, A, B, C> is A<B<C<T>>>: the seed's Trainer.add_on(A, B, C) applied to T.
+template <class UserTrainer, template <class> class... AddOns>
+using WithAddOns = typename detail::ApplyAddOns<UserTrainer, AddOns...>::type;
+
+}  // namespace tinyddp::nn

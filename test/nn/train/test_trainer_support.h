@@ -1,0 +1,81 @@
+// Shared by the Trainer suites: a small classification problem, a Trainer subclass for it, and a
+// temporary directory.
+#pragma once
+
+#include <doctest/doctest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/random.h"
+#include "kernels/ops.h"
+#include "nn/activations.h"
+#include "nn/data/data_loader.h"
+#include "nn/data/dataset.h"
+#include "nn/linear.h"
+#include "nn/loss.h"
+#include "nn/optim/adam.h"
+#include "nn/optim/schedulers.h"
+#include "nn/sequential.h"
+#include "nn/train/trainer.h"
+#include "test/test_support.h"
+
+namespace tinyddp::testing {
+
+// n samples of 6 uniform features; the label is the index of the largest of three fixed sums, so a
+// 6-8-3 MLP can learn it.
+inline std::shared_ptr<nn::TensorDataset> three_class_data(int64_t n, uint64_t seed) {
+  Generator gen(seed);
+  Tensor x = Tensor::empty({n, 6});
+  fill_uniform(x, -1.f, 1.f, gen);
+  Tensor y = Tensor::empty({n}, DType::i64);
+  const float* px = x.data<float>();
+  for (int64_t i = 0; i < n; ++i) {
+    const float* r = px + i * 6;
+    float s[3] = {r[0] + r[1] - r[2], r[2] + r[3] - r[4], r[4] + r[5] - r[0]};
+    y.data<int64_t>()[i] = s[0] >= s[1] && s[0] >= s[2] ? 0 : (s[1] >= s[2] ? 1 : 2);
+  }
+  return std::make_shared<nn::TensorDataset>(x, y);
+}
+
+inline std::unique_ptr<nn::Sequential> small_mlp(uint64_t seed) {
+  Generator gen(seed);
+  auto model = std::make_unique<nn::Sequential>();
+  model->emplace<nn::Linear>(6, 8, gen);
+  model->emplace<nn::ReLU>();
+  model->emplace<nn::Linear>(8, 3, gen);
+  return model;
+}
+
+// The seed's user subclass: train_step and test_step return the loss (and the accuracy), which is
+// what nn::ClassifierTrainer does.
+using MlpTrainer = nn::ClassifierTrainer;
+
+// Everything one training run needs, built the same way from the same seeds every time.
+struct Setup {
+  std::unique_ptr<nn::Sequential> model;
+  std::unique_ptr<nn::Adam> optimizer;
+  std::unique_ptr<nn::CosineAnnealing> scheduler;
+
+  explicit Setup(uint64_t model_seed = 7, double lr = 1e-2, int64_t total_iters = 40) {
+    model = small_mlp(model_seed);
+    optimizer = std::make_unique<nn::Adam>(model->named_parameters(), lr);
+    scheduler = std::make_unique<nn::CosineAnnealing>(*optimizer, total_iters);
+  }
+};
+
+using tinyddp::testing::TempDir;
+
+inline std::vector<float> flat_weights(nn::Module& model) {
+  std::vector<float> out;
+  for (const nn::NamedParameter& p : model.named_parameters()) {
+    std::vector<float> v = p.parameter->value.to_vector<float>();
+    out.insert(out.end(), v.begin(), v.end());
+  }
+  return out;
+}
+
+}  // namespace tinyddp::testing
