@@ -30,8 +30,8 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// The repository root: this file is test/examples/test_docs.cpp.
-fs::path repository_root() { return fs::path(__FILE__).parent_path().parent_path().parent_path(); }
+// The repository root, as the build configured it (__FILE__ can be relative, e.g. under ccache's base_dir).
+fs::path repository_root() { return fs::path(TINYDDP_SOURCE_DIR); }
 
 std::string read_text(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
