@@ -327,8 +327,11 @@ ShmTransport::ShmTransport(Store& store, const std::string& prefix, int rank, co
     }
     // 3. Once every rank has mapped every segment, the names can go: the mappings stay valid and
     // nothing is left behind if a rank is killed later.
-    if (store.add(prefix + "shm/mapped", 1) == n_local) store.set(prefix + "shm/all_mapped", "1");
-    store.wait({prefix + "shm/all_mapped"}, timeout);
+    // The count is this host's own: the ranks of every host share the store, and a count over all
+    // of them would let one host's ranks unlink before a slower rank of another host has mapped.
+    const std::string host_key = prefix + "shm/host-" + std::to_string(local_ranks.front()) + "/";
+    if (store.add(host_key + "mapped", 1) == n_local) store.set(host_key + "all_mapped", "1");
+    store.wait({host_key + "all_mapped"}, timeout);
   } catch (...) {
     ::shm_unlink(own_->name.c_str());
     throw;

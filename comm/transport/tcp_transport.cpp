@@ -584,7 +584,9 @@ TcpTransport::TcpTransport(Store& store, const std::string& prefix, int rank, co
     for (int p : peers) {
       if (p > rank) continue;
       std::string where = store.get(prefix + "tcp/" + std::to_string(p));
-      std::string host = host_ids[p] == host_ids[rank] ? "127.0.0.1" : where.substr(0, where.rfind(':'));
+      // The address the peer listens on, even on this host: a peer with ranks on other hosts listens
+      // only on the interface facing them (a connection to it from here still stays inside the host).
+      std::string host = where.substr(0, where.rfind(':'));
       int port = std::stoi(where.substr(where.rfind(':') + 1));
       sockaddr_in to{};
       to.sin_family = AF_INET;

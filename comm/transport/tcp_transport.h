@@ -41,7 +41,8 @@ struct TcpTransportOptions {
   // The address peers on other hosts connect to, and the only one this rank listens on. Empty:
   // TINYDDP_SOCKET_ADDR, else the interface TINYDDP_IFNAME names, else the one the route to
   // `route_to` leaves through, else the first IPv4 address of this host's name, else the first
-  // interface that is up. Peers on this host always use 127.0.0.1 (and then it listens there).
+  // interface that is up. A rank whose peers all share its host listens on 127.0.0.1 instead; a
+  // peer on this host dials whatever address the rank published, like every other peer.
   std::string advertise_address;
   // A host the ranks all reach (the store's): the interface toward it is the one that faces them.
   std::string route_to;
