@@ -39,7 +39,7 @@ int64_t parse_whole(const std::string& flag, const std::string& text, int64_t lo
     throw UsageError(flag + ": '" + text + "' is not a whole number");
   if (value < lo || value > hi) {
     std::string range = lo == 0 && hi == 1 ? "0 or 1"
-                        : hi == std::numeric_limits<int64_t>::max() ? "at least " + std::to_string(lo)
+                        : hi >= std::numeric_limits<int>::max() ? "at least " + std::to_string(lo)
                                                                      : "between " + std::to_string(lo) + " and " + std::to_string(hi);
     throw UsageError(flag + " must be " + range + ", got " + text + (note.empty() ? "" : " (" + note + ")"));
   }
@@ -98,49 +98,49 @@ struct FlagTexts {
 
 void add_flags(CLI::App& app, FlagTexts& x, const PerfCollective& collective) {
   const std::string sizes = "Sizes", op = "Operation", perf = "Performance", test = "Test operation", ours = "tinyddp";
-  app.add_option("-b,--minbytes", x.b, "smallest size in bytes (K, M, G: binary multiples)")->capture_default_str()->group(sizes);
-  app.add_option("-e,--maxbytes", x.e, "largest size in bytes")->capture_default_str()->group(sizes);
-  x.i_option = app.add_option("-i,--stepbytes", x.i, "fixed increment between sizes")->capture_default_str()->group(sizes);
+  app.add_option("-b,--minbytes", x.b, "smallest size in bytes (K, M, G: binary multiples)")->capture_default_str()->type_name("SIZE")->group(sizes);
+  app.add_option("-e,--maxbytes", x.e, "largest size in bytes")->capture_default_str()->type_name("SIZE")->group(sizes);
+  x.i_option = app.add_option("-i,--stepbytes", x.i, "fixed increment between sizes")->capture_default_str()->type_name("SIZE")->group(sizes);
   x.f_option = app.add_option("-f,--stepfactor", x.f, "multiply the size by this whole number between rows (overrides -i)")
-                   ->capture_default_str()->group(sizes);
+                   ->capture_default_str()->type_name("N")->group(sizes);
   app.add_option("-o,--op", x.o, collective.reduces() ? "sum, prod, max, min, avg or all" : "ignored: this collective does not reduce")
-      ->capture_default_str()->group(op);
-  app.add_option("-d,--datatype", x.d, join(collective_type_names(), ", ") + " or all")->capture_default_str()->group(op);
+      ->capture_default_str()->type_name("OP")->group(op);
+  app.add_option("-d,--datatype", x.d, join(collective_type_names(), ", ") + " or all")->capture_default_str()->type_name("TYPE")->group(op);
   app.add_option("-r,--root", x.r, collective.has_root() ? "the root rank, or all" : "ignored: this collective has no root")
-      ->capture_default_str()->group(op);
-  app.add_option("-n,--iters", x.n, "timed iterations per size")->capture_default_str()->group(perf);
-  app.add_option("-w,--warmup_iters", x.w, "untimed iterations before each size's timed ones")->capture_default_str()->group(perf);
-  app.add_option("-m,--agg_iters", x.m, "collectives launched together in each iteration")->capture_default_str()->group(perf);
-  app.add_option("-N,--run_cycles", x.N, "run the whole sweep this many times (0: forever)")->capture_default_str()->group(perf);
-  app.add_option("-a,--average", x.a, "the time reported across ranks: 0 rank 0, 1 mean, 2 min, 3 max")->capture_default_str()->group(perf);
+      ->capture_default_str()->type_name("RANK")->group(op);
+  app.add_option("-n,--iters", x.n, "timed iterations per size")->capture_default_str()->type_name("N")->group(perf);
+  app.add_option("-w,--warmup_iters", x.w, "untimed iterations before each size's timed ones")->capture_default_str()->type_name("N")->group(perf);
+  app.add_option("-m,--agg_iters", x.m, "collectives launched together in each iteration")->capture_default_str()->type_name("N")->group(perf);
+  app.add_option("-N,--run_cycles", x.N, "run the whole sweep this many times (0: forever)")->capture_default_str()->type_name("N")->group(perf);
+  app.add_option("-a,--average", x.a, "the time reported across ranks: 0 rank 0, 1 mean, 2 min, 3 max")->capture_default_str()->type_name("0-3")->group(perf);
   app.add_option("-I,--per_iter_timing", x.I,
                  "1: time every iteration and add min/max/p99/cv (as nccl-tests) and p50/p95 and the slowest rank "
                  "to each row; each iteration is then awaited before the next (-m keeps several back to back in one)")
-      ->capture_default_str()->group(perf);
-  app.add_option("-K,--per_iter_skip", x.K, "leave this many first iterations out of the -I statistics")->capture_default_str()->group(perf);
-  app.add_option("-c,--check", x.c, "1: check every element of one more run per size (#wrong)")->capture_default_str()->group(test);
+      ->capture_default_str()->type_name("0|1")->group(perf);
+  app.add_option("-K,--per_iter_skip", x.K, "leave this many first iterations out of the -I statistics")->capture_default_str()->type_name("N")->group(perf);
+  app.add_option("-c,--check", x.c, "1: check every element of one more run per size (#wrong)")->capture_default_str()->type_name("0|1")->group(test);
   app.add_option("-z,--blocking", x.z, "0: launch the iterations back to back and wait for the last; 1: wait for each")
-      ->capture_default_str()->group(test);
-  app.add_option("-S,--report_timestamps", x.S, "1: end each row with the time it finished")->capture_default_str()->group(test);
+      ->capture_default_str()->type_name("0|1")->group(test);
+  app.add_option("-S,--report_timestamps", x.S, "1: end each row with the time it finished")->capture_default_str()->type_name("0|1")->group(test);
   app.add_option("-T,--timeout", x.T, "seconds before a collective that does not finish is an error (0: the library's 300)")
-      ->capture_default_str()->group(test);
-  app.add_option("-u,--unalign", x.u, "start the buffers this many elements past their aligned start")->capture_default_str()->group(test);
+      ->capture_default_str()->type_name("SECONDS")->group(test);
+  app.add_option("-u,--unalign", x.u, "start the buffers this many elements past their aligned start")->capture_default_str()->type_name("N")->group(test);
   app.add_option("-J,--output_file,--json", x.J, "write nccl-tests' JSON to this .json file (never overwritten: FILE.0, FILE.1, ...)")
-      ->group(test);
-  app.add_option("-t,--nthreads", x.t, "threads per process: tinyddp runs one rank per process")->capture_default_str()->group(test);
-  app.add_option("-g,--ngpus", x.g, "devices per thread: tinyddp runs one device per rank")->capture_default_str()->group(test);
+      ->type_name("FILE")->group(test);
+  app.add_option("-t,--nthreads", x.t, "threads per process: tinyddp runs one rank per process")->capture_default_str()->type_name("1")->group(test);
+  app.add_option("-g,--ngpus", x.g, "devices per thread: tinyddp runs one device per rank")->capture_default_str()->type_name("1")->group(test);
   for (auto& u : x.unsupported)
     app.add_option(u.names, u.value, std::string("nccl-tests' ") + u.what + ": only 0 (off) here")
-        ->capture_default_str()->group("nccl-tests flags without a counterpart");
+        ->capture_default_str()->type_name("0")->group("nccl-tests flags without a counterpart");
   app.add_option("--backend", x.backend, "ring or nccl (" + join(comm::available_backends(), ", ") + " in this build)")
-      ->capture_default_str()->group(ours);
+      ->capture_default_str()->type_name("NAME")->group(ours);
   app.add_option("--transport", x.transport, "ring backend: tcp, shm or auto (shm within a host, tcp across)")
-      ->capture_default_str()->group(ours);
-  app.add_option("--algo", x.algo, algorithm_help(collective))->capture_default_str()->group(ours);
-  app.add_option("--device", x.device, "cpu, cuda or cuda:N (default: cpu for ring, the local rank's GPU for nccl)")->group(ours);
+      ->capture_default_str()->type_name("NAME")->group(ours);
+  app.add_option("--algo", x.algo, algorithm_help(collective))->capture_default_str()->type_name("NAME")->group(ours);
+  app.add_option("--device", x.device, "cpu, cuda or cuda:N (default: cpu for ring, the local rank's GPU for nccl)")->type_name("DEVICE")->group(ours);
   app.add_option("--init-method", x.init_method, "env:// (tinyddp-run, torchrun, srun, mpirun) or tcp://host:port")
-      ->capture_default_str()->group(ours);
-  app.add_option("--csv", x.csv, "also write the rows as CSV")->group(ours);
+      ->capture_default_str()->type_name("URL")->group(ours);
+  app.add_option("--csv", x.csv, "also write the rows as CSV")->type_name("FILE")->group(ours);
 }
 
 void check_sizes(const FlagTexts& x, PerfOptions& o) {
