@@ -29,6 +29,12 @@ struct CollectiveCounts {
   size_t recv_in_place = 0;     // in place, the output starts at send + rank * recv_in_place
 };
 
+// A rank's part of a buffer of `count` elements split among `world` ranks, rounded down to 16 bytes
+// as nccl-tests rounds it (all_gather, reduce_scatter).
+inline size_t part_per_rank(size_t count, size_t element_size, int world) {
+  return (count / size_t(world)) & ~(16 / element_size - 1);
+}
+
 // The buffers of one placement: out of place, input in `send` and output in `recv`; in place, the
 // input and the output are windows of one buffer (which one depends on the collective).
 struct Placement {

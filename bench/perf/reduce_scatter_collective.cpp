@@ -15,9 +15,8 @@ class ReduceScatter : public PerfCollective {
   double bus_factor(int world) const override { return double(world - 1) / world; }
   std::string bus_factor_formula() const override { return "(n-1)/n"; }
 
-  // Each rank's part rounded down to 16 bytes, as nccl-tests does.
   CollectiveCounts counts(size_t count, size_t element_size, int world) const override {
-    size_t part = (count / size_t(world)) & ~(16 / element_size - 1);
+    size_t part = part_per_rank(count, element_size, world);
     return {part * size_t(world), part, part, 0, part};
   }
 
