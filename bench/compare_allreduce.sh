@@ -48,7 +48,7 @@ launch() {
 }
 
 have_peers=0
-if [ -x "$anchors" ]; then have_peers=1; else echo "(no ../shared/anchors/run.sh: the peers are skipped)"; fi
+if [ -x "$anchors" ]; then have_peers=1; else echo "(no peers: $anchors not found; ours alone)"; fi
 
 # Runs a peer's command into FILE and shows it; when it fails, FILE is emptied (nothing in it may be read
 # as a figure) and one line says so.
@@ -181,7 +181,9 @@ if world == 2 and big and (stream or moved):
         print(f"| {s} | {b:.3f} | " + " | ".join(cells) + " |")
 PY
   if command -v gnuplot >/dev/null; then
-    gnuplot -e "datafile='$out/plot_w$w.dat'; outfile='$out/allreduce_busbw_w$w.svg'; world=$w" "$top/bench/plot_allreduce.gp"
+    # (a peer that did not run leaves its column empty, which gnuplot warns about: not worth a line)
+    gnuplot -e "datafile='$out/plot_w$w.dat'; outfile='$out/allreduce_busbw_w$w.svg'; world=$w" "$top/bench/plot_allreduce.gp" \
+      2> >(grep -v "Skipping data file with no valid points" >&2)
     echo "plot: $out/allreduce_busbw_w$w.svg"
   else
     echo "(gnuplot not installed: no plot; scripts/deps.sh gnuplot-nox installs it)"

@@ -49,7 +49,7 @@ torch_ready() {
 }
 
 echo "== physical limits of this host"
-if have_anchors; then peer "limits" "$anchors" limits; else skip "../shared/anchors/run.sh not found: no peers on this machine"; fi
+if have_anchors; then peer "limits" "$anchors" limits; else skip "no peers: $anchors not found (TINYDDP_ANCHORS names the anchors' run.sh)"; fi
 
 echo; echo "== training step: tinyddp one process (against its GEMM-only bound), then 2 data-parallel ranks"
 if torch_ready; then
