@@ -55,8 +55,8 @@ if [ -x "$anchors" ]; then have_peers=1; else echo "(no peers: $anchors not foun
 peer() {
   local file=$1 status
   shift
-  "$@" >"$file" 2>&1
-  status=$?
+  status=0
+  "$@" >"$file" 2>&1 || status=$?
   if [ $status -eq 0 ]; then cat "$file"; else echo "(peer failed with status $status: $*; no figures from it)"; : >"$file"; fi
 }
 

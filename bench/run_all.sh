@@ -40,7 +40,7 @@ torch=unknown
 torch_ready() {
   if [ $torch = unknown ]; then
     torch=no
-    if have_anchors; then
+    if have_anchors && [ -f "$(dirname "$anchors")/torch_ddp_train.py" ]; then
       "$top/scripts/deps.sh" python3-torch >/dev/null 2>&1
       /usr/bin/python3 -c 'import torch' >/dev/null 2>&1 && torch=yes
     fi
@@ -57,7 +57,7 @@ if torch_ready; then
   ours train_bench "$bin/train_bench" --world-size 2 --torch-anchor "$(dirname "$anchors")/torch_ddp_train.py"
   peer "PyTorch one process" /usr/bin/python3 "$(dirname "$anchors")/torch_ddp_train.py" 1 784 1024 10 16384 256 2
 else
-  have_anchors && skip "PyTorch (python3-torch) is not installed and could not be: the PyTorch anchors"
+  have_anchors && skip "PyTorch (python3-torch) could not be installed and imported, or torch_ddp_train.py is missing: the PyTorch anchors"
   ours train_bench "$bin/train_bench" --world-size 2
 fi
 
