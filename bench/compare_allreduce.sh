@@ -8,27 +8,30 @@
 #     moved through memory, no reduction),
 #   - the peers of ../shared/anchors/run.sh allreduce: Open MPI (shared memory), Gloo (TCP ring),
 #     PyTorch's gloo backend,
-#   - bench/allreduce_perf over shm and over tcp, in place, float32 sum,
+#   - bench/all_reduce_perf over shm and over tcp, in place, float32 sum,
 # then prints busbw (latency for the small sizes) per size with our ratios to the peers, and draws
 # busbw against size for every line (bench/plot_allreduce.gp, gnuplot) into an SVG. For 2 ranks it
 # also takes the 256 B - 4 KiB latency of ours (shm; launched back to back, and blocking, -z 1)
 # and of Open MPI five times, alternating, and prints the medians (latency_w2.txt): a single
 # figure of a few microseconds moves by 2-5x on a shared 2-core host.
 #
+# Without ../shared/anchors (a machine with no peers), or when a peer fails, it measures ours alone and
+# the peers' columns stay empty: a peer's failure is never read as a figure.
+#
 # usage: bench/compare_allreduce.sh [BUILD_DIR] [WORLD ...]        (default: build, worlds 2 4)
-# output: BUILD_DIR/bench-allreduce/ (raw tables, CSV, summary.txt, allreduce_busbw_w<N>.svg)
+# output: BUILD_DIR/bench-allreduce/ (raw tables, CSV, nccl-tests JSON, summary.txt, allreduce_busbw_w<N>.svg)
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:-$top/build}" && pwd)
 shift || true
 worlds=${*:-2 4}
-anchors=$top/../shared/anchors/run.sh
+anchors=${TINYDDP_ANCHORS:-$top/../shared/anchors/run.sh}  # the peers; TINYDDP_ANCHORS=none runs without them
 out=$build/bench-allreduce
 mkdir -p "$out"
-cmake --build "$build" --target allreduce_perf tcp_limits -j "$(nproc)" >/dev/null
-perf=$build/bin/allreduce_perf
+cmake --build "$build" --target all_reduce_perf tcp_limits -j "$(nproc)" >/dev/null
+perf=$build/bin/all_reduce_perf
 
-# Runs allreduce_perf on N local ranks: under tinyddp-run when it is built, else as a launcher
+# Runs all_reduce_perf on N local ranks: under tinyddp-run when it is built, else as a launcher
 # would (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT in each rank's environment).
 launch() {
   local n=$1; shift
@@ -45,35 +48,53 @@ launch() {
 }
 
 have_peers=0
-if [ -x "$anchors" ]; then have_peers=1; else echo "(no ../shared/anchors/run.sh: the peers are skipped)"; fi
+if [ -x "$anchors" ]; then have_peers=1; else echo "(no peers: $anchors not found; ours alone)"; fi
+
+# Runs a peer's command into FILE and shows it; when it fails, FILE is emptied (nothing in it may be read
+# as a figure) and one line says so.
+peer() {
+  local file=$1 status
+  shift
+  status=0
+  "$@" >"$file" 2>&1 || status=$?
+  if [ $status -eq 0 ]; then cat "$file"; else echo "(peer failed with status $status: $*; no figures from it)"; : >"$file"; fi
+}
+
 : >"$out/limits.txt"
-[ $have_peers = 1 ] && "$anchors" limits | tee "$out/limits.txt"
+[ $have_peers = 1 ] && peer "$out/limits.txt" "$anchors" limits
 "$build/bin/tcp_limits" --gib 1 | tee -a "$out/limits.txt"
 
 # Small-message latency, 2 ranks: ours over shm (back to back, then blocking) and Open MPI (whose
-# anchor run.sh allreduce has built), five times each, alternating; medians per size.
+# anchor run.sh allreduce has built), five times each, alternating; medians per size. Lines
+# "name bytes us" on stdout; without the Open MPI anchor, ours alone.
 latency() {
-  local mpi=${TMPDIR:-/tmp}/tinyddp-anchors/mpi_allreduce rep
-  [ -x "$mpi" ] && command -v mpirun >/dev/null || { echo "(no Open MPI anchor built: latency block skipped)"; return; }
+  local mpi=${TMPDIR:-/tmp}/tinyddp-anchors/mpi_allreduce rep have_mpi=0
+  if [ $have_peers = 1 ] && [ -x "$mpi" ] && command -v mpirun >/dev/null; then have_mpi=1; else echo "(no Open MPI anchor built: latency of ours alone)" >&2; fi
   for rep in 1 2 3 4 5; do
     for z in 0 1; do
       launch 2 -b 256 -e 4K -f 4 -n 2000 -w 500 -d float -o sum --transport shm -c 0 -z "$z" \
         | awk -v z="$z" '$1 ~ /^[0-9]+$/ { print "ours_z" z, $1, $10 }'
     done
-    mpirun --allow-run-as-root --oversubscribe -np 2 "$mpi" 2>/dev/null | awk '$1 ~ /^[0-9]+$/ && $1 <= 4096 { print "ompi", $1, $2 }' || true
+    if [ $have_mpi = 1 ]; then
+      mpirun --allow-run-as-root --oversubscribe -np 2 "$mpi" 2>/dev/null | awk '$1 ~ /^[0-9]+$/ && $1 <= 4096 { print "ompi", $1, $2 }' || true
+    fi
   done
 }
 
 for w in $worlds; do
   echo "== world $w"
-  if [ $have_peers = 1 ]; then "$anchors" allreduce "$w" 2>&1 | tee "$out/peers_w$w.txt"; fi
+  : >"$out/peers_w$w.txt"
+  if [ $have_peers = 1 ]; then peer "$out/peers_w$w.txt" "$anchors" allreduce "$w"; fi
   if [ "$w" = 2 ]; then
     latency >"$out/latency_raw_w2.txt"
     python3 - "$out/latency_raw_w2.txt" <<'PY' | tee "$out/latency_w2.txt"
 import statistics, sys
 runs = {}
 for line in open(sys.argv[1]):
-    name, size, us = line.split()
+    fields = line.split()
+    if len(fields) != 3 or not fields[1].isdigit():
+        continue
+    name, size, us = fields
     runs.setdefault((name, int(size)), []).append(float(us))
 names = {"ours_z0": "ours shm, back to back", "ours_z1": "ours shm, blocking (-z 1)", "ompi": "Open MPI (blocking)"}
 print("# all-reduce latency, 2 ranks, float32 sum, in place: median (min-max) of 5 runs, us")
@@ -90,10 +111,11 @@ PY
   # Up to 4 MiB 200 timed iterations (a few hundred microseconds of 20 are at the mercy of one
   # scheduler hiccup), 20 above; Open MPI's anchor likewise runs the small sizes more often.
   for t in shm tcp; do
+    rm -f "$out/ours_${t}_w$w".*.json
     launch "$w" -b 1K -e 4M -f 4 -n 200 -w 20 -d float -o sum --transport "$t" --csv "$out/ours_${t}_w$w.small.csv" \
-      | tee "$out/ours_${t}_w$w.txt"
+      -J "$out/ours_${t}_w$w.small.json" | tee "$out/ours_${t}_w$w.txt"
     launch "$w" -b 16M -e 256M -f 4 -n 20 -w 5 -d float -o sum --transport "$t" --csv "$out/ours_${t}_w$w.large.csv" \
-      | tee -a "$out/ours_${t}_w$w.txt"
+      -J "$out/ours_${t}_w$w.large.json" | tee -a "$out/ours_${t}_w$w.txt"
     { cat "$out/ours_${t}_w$w.small.csv"; tail -n +2 "$out/ours_${t}_w$w.large.csv"; } >"$out/ours_${t}_w$w.csv"
   done
   python3 - "$out" "$w" <<'PY' | tee "$out/summary_w$w.txt"
@@ -159,9 +181,11 @@ if world == 2 and big and (stream or moved):
         print(f"| {s} | {b:.3f} | " + " | ".join(cells) + " |")
 PY
   if command -v gnuplot >/dev/null; then
-    gnuplot -e "datafile='$out/plot_w$w.dat'; outfile='$out/allreduce_busbw_w$w.svg'; world=$w" "$top/bench/plot_allreduce.gp"
+    # (a peer that did not run leaves its column empty, which gnuplot warns about: not worth a line)
+    gnuplot -e "datafile='$out/plot_w$w.dat'; outfile='$out/allreduce_busbw_w$w.svg'; world=$w" "$top/bench/plot_allreduce.gp" \
+      2> >(grep -v "Skipping data file with no valid points" >&2)
     echo "plot: $out/allreduce_busbw_w$w.svg"
   else
-    echo "(gnuplot not installed: apt-get install gnuplot-nox for the plot)"
+    echo "(gnuplot not installed: no plot; scripts/deps.sh gnuplot-nox installs it)"
   fi
 done

@@ -1,0 +1,31 @@
+// --algo: the algorithm a benchmark asks the library to use, instead of the library's own choice
+// by size ("auto").
+//
+// The names belong to the library, not to the benchmark: a new algorithm in the library needs no
+// change here once the library takes a name.
+//   - nccl backend: --algo is NCCL_ALGO (Ring, Tree, NVLS, CollnetDirect, ...), set before the
+//     communicator is created; NCCL checks it.
+//   - ring backend: handed to the process group as ProcessGroupOptions::algorithm when the library
+//     has that field (it then checks the name and lists its own). Until it has, the ring backend has
+//     two all-reduce algorithms chosen by size through ProcessGroupOptions::small_message_bytes: the
+//     ring (comm/algorithms/ring_algorithms.h) and the one-round direct exchange
+//     (comm/algorithms/small_message_allreduce.h); "ring" and "direct" force one of them by setting
+//     that threshold to 0 or to every size. The other collectives have one algorithm each today.
+#pragma once
+
+#include <string>
+
+#include "comm/process_group.h"
+
+namespace tinyddp::bench {
+
+class PerfCollective;
+
+// Throws UsageError for a name the library cannot take for this collective and backend.
+void check_algorithm(const std::string& algo, const std::string& backend, const PerfCollective& collective);
+// Applies a checked --algo to the options of the group about to be created.
+void apply_algorithm(const std::string& algo, const std::string& backend, comm::ProcessGroupOptions& options);
+// What --help says about --algo.
+std::string algorithm_help(const PerfCollective& collective);
+
+}  // namespace tinyddp::bench

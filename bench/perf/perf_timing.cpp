@@ -1,0 +1,49 @@
+#include "bench/perf/perf_timing.h"
+
+#include <chrono>
+
+#include "bench/perf/perf_options.h"
+
+namespace tinyddp::bench {
+
+LocalTiming time_placement(comm::ProcessGroup& group, const PerfCollective& collective, const Placement& placement,
+                           comm::ReduceOp op, int root, const PerfOptions& options) {
+  using Clock = std::chrono::steady_clock;
+  auto launch = [&] { return collective.launch(group, placement, op, root); };
+  for (int i = 0; i < options.warmup_iters; ++i) launch()->wait();
+  group.barrier()->wait();
+
+  // With -I 1 each iteration is awaited before the next starts, so that its end can be stamped:
+  // the caller cannot see inside a queue of collectives launched back to back (they complete on
+  // the communication thread while the caller may not even have a core), and stamping them as the
+  // caller happens to notice them measures the scheduler. -m N keeps N back to back inside each.
+  const size_t per_iteration = size_t(options.agg_iters);
+  const bool await_iterations = options.per_iter_timing && !options.blocking;
+  std::vector<comm::WorkPtr> works;
+  works.reserve(size_t(options.iters) * per_iteration);
+  std::vector<Clock::time_point> ends;  // -I 1: when each iteration completed
+  const auto start = Clock::now();
+  for (int i = 0; i < options.iters; ++i) {
+    for (size_t a = 0; a < per_iteration; ++a) {
+      works.push_back(launch());
+      if (options.blocking) works.back()->wait();
+    }
+    if (await_iterations) works.back()->wait();  // in call order: the last done means all done
+    if (options.per_iter_timing) ends.push_back(Clock::now());
+  }
+  // Launched back to back, they run in call order: the last done means all done.
+  works.back()->wait();
+  for (auto& w : works) w->wait();  // rethrows the first failure
+  const auto end = Clock::now();
+
+  LocalTiming t;
+  t.seconds = std::chrono::duration<double>(end - start).count() / double(works.size());
+  auto before = start;
+  for (auto at : ends) {
+    t.iteration_seconds.push_back(std::chrono::duration<double>(at - before).count() / double(per_iteration));
+    before = at;
+  }
+  return t;
+}
+
+}  // namespace tinyddp::bench
