@@ -64,11 +64,11 @@ class CudaApi {
   virtual void fill_uniform(float* out, int64_t n, uint64_t seed, uint64_t offset, float lo, float hi, int device) = 0;
 };
 
-// The CUDA half's entry points, looked up by name after dlopen. They return nullptr when the library
-// was built against another version of these interfaces (kCudaPluginAbi), so that a stale
-// libtinyddp_cuda.so next to a newer program is refused with a message instead of crashing.
+// The version of the interfaces between tinyddp and its CUDA half (this one, the kernel table, NcclApi):
+// every entry point takes it and returns nullptr for another (core/cuda_plugin.h). Bump it with any
+// change to them.
 constexpr int kCudaPluginAbi = 1;
-using CudaApiEntry = CudaApi* (*)(int abi);
+// libtinyddp_cuda.so's entry point for its CudaApi.
 constexpr const char* kCudaApiEntryName = "tinyddp_cuda_api";
 
 }  // namespace tinyddp

@@ -28,6 +28,9 @@
 
 #include <string>
 
+#include "core/cuda_api.h"
+#include "core/error.h"
+
 namespace tinyddp {
 
 constexpr const char* kCudaHalfLibrary = "libtinyddp_cuda.so";
@@ -40,5 +43,17 @@ std::string find_cuda_half(const std::string& library, std::string* searched = n
 // Loads `library` (once per process) and returns its entry point `symbol`. Throws an error naming the
 // library, the folders searched or dlerror()'s reason (a missing libcudart.so.13, say), and a hint.
 void* cuda_half_entry(const std::string& library, const char* symbol);
+
+// The interface `library` hands out from its entry point `symbol` (a function taking kCudaPluginAbi).
+// Throws when the library was built for another version of these interfaces: a stale module beside a
+// newer program is refused with a message instead of crashing.
+template <typename Interface>
+Interface* cuda_half_interface(const std::string& library, const char* symbol) {
+  using Entry = Interface* (*)(int abi);
+  Interface* made = reinterpret_cast<Entry>(cuda_half_entry(library, symbol))(kCudaPluginAbi);
+  TINYDDP_CHECK(made != nullptr, library, " was built for another version of tinyddp (its interfaces are not version ",
+                kCudaPluginAbi, "); hint: rebuild, or set TINYDDP_PLUGIN_DIR to the matching build");
+  return made;
+}
 
 }  // namespace tinyddp

@@ -41,13 +41,7 @@ const Availability& real_devices() {
 CudaApi& cuda_half() {
 #ifdef TINYDDP_WITH_CUDA
   // Loaded on the first call; when loading throws, the next call tries again (and says why again).
-  static CudaApi* const api = [] {
-    auto entry = reinterpret_cast<CudaApiEntry>(cuda_half_entry(kCudaHalfLibrary, kCudaApiEntryName));
-    CudaApi* loaded = entry(kCudaPluginAbi);
-    TINYDDP_CHECK(loaded != nullptr, kCudaHalfLibrary, " was built for another version of tinyddp (its interface "
-                  "version differs from ", kCudaPluginAbi, "); hint: rebuild, or set TINYDDP_PLUGIN_DIR to the matching build");
-    return loaded;
-  }();
+  static CudaApi* const api = cuda_half_interface<CudaApi>(kCudaHalfLibrary, kCudaApiEntryName);
   return *api;
 #else
   TINYDDP_FAIL("CUDA was requested, but ", real_devices().reason);

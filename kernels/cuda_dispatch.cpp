@@ -7,13 +7,8 @@ namespace tinyddp::kernels {
 
 namespace {
 const cuda::Kernels& loaded_kernels() {
-  static const cuda::Kernels* const table = [] {
-    auto entry = reinterpret_cast<cuda::KernelsEntry>(cuda_half_entry(kCudaHalfLibrary, cuda::kKernelsEntryName));
-    const cuda::Kernels* kernels = entry(kCudaPluginAbi);
-    TINYDDP_CHECK(kernels != nullptr, kCudaHalfLibrary, " was built for another version of tinyddp; hint: rebuild, or set "
-                  "TINYDDP_PLUGIN_DIR to the matching build");
-    return kernels;
-  }();
+  static const cuda::Kernels* const table =
+      cuda_half_interface<const cuda::Kernels>(kCudaHalfLibrary, cuda::kKernelsEntryName);
   return *table;
 }
 }  // namespace

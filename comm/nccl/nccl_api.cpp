@@ -19,13 +19,7 @@ namespace {
 NcclApi& nccl_half() {
 #ifdef TINYDDP_WITH_NCCL
   // Loaded on the first call; when loading throws, the next call tries again (and says why again).
-  static NcclApi* const api = [] {
-    auto entry = reinterpret_cast<NcclApiEntry>(cuda_half_entry(kNcclHalfLibrary, kNcclApiEntryName));
-    NcclApi* loaded = entry(kCudaPluginAbi);
-    TINYDDP_CHECK(loaded != nullptr, kNcclHalfLibrary, " was built for another version of tinyddp; hint: rebuild, or set "
-                  "TINYDDP_PLUGIN_DIR to the matching build");
-    return loaded;
-  }();
+  static NcclApi* const api = cuda_half_interface<NcclApi>(kNcclHalfLibrary, kNcclApiEntryName);
   return *api;
 #else
   not_built();

@@ -65,9 +65,8 @@ class NcclApi {
   virtual std::string last_error(NcclComm comm) = 0;        // ncclGetLastError
 };
 
-// The NCCL half's entry point (nullptr when built for another kCudaPluginAbi).
+// libtinyddp_nccl.so's entry point for its NcclApi (core/cuda_plugin.h's cuda_half_interface).
 constexpr const char* kNcclApiEntryName = "tinyddp_nccl_api";
-using NcclApiEntry = NcclApi* (*)(int abi);
 
 // Whether process groups of the "nccl" backend can be made here: fake devices are in use, or this
 // build made the NCCL half and it is found beside the program.

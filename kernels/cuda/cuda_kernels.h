@@ -67,8 +67,7 @@ struct Kernels {
   decltype(&cuda::axpy) axpy;
 };
 
-// The CUDA half's entry point for the table (nullptr when built for another kCudaPluginAbi).
+// libtinyddp_cuda.so's entry point for the table (core/cuda_plugin.h's cuda_half_interface).
 constexpr const char* kKernelsEntryName = "tinyddp_cuda_kernels";
-using KernelsEntry = const Kernels* (*)(int abi);
 
 }  // namespace tinyddp::kernels::cuda
