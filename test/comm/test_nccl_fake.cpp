@@ -161,16 +161,21 @@ TEST_CASE("fake NCCL records a second thread calling in while another is inside 
     REQUIRE(state == NcclResult::success);
   });
   const size_t before = nccl.violations().size();
-  std::atomic<bool> polled{false};
+  std::atomic<bool> polled{false}, rank0_calling{false};
   run_ranks(2, [&](int r) {
     cuda_set_device(r);
     void* data = buffers[size_t(r)].raw_data();
+    if (r == 0) rank0_calling = true;
     if (r == 1) {
-      // Rank 0 is inside its all-reduce, waiting for this rank: poll its communicator from here.
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      // Rank 0 enters its all-reduce and waits there for this rank: poll its communicator from here
+      // until the poll collides with it (refused, and recorded once).
+      while (!rank0_calling) std::this_thread::yield();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // past rank 0's enqueue, into its wait
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
       NcclResult state;
-      CHECK(nccl.comm_get_async_error(comms[0], &state) == NcclResult::invalid_usage);
-      polled = true;
+      while (nccl.comm_get_async_error(comms[0], &state) == NcclResult::success && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      polled = nccl.violations().size() == before + 1;
     }
     nccl.all_reduce(data, data, 4, DType::f32, ReduceOp::sum, comms[size_t(r)], nullptr);
   });
