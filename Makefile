@@ -26,9 +26,15 @@ test: build
 	@cd $(BUILD) && ctest --output-on-failure -L cpu $(CTEST_FLAGS)
 	@$(MAKE) --no-print-directory test-asan-comm-nn
 
-# CUDA-vs-CPU checks of every kernel; needs a machine with a GPU.
+# CUDA-vs-CPU checks of every kernel, and the collectives on GPUs; needs a machine with a GPU. It fails
+# when no GPU test ran: TINYDDP_REQUIRE_GPU=1 (the default here) turns a test's "skipped: no GPU"
+# into a failure that says why, and a build without CUDA, which has no GPU tests, fails with the
+# configure step's reason.
+TINYDDP_REQUIRE_GPU ?= 1
 test-gpu: build
-	@cd $(BUILD) && ctest --output-on-failure -L gpu $(CTEST_FLAGS)
+	@if grep -q 'CUDA *: no' $(BUILD).configure.log; then \
+	  echo "make test-gpu: this build has no GPU tests: $$(grep -m1 'CUDA *: no' $(BUILD).configure.log | sed 's/^-- *//')"; exit 1; fi
+	@cd $(BUILD) && TINYDDP_REQUIRE_GPU=$(TINYDDP_REQUIRE_GPU) ctest --output-on-failure --no-tests=error -L gpu $(CTEST_FLAGS)
 
 # ---- sanitizers ----------------------------------------------------------------------------------
 # CUDA off (the sanitizers cannot look inside the CUDA runtime). -O0 -g1, assertions on: half the

@@ -1,9 +1,20 @@
-# CUDA, cuBLAS and NCCL detection. Sets TINYDDP_WITH_CUDA / TINYDDP_WITH_NCCL and, for the summary,
-# TINYDDP_CUDA_WHY / TINYDDP_NCCL_WHY (what was found, or why it was left out).
+# CUDA, cuBLAS and NCCL detection, and the CUDA half: the shared libraries loaded on demand.
+#
+# Sets TINYDDP_WITH_CUDA / TINYDDP_WITH_NCCL and, for the summary, TINYDDP_CUDA_WHY / TINYDDP_NCCL_WHY
+# (what was found, or why it was left out) and TINYDDP_CUDA_ARCH_WHY.
+#
+# No tinyddp library or program links a CUDA library. What needs CUDA's headers and libraries is built
+# into two modules, loaded with dlopen the first time they are needed (core/cuda_plugin.h says why):
+#   libtinyddp_cuda.so   core/cuda/ and kernels/cuda/   -> libcudart, libcublas, libcublasLt
+#   libtinyddp_nccl.so   comm/nccl/plugin/              -> libnccl, libcudart
+# tinyddp_add_cuda_halves() (called once the libraries exist) defines them.
+include(GNUInstallDirs)
 set(TINYDDP_WITH_CUDA OFF)
 set(TINYDDP_WITH_NCCL OFF)
 set(TINYDDP_CUDA_WHY "TINYDDP_CUDA=OFF")
 set(TINYDDP_NCCL_WHY "needs CUDA")
+set(TINYDDP_CUDA_ARCH_WHY "")
+set(TINYDDP_ROOT ${CMAKE_CURRENT_LIST_DIR}/..)
 
 if(NOT TINYDDP_CUDA STREQUAL "OFF")
   # nvcc on PATH, or the usual install location when it is not.
@@ -17,14 +28,24 @@ if(NOT TINYDDP_CUDA STREQUAL "OFF")
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
     if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
-      set(CMAKE_CUDA_ARCHITECTURES 80 90)  # A100 and H100; override with -DCMAKE_CUDA_ARCHITECTURES=...
+      # Machine code for the GPUs people own -- T4 and RTX 20 (7.5), A100 (8.0), RTX 30 and A10/A40
+      # (8.6), L4/L40 and RTX 40 (8.9), H100/H200 (9.0) -- and PTX for 9.0, which the driver compiles
+      # at load time for anything newer (Blackwell). CUDA 13 dropped Volta (V100, 7.0); an older
+      # toolkit gets it back. Override with -DCMAKE_CUDA_ARCHITECTURES="...".
+      set(CMAKE_CUDA_ARCHITECTURES 75-real 80-real 86-real 89-real 90)
+      set(TINYDDP_CUDA_ARCH_WHY "the default")
+      if(CMAKE_CUDA_COMPILER_VERSION AND CMAKE_CUDA_COMPILER_VERSION VERSION_LESS 13.0)
+        list(PREPEND CMAKE_CUDA_ARCHITECTURES 70-real)
+      endif()
+    else()
+      set(TINYDDP_CUDA_ARCH_WHY "from CMAKE_CUDA_ARCHITECTURES")
     endif()
     enable_language(CUDA)
     set(CMAKE_CUDA_STANDARD 17)  # nvcc C++20 support is not known to CMake 3.25; .cu files use C++17
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
     find_package(CUDAToolkit REQUIRED)
     set(TINYDDP_WITH_CUDA ON)
-    set(TINYDDP_CUDA_WHY "nvcc ${CMAKE_CUDA_COMPILER_VERSION} at ${CMAKE_CUDA_COMPILER}, architectures ${CMAKE_CUDA_ARCHITECTURES}, cuBLAS linked")
+    set(TINYDDP_CUDA_WHY "nvcc ${CMAKE_CUDA_COMPILER_VERSION} at ${CMAKE_CUDA_COMPILER}; runtime and cuBLAS loaded on first use")
   elseif(TINYDDP_CUDA STREQUAL "ON")
     message(FATAL_ERROR "TINYDDP_CUDA=ON but no CUDA compiler was found: put nvcc on PATH (or set CUDACXX), or configure with -DTINYDDP_CUDA=AUTO")
   else()
@@ -50,7 +71,7 @@ if(TINYDDP_WITH_CUDA AND NOT TINYDDP_NCCL STREQUAL "OFF")
     add_library(tinyddp::nccl INTERFACE IMPORTED)
     target_include_directories(tinyddp::nccl INTERFACE ${TINYDDP_NCCL_INCLUDE})
     target_link_libraries(tinyddp::nccl INTERFACE ${TINYDDP_NCCL_LIB} CUDA::cudart)
-    set(TINYDDP_NCCL_WHY "${TINYDDP_NCCL_LIB}")
+    set(TINYDDP_NCCL_WHY "${TINYDDP_NCCL_LIB}, loaded with the first nccl process group")
   elseif(TINYDDP_NCCL STREQUAL "ON")
     message(FATAL_ERROR "TINYDDP_NCCL=ON but nccl.h and libnccl were not found or do not link: set NCCL_HOME, or configure with -DTINYDDP_NCCL=AUTO")
   else()
@@ -59,3 +80,46 @@ if(TINYDDP_WITH_CUDA AND NOT TINYDDP_NCCL STREQUAL "OFF")
 elseif(TINYDDP_NCCL STREQUAL "OFF")
   set(TINYDDP_NCCL_WHY "TINYDDP_NCCL=OFF")
 endif()
+
+# One loadable module of the CUDA half. `sources` need CUDA headers; core/error.cpp gives them the same
+# tinyddp::Error the rest of tinyddp throws (the module links nothing else of tinyddp: what crosses the
+# seam is plain pointers and numbers). Hidden symbols except the entry points, so that two copies of
+# anything never meet.
+function(tinyddp_cuda_half target)
+  add_library(${target} MODULE ${ARGN} ${TINYDDP_ROOT}/core/error.cpp)
+  target_include_directories(${target} PRIVATE ${TINYDDP_ROOT})
+  set_target_properties(${target} PROPERTIES
+    LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/lib
+    CUDA_RUNTIME_LIBRARY Shared          # one CUDA runtime for both modules: streams and events are shared
+    CXX_VISIBILITY_PRESET hidden CUDA_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON
+    POSITION_INDEPENDENT_CODE ON)
+  target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wall> $<$<COMPILE_LANGUAGE:CXX>:-Wextra>)
+  target_link_options(${target} PRIVATE -Wl,--no-undefined)
+  install(TARGETS ${target} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+endfunction()
+
+# The CUDA half's modules, and what the libraries must know to find them. Programs are made to depend
+# on the modules (they are loaded, not linked, so nothing else would build them first).
+function(tinyddp_add_cuda_halves)
+  if(NOT TINYDDP_WITH_CUDA)
+    return()
+  endif()
+  file(GLOB_RECURSE sources CONFIGURE_DEPENDS ${TINYDDP_ROOT}/core/cuda/*.cpp ${TINYDDP_ROOT}/core/cuda/*.cu
+       ${TINYDDP_ROOT}/kernels/cuda/*.cpp ${TINYDDP_ROOT}/kernels/cuda/*.cu)
+  tinyddp_cuda_half(tinyddp_cuda ${sources})
+  target_link_libraries(tinyddp_cuda PRIVATE CUDA::cudart CUDA::cublas)
+  add_dependencies(tinyddp_core tinyddp_cuda)
+
+  string(REGEX MATCH "^([0-9]+)\\.([0-9]+)" _ "${CMAKE_CUDA_COMPILER_VERSION}")
+  math(EXPR toolkit "${CMAKE_MATCH_1} * 1000 + ${CMAKE_MATCH_2} * 10")
+  target_compile_definitions(tinyddp_core PUBLIC TINYDDP_WITH_CUDA=1 PRIVATE TINYDDP_CUDA_TOOLKIT_VERSION=${toolkit}
+    TINYDDP_PLUGIN_BUILD_DIR="${CMAKE_BINARY_DIR}/lib" TINYDDP_PLUGIN_INSTALL_DIR="${CMAKE_INSTALL_FULL_LIBDIR}")
+
+  if(TINYDDP_WITH_NCCL)
+    file(GLOB_RECURSE sources CONFIGURE_DEPENDS ${TINYDDP_ROOT}/comm/nccl/plugin/*.cpp)
+    tinyddp_cuda_half(tinyddp_nccl ${sources})
+    target_link_libraries(tinyddp_nccl PRIVATE tinyddp::nccl CUDA::cudart)
+    add_dependencies(tinyddp_comm tinyddp_nccl)
+    target_compile_definitions(tinyddp_comm PUBLIC TINYDDP_WITH_NCCL=1)
+  endif()
+endfunction()

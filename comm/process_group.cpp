@@ -3,9 +3,8 @@
 #include "comm/ring_backend.h"
 #include "comm/store/rendezvous.h"
 #include "comm/store/tcp_store.h"
-#ifdef TINYDDP_WITH_NCCL
+#include "comm/nccl/nccl_api.h"
 #include "comm/nccl/nccl_backend.h"
-#endif
 
 namespace tinyddp::comm {
 
@@ -26,25 +25,14 @@ void ProcessGroup::check_root(int root, const char* collective) const {
 }
 
 std::vector<std::string> available_backends() {
-#ifdef TINYDDP_WITH_NCCL
-  return {"ring", "nccl"};
-#else
+  if (nccl_available()) return {"ring", "nccl"};
   return {"ring"};
-#endif
 }
 
 std::shared_ptr<ProcessGroup> create_process_group(const std::string& backend, std::shared_ptr<Store> store, int rank,
                                                    int world, const ProcessGroupOptions& options) {
   if (backend == "ring" || backend == "gloo") return std::make_shared<RingBackend>(std::move(store), rank, world, options);
-  if (backend == "nccl") {
-#ifdef TINYDDP_WITH_NCCL
-    return create_nccl_process_group(std::move(store), rank, world, options);
-#else
-    TINYDDP_FAIL("the nccl backend is not in this build (NCCL was not found when it was configured); hint: install "
-                 "NCCL (libnccl-dev, or set NCCL_HOME) and reconfigure with -DTINYDDP_NCCL=ON, or use the ring backend, "
-                 "which stages CUDA tensors through host memory");
-#endif
-  }
+  if (backend == "nccl") return create_nccl_process_group(std::move(store), rank, world, options);
   TINYDDP_FAIL("unknown process group backend '", backend, "'; hint: use \"ring\"",
 #ifdef TINYDDP_WITH_NCCL
                " or \"nccl\""

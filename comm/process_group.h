@@ -46,7 +46,7 @@ struct ProcessGroupOptions {
   size_t shm_ring_bytes = 0;    // 0: TINYDDP_SHM_RING_BYTES or the default
   size_t tcp_buffer_bytes = 0;  // 0: TINYDDP_TCP_BUFFER_BYTES or the kernel's auto-tuning
   std::optional<std::string> token;  // the job token for transport handshakes; unset: TINYDDP_TOKEN
-  // nccl backend: the rank's CUDA device; -1: LOCAL_RANK, else rank modulo the device count.
+  // nccl backend: the rank's CUDA device; -1: LOCAL_RANK's, else the rank's (core/device.h, default_cuda_device).
   int device = -1;
 };
 

@@ -32,9 +32,11 @@ size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 // 2 MiB above) so a slightly different request can reuse a cached block.
 class CudaCache {
  public:
+  // Never destroyed: a tensor in a static object may be freed after a static cache would be gone (and
+  // at exit the CUDA runtime may be shut down already: a block freed into this cache needs no CUDA call).
   static CudaCache& instance() {
-    static CudaCache cache;
-    return cache;
+    static CudaCache* cache = new CudaCache;
+    return *cache;
   }
 
   static size_t rounded(size_t bytes) { return bytes < (1u << 20) ? round_up(bytes, 512) : round_up(bytes, 2u << 20); }
@@ -50,14 +52,15 @@ class CudaCache {
       dev.stats.bytes_in_use += bytes;
       return ptr;
     }
-    void* ptr = nullptr;
-    try {
-      ptr = cuda_malloc(bytes, device);
-    } catch (const Error&) {
-      // Out of memory is often only fragmentation of the cache: give everything back and retry once.
+    void* ptr = cuda_malloc(bytes, device);
+    if (ptr == nullptr) {
+      // Out of memory is often only the cache holding blocks of other sizes: give them all back, retry once.
       release_locked();
       ptr = cuda_malloc(bytes, device);
     }
+    TINYDDP_CHECK(ptr != nullptr, "out of memory on cuda:", device, " allocating ", bytes, " bytes (tensors hold ",
+                  dev.stats.bytes_in_use, " bytes of it; the cached blocks were returned and that was not enough); hint: "
+                  "use a smaller batch or model, or drop tensors you no longer need");
     dev.stats.bytes_in_use += bytes;
     dev.stats.device_allocations++;
     return ptr;
@@ -101,19 +104,32 @@ class CudaCache {
 // Freed CPU blocks, by size (rounded to the alignment), kept for the next request of the same size.
 // Exact sizes only: a training step asks for the same few sizes again and again, and an exact match
 // never wastes memory. Pinned and ordinary blocks live in separate lists (a request made after pinning
-// was enabled must get pinned memory).
+// was enabled must get pinned memory). Pinned blocks of every size are kept, not only large ones:
+// cudaFreeHost waits for the whole device to go idle, so freeing a small staging buffer per
+// collective would stall the GPU each time; their sizes are rounded to a power of two so that staging
+// buffers of nearby sizes share blocks.
 class CpuCache {
  public:
   // Smaller blocks are cheap for malloc (thread caches, no page faults); caching them would only add
   // the lock.
   static constexpr size_t kMinBytes = TINYDDP_CPU_CACHE_ENABLED ? size_t(64) << 10 : ~size_t(0);
   static constexpr size_t kLimitBytes = size_t(256) << 20;
+  static constexpr size_t kMinPinnedBytes = 4096;  // a page
 
   // Never destroyed: tensors in static objects may be freed after a static cache would be gone.
   static CpuCache& instance() {
     static CpuCache* cache = new CpuCache;
     return *cache;
   }
+
+  // The size a block of `bytes` is allocated and cached at.
+  static size_t block_size(size_t bytes, bool pinned) {
+    if (!pinned) return round_up(bytes, kCpuAlignment);
+    size_t size = kMinPinnedBytes;
+    while (size < bytes) size *= 2;
+    return size;
+  }
+  static bool cacheable(size_t block_bytes, bool pinned) { return pinned || block_bytes >= kMinBytes; }
 
   // A cached block of exactly `bytes`, or nullptr (the caller allocates and counts it).
   void* take(size_t bytes, bool pinned) {
@@ -174,6 +190,7 @@ class CpuCache {
 }  // namespace
 
 void enable_pinned_cpu_memory() { g_pinned = true; }
+void disable_pinned_cpu_memory() { g_pinned = false; }
 bool pinned_cpu_memory_enabled() { return g_pinned; }
 
 Allocation allocate(size_t bytes, Device device) {
@@ -181,16 +198,16 @@ Allocation allocate(size_t bytes, Device device) {
   if (device.is_cpu()) {
     block.bytes = bytes;
     if (bytes == 0) return block;
-    const size_t rounded = round_up(bytes, kCpuAlignment);
     block.pinned = g_pinned;  // read once: another thread may enable pinning meanwhile
-    if (rounded >= CpuCache::kMinBytes) {
-      block.ptr = CpuCache::instance().take(rounded, block.pinned);
+    const size_t size = CpuCache::block_size(bytes, block.pinned);
+    if (CpuCache::cacheable(size, block.pinned)) {
+      block.ptr = CpuCache::instance().take(size, block.pinned);
       if (block.ptr != nullptr) return block;
     }
     if (block.pinned) {
-      block.ptr = cuda_host_alloc_pinned(rounded);  // the rounded size: the block may be cached and reused
+      block.ptr = cuda_host_alloc_pinned(size);  // the block's full size: it may be cached and reused
     } else {
-      block.ptr = std::aligned_alloc(kCpuAlignment, rounded);
+      block.ptr = std::aligned_alloc(kCpuAlignment, size);
       TINYDDP_CHECK(block.ptr != nullptr, "out of CPU memory allocating ", bytes, " bytes; hint: use a smaller batch or model");
     }
     return block;
@@ -205,8 +222,8 @@ Allocation allocate(size_t bytes, Device device) {
 void deallocate(const Allocation& block, Device device) {
   if (block.ptr == nullptr) return;
   if (device.is_cpu()) {
-    const size_t rounded = round_up(block.bytes, kCpuAlignment);
-    if (rounded >= CpuCache::kMinBytes && CpuCache::instance().give(block.ptr, rounded, block.pinned)) return;
+    const size_t size = CpuCache::block_size(block.bytes, block.pinned);
+    if (CpuCache::cacheable(size, block.pinned) && CpuCache::instance().give(block.ptr, size, block.pinned)) return;
     if (block.pinned) cuda_host_free_pinned(block.ptr);
     else std::free(block.ptr);
     return;

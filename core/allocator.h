@@ -4,7 +4,7 @@
 // use, new CPU blocks are page-locked ("pinned") so host<->device copies run at full PCIe speed and can
 // be asynchronous: that is what staging buffers for the ring backend need.
 //
-// CPU blocks of 64 KiB and more are cached too: a training step allocates the same activation and
+// CPU blocks of 64 KiB and more are cached too (pinned blocks of every size: see CpuCache): a training step allocates the same activation and
 // gradient sizes every iteration, and handing a freed block back to the C library lets it shrink the
 // heap (or munmap the block), so the next step pays page faults to touch the same memory again --
 // several percent of an MLP step. Freed blocks are kept in a free list by size and handed out again;
@@ -39,6 +39,8 @@ void deallocate(const Allocation& block, Device device);
 // program never touches the CUDA runtime.
 void enable_pinned_cpu_memory();
 bool pinned_cpu_memory_enabled();
+// Turns pinning off again (fake CUDA devices going away in a test; blocks already pinned stay so).
+void disable_pinned_cpu_memory();
 
 // Statistics of the CPU block cache (for tests: a training step that reuses its buffers makes no new
 // system allocations after the first step).

@@ -1,110 +1,106 @@
 #include "core/cuda_runtime.h"
 
+#include "core/cuda_driver.h"
+#include "core/cuda_plugin.h"
 #include "core/error.h"
-
-#ifdef TINYDDP_WITH_CUDA
-#include <cuda_runtime_api.h>
-
-#include "core/cuda_check.h"
-#endif
+#include "core/fake_cuda.h"
 
 namespace tinyddp {
 
-#ifdef TINYDDP_WITH_CUDA
-
 namespace {
-struct Probe {
-  int count = 0;
+
+struct Availability {
+  int device_count = 0;
   std::string reason;
 };
 
-// Asked once: cudaGetDeviceCount fails cleanly without a driver (cudaErrorNoDevice,
-// cudaErrorInsufficientDriver), which is exactly the case we turn into "zero devices".
-const Probe& probe() {
-  static const Probe result = [] {
-    Probe p;
-    cudaError_t err = cudaGetDeviceCount(&p.count);
-    if (err != cudaSuccess) {
-      cudaGetLastError();  // clear the sticky error so later calls are not poisoned
-      p.count = 0;
-      if (err == cudaErrorInsufficientDriver)
-        p.reason = "the NVIDIA driver is older than this CUDA toolkit needs; hint: update the driver or build with TINYDDP_CUDA=OFF";
-      else if (err == cudaErrorNoDevice)
-        p.reason = "no CUDA device was found; hint: check nvidia-smi, or use --device cpu";
-      else
-        p.reason = std::string("the CUDA runtime could not start (") + cudaGetErrorString(err) + "); hint: check nvidia-smi, or use --device cpu";
-    } else if (p.count == 0) {
-      p.reason = "no CUDA device was found; hint: check nvidia-smi, or use --device cpu";
+// The real devices, decided once: the driver first (so that a machine without one hears "no NVIDIA
+// driver found"), then whether the CUDA half is there to use them.
+const Availability& real_devices() {
+  static const Availability result = [] {
+    Availability a;
+#ifndef TINYDDP_WITH_CUDA
+    a.reason = "this build of tinyddp has no CUDA support; hint: install the CUDA toolkit (nvcc) and rebuild with "
+               "TINYDDP_CUDA=AUTO or ON, or use --device cpu";
+#else
+    CudaDriverAssessment driver = assess_cuda_driver(cuda_driver_facts(), TINYDDP_CUDA_TOOLKIT_VERSION);
+    a.device_count = driver.device_count;
+    a.reason = driver.reason;
+    std::string searched;
+    if (a.device_count > 0 && find_cuda_half(kCudaHalfLibrary, &searched).empty()) {
+      a.device_count = 0;
+      a.reason = std::string("the GPUs cannot be used: tinyddp's CUDA half ") + kCudaHalfLibrary + " was not found (looked in " +
+                 searched + "); hint: keep it in the program's folder or in ../lib beside it, or set TINYDDP_PLUGIN_DIR";
     }
-    return p;
+#endif
+    return a;
   }();
   return result;
 }
-}  // namespace
 
-bool cuda_built() { return true; }
-int cuda_device_count() { return probe().count; }
-std::string cuda_unavailable_reason() { return probe().reason; }
-
-void* cuda_malloc(size_t bytes, int device) {
-  cuda_set_device(device);
-  void* ptr = nullptr;
-  CUDA_CHECK(cudaMalloc(&ptr, bytes));
-  return ptr;
-}
-void cuda_free(void* ptr, int device) {
-  cuda_set_device(device);
-  CUDA_CHECK(cudaFree(ptr));
-}
-void* cuda_host_alloc_pinned(size_t bytes) {
-  void* ptr = nullptr;
-  CUDA_CHECK(cudaHostAlloc(&ptr, bytes, cudaHostAllocDefault));
-  return ptr;
-}
-void cuda_host_free_pinned(void* ptr) { CUDA_CHECK(cudaFreeHost(ptr)); }
-
-void cuda_memcpy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
-  if (bytes == 0) return;
-  cudaMemcpyKind kind = dst_device.is_cpu() ? (src_device.is_cpu() ? cudaMemcpyHostToHost : cudaMemcpyDeviceToHost)
-                                            : (src_device.is_cpu() ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToDevice);
-  if (dst_device.is_cuda()) cuda_set_device(dst_device.index);
-  else if (src_device.is_cuda()) cuda_set_device(src_device.index);
-  CUDA_CHECK(cudaMemcpy(dst, src, bytes, kind));
-}
-void cuda_memset_zero(void* ptr, size_t bytes, int device) {
-  cuda_set_device(device);
-  CUDA_CHECK(cudaMemset(ptr, 0, bytes));
-}
-void cuda_set_device(int device) { CUDA_CHECK(cudaSetDevice(device)); }
-void cuda_synchronize(int device) {
-  cuda_set_device(device);
-  CUDA_CHECK(cudaDeviceSynchronize());
-}
-
-#else  // a CPU-only build: the same functions, answering "no CUDA" or refusing clearly.
-
-namespace {
-[[noreturn]] void not_built(const char* what) {
-  TINYDDP_FAIL(what, " needs CUDA, but this build of tinyddp has no CUDA support; "
-               "hint: install the CUDA toolkit (nvcc) and rebuild with TINYDDP_CUDA=AUTO or ON, or use --device cpu");
-}
-}  // namespace
-
-bool cuda_built() { return false; }
-int cuda_device_count() { return 0; }
-std::string cuda_unavailable_reason() {
-  return "this build of tinyddp has no CUDA support; hint: install the CUDA toolkit (nvcc) and rebuild, or use --device cpu";
-}
-void* cuda_malloc(size_t, int) { not_built("allocating GPU memory"); }
-void cuda_free(void*, int) { not_built("freeing GPU memory"); }
-void* cuda_host_alloc_pinned(size_t) { not_built("pinned host memory"); }
-void cuda_host_free_pinned(void*) { not_built("pinned host memory"); }
-void cuda_memcpy(void*, Device, const void*, Device, size_t) { not_built("copying to or from a GPU"); }
-void cuda_memset_zero(void*, size_t, int) { not_built("GPU memset"); }
-void cuda_set_device(int) { not_built("selecting a GPU"); }
-void cuda_synchronize(int) { not_built("GPU synchronisation"); }
-
+CudaApi& cuda_half() {
+#ifdef TINYDDP_WITH_CUDA
+  // Loaded on the first call; when loading throws, the next call tries again (and says why again).
+  static CudaApi* const api = cuda_half_interface<CudaApi>(kCudaHalfLibrary, kCudaApiEntryName);
+  return *api;
+#else
+  TINYDDP_FAIL("CUDA was requested, but ", real_devices().reason);
 #endif
+}
+
+bool context_active(int device) {
+  if (FakeCuda* fake = active_fake_cuda()) return fake->has_context(device);
+  return cuda_primary_context_active(device);
+}
+
+// Makes the calling thread's current device one that has a context already, unless its own has one
+// (see cuda_host_alloc_pinned in the header). With no context anywhere, the thread's device it is.
+void select_device_with_context(CudaApi& api) {
+  if (context_active(api.current_device())) return;
+  const int count = cuda_device_count();
+  for (int device = 0; device < count; ++device) {
+    if (context_active(device)) {
+      api.set_device(device);
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+bool cuda_built() {
+#ifdef TINYDDP_WITH_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool cuda_devices_are_fake() { return active_fake_cuda() != nullptr; }
+
+int cuda_device_count() {
+  if (FakeCuda* fake = active_fake_cuda()) return fake->device_count();
+  return real_devices().device_count;
+}
+
+std::string cuda_unavailable_reason() {
+  if (active_fake_cuda()) return "";
+  return real_devices().reason;
+}
+
+CudaApi& cuda_api() {
+  if (FakeCuda* fake = active_fake_cuda()) return *fake;
+  TINYDDP_CHECK(real_devices().device_count > 0, "a CUDA device was requested, but ", real_devices().reason);
+  return cuda_half();
+}
+
+std::vector<int> cuda_devices_with_context() {
+  if (FakeCuda* fake = active_fake_cuda()) return fake->devices_with_context();
+  std::vector<int> devices;
+  for (int device = 0; device < real_devices().device_count; ++device)
+    if (cuda_primary_context_active(device)) devices.push_back(device);
+  return devices;
+}
 
 void require_device(Device device) {
   if (device.is_cpu()) return;
@@ -113,5 +109,30 @@ void require_device(Device device) {
   TINYDDP_CHECK(device.index >= 0 && device.index < count, "device ", device.str(), " does not exist: this machine has ",
                 count, " CUDA device(s), cuda:0 to cuda:", count - 1, "; hint: pick one of those, or set CUDA_VISIBLE_DEVICES");
 }
+
+void* cuda_malloc(size_t bytes, int device) { return cuda_api().malloc(bytes, device); }
+void cuda_free(void* ptr, int device) { cuda_api().free(ptr, device); }
+
+void* cuda_host_alloc_pinned(size_t bytes) {
+  CudaApi& api = cuda_api();
+  select_device_with_context(api);
+  return api.host_alloc_pinned(bytes);
+}
+
+void cuda_host_free_pinned(void* ptr) {
+  CudaApi& api = cuda_api();
+  select_device_with_context(api);
+  api.host_free_pinned(ptr);
+}
+
+void cuda_memcpy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
+  if (bytes == 0) return;
+  cuda_api().memcpy(dst, dst_device, src, src_device, bytes);
+}
+
+void cuda_memset_zero(void* ptr, size_t bytes, int device) { cuda_api().memset_zero(ptr, bytes, device); }
+void cuda_set_device(int device) { cuda_api().set_device(device); }
+int cuda_current_device() { return cuda_api().current_device(); }
+void cuda_synchronize(int device) { cuda_api().synchronize(device); }
 
 }  // namespace tinyddp

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace tinyddp {
 
@@ -23,5 +24,30 @@ struct Device {
   friend bool operator==(const Device& a, const Device& b) { return a.kind == b.kind && a.index == b.index; }
   friend bool operator!=(const Device& a, const Device& b) { return !(a == b); }
 };
+
+// ---- which device a rank uses ----
+//
+// Pure functions of what a process knows (no CUDA call), so that every rule is tested on machines
+// without GPUs. A data-parallel job runs one process per device; `local_rank` is the process's
+// index among the `local_world_size` processes of its host.
+
+// The device of local rank `local_rank` from the list a job was given (MultiDevice's devices: one per
+// local rank, in order). `visible_cuda_devices` is how many this process sees; `one_gpu_per_rank` is
+// the nccl backend's rule (NCCL refuses two ranks on one GPU).
+//   - the list names a device for this local rank: that one (cuda:1, cuda:0 is a valid list);
+//   - CPU lists are shared round-robin (CPU workers have nothing to share);
+//   - a CUDA list shorter than the local ranks is valid when the launcher gave each process its own
+//     GPUs (a per-rank CUDA_VISIBLE_DEVICES: fewer visible devices than local ranks), and then every
+//     process's cuda:N is its own; otherwise two ranks would share a GPU: refused under
+//     one_gpu_per_rank, shared round-robin without it.
+// Throws naming the list, the local rank and what to change.
+Device device_for_local_rank(const std::vector<Device>& devices, int local_rank, int local_world_size,
+                             int visible_cuda_devices, bool one_gpu_per_rank);
+
+// The CUDA device of a process group that was not told one: the local rank's when it is known (-1:
+// unknown), else the rank's, when that device is visible; cuda:0 when the process sees exactly one
+// device (a per-rank CUDA_VISIBLE_DEVICES). Throws otherwise, rather than guess a device another rank
+// may be using.
+int default_cuda_device(int local_rank, int rank, int visible_cuda_devices);
 
 }  // namespace tinyddp

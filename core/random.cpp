@@ -2,6 +2,7 @@
 
 #include <numeric>
 
+#include "core/cuda_runtime.h"
 #include "core/philox.h"
 
 namespace tinyddp {
@@ -24,10 +25,8 @@ void fill_uniform(Tensor& t, float lo, float hi, Generator& gen) {
   TINYDDP_CHECK(t.dtype() == DType::f32, "fill_uniform fills f32 tensors, got ", t.describe());
   uint64_t offset = gen.advance(uint64_t(t.numel()));
   if (t.device().is_cuda()) {
-#ifdef TINYDDP_WITH_CUDA
-    cuda::fill_uniform(t.data<float>(), t.numel(), gen.seed(), offset, lo, hi);
+    cuda_api().fill_uniform(t.data<float>(), t.numel(), gen.seed(), offset, lo, hi, t.device().index);
     return;
-#endif
   }
   float* p = t.data<float>();
   for (int64_t i = 0; i < t.numel(); ++i) p[i] = philox::uniform(gen.seed(), offset, uint64_t(i), lo, hi);

@@ -37,10 +37,4 @@ void fill_uniform(Tensor& t, float lo, float hi, Generator& gen);
 // A random permutation of 0..n-1 (Fisher-Yates), the same for one generator state.
 std::vector<int64_t> random_permutation(int64_t n, Generator& gen);
 
-#ifdef TINYDDP_WITH_CUDA
-namespace cuda {
-void fill_uniform(float* out, int64_t n, uint64_t seed, uint64_t offset, float lo, float hi);
-}
-#endif
-
 }  // namespace tinyddp

@@ -3,9 +3,7 @@
 #include "kernels/argument_checks.h"
 #include "kernels/ops.h"
 
-#ifdef TINYDDP_WITH_CUDA
-#include "kernels/cuda/cuda_kernels.h"
-#endif
+#include "kernels/cuda_dispatch.h"
 
 namespace tinyddp::kernels {
 
@@ -16,16 +14,12 @@ int64_t count_correct(const Tensor& logits, const Tensor& labels) {
   if (rows == 0) return 0;
   TINYDDP_CHECK(classes > 0, op, ": `logits` ", logits.describe(), " has no classes; hint: logits need one column per class");
 
-  if (logits.device().is_cuda()) {
-#ifdef TINYDDP_WITH_CUDA
+  if (const cuda::Kernels* gpu = cuda_kernels_for(logits)) {
     int64_t bad_row = -1;
-    int64_t correct = cuda::count_correct(logits.device().index, logits.data<float>(), labels.data<int64_t>(), rows,
-                                          classes, &bad_row);
+    int64_t correct = gpu->count_correct(logits.device().index, logits.data<float>(), labels.data<int64_t>(), rows,
+                                        classes, &bad_row);
     if (bad_row >= 0) detail::label_out_of_range(op, bad_row, labels.slice_rows(bad_row, bad_row + 1).to_vector<int64_t>()[0], classes);
     return correct;
-#else
-    detail::cuda_not_built(op);
-#endif
   }
 
   const float* x = logits.data<float>();

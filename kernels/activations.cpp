@@ -5,9 +5,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/ops.h"
 
-#ifdef TINYDDP_WITH_CUDA
-#include "kernels/cuda/cuda_kernels.h"
-#endif
+#include "kernels/cuda_dispatch.h"
 
 namespace tinyddp::kernels {
 
@@ -42,52 +40,36 @@ void map2_cpu(const float* x, const float* dy, float* dx, int64_t n, Fn fn) {
 
 void relu_forward(const Tensor& x, Tensor& y) {
   check_forward("relu_forward", x, y);
-  if (x.device().is_cuda()) {
-#ifdef TINYDDP_WITH_CUDA
-    cuda::relu_forward(x.device().index, x.data<float>(), y.data<float>(), x.numel());
+  if (const cuda::Kernels* gpu = cuda_kernels_for(x)) {
+    gpu->relu_forward(x.device().index, x.data<float>(), y.data<float>(), x.numel());
     return;
-#else
-    detail::cuda_not_built("relu_forward");
-#endif
   }
   map_cpu(x.data<float>(), y.data<float>(), x.numel(), [](float v) { return relu(v); });
 }
 
 void relu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
   check_backward("relu_backward", x, dy, dx);
-  if (x.device().is_cuda()) {
-#ifdef TINYDDP_WITH_CUDA
-    cuda::relu_backward(x.device().index, x.data<float>(), dy.data<float>(), dx.data<float>(), x.numel());
+  if (const cuda::Kernels* gpu = cuda_kernels_for(x)) {
+    gpu->relu_backward(x.device().index, x.data<float>(), dy.data<float>(), dx.data<float>(), x.numel());
     return;
-#else
-    detail::cuda_not_built("relu_backward");
-#endif
   }
   map2_cpu(x.data<float>(), dy.data<float>(), dx.data<float>(), x.numel(), [](float v, float g) { return relu_grad(v, g); });
 }
 
 void gelu_forward(const Tensor& x, Tensor& y) {
   check_forward("gelu_forward", x, y);
-  if (x.device().is_cuda()) {
-#ifdef TINYDDP_WITH_CUDA
-    cuda::gelu_forward(x.device().index, x.data<float>(), y.data<float>(), x.numel());
+  if (const cuda::Kernels* gpu = cuda_kernels_for(x)) {
+    gpu->gelu_forward(x.device().index, x.data<float>(), y.data<float>(), x.numel());
     return;
-#else
-    detail::cuda_not_built("gelu_forward");
-#endif
   }
   map_cpu(x.data<float>(), y.data<float>(), x.numel(), [](float v) { return gelu(v); });
 }
 
 void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
   check_backward("gelu_backward", x, dy, dx);
-  if (x.device().is_cuda()) {
-#ifdef TINYDDP_WITH_CUDA
-    cuda::gelu_backward(x.device().index, x.data<float>(), dy.data<float>(), dx.data<float>(), x.numel());
+  if (const cuda::Kernels* gpu = cuda_kernels_for(x)) {
+    gpu->gelu_backward(x.device().index, x.data<float>(), dy.data<float>(), dx.data<float>(), x.numel());
     return;
-#else
-    detail::cuda_not_built("gelu_backward");
-#endif
   }
   map2_cpu(x.data<float>(), dy.data<float>(), dx.data<float>(), x.numel(), [](float v, float g) { return gelu_grad(v, g); });
 }

@@ -51,11 +51,4 @@ inline void check_logits_and_labels(const char* op, const Tensor& logits, const 
                "0-based class indices below the number of logits columns (", classes, ")");
 }
 
-// The branch a CPU-only build takes for a CUDA tensor. Unreachable in practice (a CPU-only build
-// refuses to allocate CUDA memory), kept so that the dispatch never silently runs a CPU loop on a
-// device pointer.
-[[noreturn]] inline void cuda_not_built(const char* op) {
-  TINYDDP_FAIL(op, ": a CUDA tensor reached a build of tinyddp without CUDA kernels; hint: rebuild with TINYDDP_CUDA=ON");
-}
-
 }  // namespace tinyddp::kernels::detail

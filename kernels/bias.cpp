@@ -4,9 +4,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/ops.h"
 
-#ifdef TINYDDP_WITH_CUDA
-#include "kernels/cuda/cuda_kernels.h"
-#endif
+#include "kernels/cuda_dispatch.h"
 
 namespace tinyddp::kernels {
 
@@ -28,13 +26,9 @@ void bias_add(Tensor& y, const Tensor& bias) {
   check_rows_and_bias("bias_add", "y", y, "bias", bias);
   const int64_t rows = y.size(0), cols = y.size(1);
   if (y.numel() == 0) return;
-  if (y.device().is_cuda()) {
-#ifdef TINYDDP_WITH_CUDA
-    cuda::bias_add(y.device().index, y.data<float>(), bias.data<float>(), rows, cols);
+  if (const cuda::Kernels* gpu = cuda_kernels_for(y)) {
+    gpu->bias_add(y.device().index, y.data<float>(), bias.data<float>(), rows, cols);
     return;
-#else
-    detail::cuda_not_built("bias_add");
-#endif
   }
   float* __restrict out = y.data<float>();
   const float* __restrict b = bias.data<float>();
@@ -48,13 +42,9 @@ void bias_grad(const Tensor& dy, Tensor& dbias, float beta) {
   check_rows_and_bias("bias_grad", "dy", dy, "dbias", dbias);
   const int64_t rows = dy.size(0), cols = dy.size(1);
   if (cols == 0) return;
-  if (dy.device().is_cuda()) {
-#ifdef TINYDDP_WITH_CUDA
-    cuda::bias_grad(dy.device().index, dy.data<float>(), dbias.data<float>(), rows, cols, beta);
+  if (const cuda::Kernels* gpu = cuda_kernels_for(dy)) {
+    gpu->bias_grad(dy.device().index, dy.data<float>(), dbias.data<float>(), rows, cols, beta);
     return;
-#else
-    detail::cuda_not_built("bias_grad");
-#endif
   }
   const float* __restrict in = dy.data<float>();
   float* __restrict out = dbias.data<float>();

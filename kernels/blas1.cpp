@@ -4,9 +4,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/ops.h"
 
-#ifdef TINYDDP_WITH_CUDA
-#include "kernels/cuda/cuda_kernels.h"
-#endif
+#include "kernels/cuda_dispatch.h"
 
 namespace tinyddp::kernels {
 
@@ -15,13 +13,9 @@ void fill(Tensor& x, float value) {
   detail::check_tensor(op, "x", x);
   const int64_t n = x.numel();
   if (n == 0) return;
-  if (x.device().is_cuda()) {
-#ifdef TINYDDP_WITH_CUDA
-    cuda::fill(x.device().index, x.data<float>(), n, value);
+  if (const cuda::Kernels* gpu = cuda_kernels_for(x)) {
+    gpu->fill(x.device().index, x.data<float>(), n, value);
     return;
-#else
-    detail::cuda_not_built(op);
-#endif
   }
   float* __restrict p = x.data<float>();
   for (int64_t i = 0; i < n; ++i) p[i] = value;
@@ -32,13 +26,9 @@ void scale(Tensor& x, float alpha) {
   detail::check_tensor(op, "x", x);
   const int64_t n = x.numel();
   if (n == 0) return;
-  if (x.device().is_cuda()) {
-#ifdef TINYDDP_WITH_CUDA
-    cuda::scale(x.device().index, x.data<float>(), n, alpha);
+  if (const cuda::Kernels* gpu = cuda_kernels_for(x)) {
+    gpu->scale(x.device().index, x.data<float>(), n, alpha);
     return;
-#else
-    detail::cuda_not_built(op);
-#endif
   }
   float* __restrict p = x.data<float>();
   for (int64_t i = 0; i < n; ++i) p[i] = scale_element(alpha, p[i]);
@@ -51,13 +41,9 @@ void axpy(float alpha, const Tensor& x, Tensor& y) {
   detail::check_like(op, "x", x, "y", y);
   const int64_t n = x.numel();
   if (n == 0) return;
-  if (x.device().is_cuda()) {
-#ifdef TINYDDP_WITH_CUDA
-    cuda::axpy(x.device().index, alpha, x.data<float>(), y.data<float>(), n);
+  if (const cuda::Kernels* gpu = cuda_kernels_for(x)) {
+    gpu->axpy(x.device().index, alpha, x.data<float>(), y.data<float>(), n);
     return;
-#else
-    detail::cuda_not_built(op);
-#endif
   }
   // x and y may be the same tensor (y += alpha y): element-wise, so no restrict on them.
   const float* px = x.data<float>();

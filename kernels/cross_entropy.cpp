@@ -7,9 +7,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/ops.h"
 
-#ifdef TINYDDP_WITH_CUDA
-#include "kernels/cuda/cuda_kernels.h"
-#endif
+#include "kernels/cuda_dispatch.h"
 
 namespace tinyddp::kernels {
 
@@ -51,16 +49,12 @@ float softmax_cross_entropy(const Tensor& logits, const Tensor& labels, Tensor* 
   TINYDDP_CHECK(classes > 0, op, ": `logits` ", logits.describe(), " has no classes; hint: logits need one column per class");
   float* d = dlogits ? dlogits->data<float>() : nullptr;
 
-  if (logits.device().is_cuda()) {
-#ifdef TINYDDP_WITH_CUDA
+  if (const cuda::Kernels* gpu = cuda_kernels_for(logits)) {
     int64_t bad_row = -1;
-    double loss = cuda::softmax_cross_entropy(logits.device().index, logits.data<float>(), labels.data<int64_t>(), d,
-                                              rows, classes, &bad_row);
+    double loss = gpu->softmax_cross_entropy(logits.device().index, logits.data<float>(), labels.data<int64_t>(), d,
+                                            rows, classes, &bad_row);
     if (bad_row >= 0) detail::label_out_of_range(op, bad_row, labels.slice_rows(bad_row, bad_row + 1).to_vector<int64_t>()[0], classes);
     return float(loss);
-#else
-    detail::cuda_not_built(op);
-#endif
   }
 
   const float* x = logits.data<float>();

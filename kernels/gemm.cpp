@@ -11,9 +11,7 @@
 #include "kernels/argument_checks.h"
 #include "kernels/ops.h"
 
-#ifdef TINYDDP_WITH_CUDA
-#include "kernels/cuda/cuda_kernels.h"
-#endif
+#include "kernels/cuda_dispatch.h"
 
 namespace tinyddp::kernels {
 
@@ -54,14 +52,10 @@ void gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, 
   }
   // Row-major storage: each matrix's leading dimension is its row length as stored.
   const int64_t lda = a.size(1), ldb = b.size(1), ldc = c.size(1);
-  if (c.device().is_cuda()) {
-#ifdef TINYDDP_WITH_CUDA
-    cuda::gemm(c.device().index, transpose_a, transpose_b, m, n, k, alpha, a.data<float>(), lda, b.data<float>(), ldb,
-               beta, c.data<float>(), ldc);
+  if (const cuda::Kernels* gpu = cuda_kernels_for(c)) {
+    gpu->gemm(c.device().index, transpose_a, transpose_b, m, n, k, alpha, a.data<float>(), lda, b.data<float>(), ldb,
+             beta, c.data<float>(), ldc);
     return;
-#else
-    detail::cuda_not_built(op);
-#endif
   }
   cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans, transpose_b ? CblasTrans : CblasNoTrans, int(m),
               int(n), int(k), alpha, a.data<float>(), int(lda), b.data<float>(), int(ldb), beta, c.data<float>(),

@@ -4,9 +4,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/ops.h"
 
-#ifdef TINYDDP_WITH_CUDA
-#include "kernels/cuda/cuda_kernels.h"
-#endif
+#include "kernels/cuda_dispatch.h"
 
 namespace tinyddp::kernels {
 
@@ -24,12 +22,8 @@ float mse(const Tensor& pred, const Tensor& target, Tensor* dpred) {
                 "hint: skip empty batches");
   float* d = dpred ? dpred->data<float>() : nullptr;
 
-  if (pred.device().is_cuda()) {
-#ifdef TINYDDP_WITH_CUDA
-    return float(cuda::mse(pred.device().index, pred.data<float>(), target.data<float>(), d, n));
-#else
-    detail::cuda_not_built(op);
-#endif
+  if (const cuda::Kernels* gpu = cuda_kernels_for(pred)) {
+    return float(gpu->mse(pred.device().index, pred.data<float>(), target.data<float>(), d, n));
   }
 
   const float* p = pred.data<float>();

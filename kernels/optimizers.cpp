@@ -8,9 +8,7 @@
 #include "kernels/elementwise.h"
 #include "kernels/ops.h"
 
-#ifdef TINYDDP_WITH_CUDA
-#include "kernels/cuda/cuda_kernels.h"
-#endif
+#include "kernels/cuda_dispatch.h"
 
 namespace tinyddp::kernels {
 
@@ -45,13 +43,9 @@ void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const 
   const SgdScalars s{config.lr, config.momentum, config.dampening, config.weight_decay, config.nesterov, first_step};
   const int64_t n = param.numel();
   float* buf = use_momentum ? momentum_buffer.data<float>() : nullptr;
-  if (param.device().is_cuda()) {
-#ifdef TINYDDP_WITH_CUDA
-    cuda::sgd_step(param.device().index, param.data<float>(), grad.data<float>(), buf, n, s);
+  if (const cuda::Kernels* gpu = cuda_kernels_for(param)) {
+    gpu->sgd_step(param.device().index, param.data<float>(), grad.data<float>(), buf, n, s);
     return;
-#else
-    detail::cuda_not_built(op);
-#endif
   }
   float* __restrict p = param.data<float>();
   const float* __restrict g = grad.data<float>();
@@ -98,14 +92,10 @@ void adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_a
                       float(config.lr / bias_correction1),
                       float(std::sqrt(bias_correction2))};
   const int64_t n = param.numel();
-  if (param.device().is_cuda()) {
-#ifdef TINYDDP_WITH_CUDA
-    cuda::adam_step(param.device().index, param.data<float>(), grad.data<float>(), exp_avg.data<float>(),
-                    exp_avg_sq.data<float>(), n, s);
+  if (const cuda::Kernels* gpu = cuda_kernels_for(param)) {
+    gpu->adam_step(param.device().index, param.data<float>(), grad.data<float>(), exp_avg.data<float>(),
+                  exp_avg_sq.data<float>(), n, s);
     return;
-#else
-    detail::cuda_not_built(op);
-#endif
   }
   adam_cpu(param.data<float>(), grad.data<float>(), exp_avg.data<float>(), exp_avg_sq.data<float>(), n, s);
 }

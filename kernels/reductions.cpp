@@ -4,9 +4,7 @@
 #include "kernels/cpu_sum.h"
 #include "kernels/ops.h"
 
-#ifdef TINYDDP_WITH_CUDA
-#include "kernels/cuda/cuda_kernels.h"
-#endif
+#include "kernels/cuda_dispatch.h"
 
 namespace tinyddp::kernels {
 
@@ -15,12 +13,8 @@ double sum_of_squares(const Tensor& x) {
   detail::check_tensor(op, "x", x);
   const int64_t n = x.numel();
   if (n == 0) return 0.0;
-  if (x.device().is_cuda()) {
-#ifdef TINYDDP_WITH_CUDA
-    return cuda::sum_of_squares(x.device().index, x.data<float>(), n);
-#else
-    detail::cuda_not_built(op);
-#endif
+  if (const cuda::Kernels* gpu = cuda_kernels_for(x)) {
+    return gpu->sum_of_squares(x.device().index, x.data<float>(), n);
   }
   const float* p = x.data<float>();
   // Squared in double too: a float square of 1e20 would already be infinite.

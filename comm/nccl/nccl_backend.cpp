@@ -1,25 +1,40 @@
 // The nccl backend: NVIDIA's collectives on CUDA tensors, behind the same ProcessGroup interface.
 //
 // What it adds around NCCL, and why:
+//   - the rank's device: made current before the communicator is created (NCCL takes the calling
+//     thread's current device), and every tensor checked against it before anything is queued;
 //   - bootstrap: rank 0 makes the NCCL unique id and the store carries it to everyone;
 //   - one communication stream per group, ordered after the compute stream with an event, so a
 //     collective starts only when the kernels that produced its input have run, and compute
 //     kernels launched meanwhile are not serialised behind the communication;
-//   - a watchdog thread that completes each Work when its end event fires, polls
-//     ncclCommGetAsyncError, and calls ncclCommAbort on a timeout or an asynchronous error (a dead
-//     peer), so no rank hangs: NCCL's own kernels would otherwise spin forever;
+//   - completion: a thread waiting on a Work polls the collective's end event itself (Work's helper);
+//     a watchdog thread completes the rest, polls ncclCommGetAsyncError, and calls ncclCommAbort on
+//     a timeout or an asynchronous error (a dead peer), so no rank hangs: NCCL's own kernels would
+//     otherwise spin forever;
 //   - failure naming: an aborting rank writes its reason in the store; the others read them and
 //     name the ranks that reported nothing (dead, hung, or not calling this collective);
-//   - grouped launches (ncclGroupStart/End) for all_reduce_coalesced;
+//   - grouped launches (ncclGroupStart/End) for all_reduce_coalesced, the group closed however the
+//     enqueue ends (GroupScope);
+//   - teardown by NCCL's protocol: ncclCommFinalize, poll until the communicator is quiescent, then
+//     ncclCommDestroy; ncclCommAbort when that fails or takes longer than the timeout;
 //   - the DETAIL fingerprint check through the store.
-// The communicator is non-blocking (config.blocking = 0) so even its initialisation can be
-// abandoned at the timeout instead of waiting forever for a rank that never comes.
+//
+// The communicator is non-blocking (config.blocking = 0): every call returns at once (ncclInProgress
+// while NCCL finishes it on a thread of its own), so no thread of this process is ever stuck inside
+// NCCL. A rank that never arrives -- at init, or at a collective's first connection -- or that dies,
+// is met by polling against a deadline, and ncclCommAbort then runs while no other call is inside
+// the communicator. A blocking communicator would launch faster (NCCL 2.28 starts a thread for each
+// ncclGroupEnd of a non-blocking one), but a thread blocked inside NCCL cannot be freed safely:
+// aborting a communicator that another thread is inside frees it under that thread. So the launch
+// polls for the call's completion spinning first (it usually completes within tens of
+// microseconds), then sleeping with a growing interval.
+//
+// NCCL allows one thread at a time per communicator, ncclCommGetAsyncError included: every call on
+// comm_, from a launching thread or from the watchdog, is made under nccl_mutex_.
+// Lock order: launch_mutex_, then nccl_mutex_, then state_mutex_.
 #include "comm/nccl/nccl_backend.h"
 
-#include <cuda_runtime_api.h>
-
 #include <condition_variable>
-#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -27,9 +42,10 @@
 #include <thread>
 
 #include "comm/debug_check.h"
-#include "comm/nccl/nccl_check.h"
-#include "core/cuda_check.h"
+#include "comm/nccl/nccl_api.h"
+#include "comm/store/rendezvous.h"
 #include "core/cuda_runtime.h"
+#include "core/log.h"
 
 namespace tinyddp::comm {
 
@@ -37,353 +53,582 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-ncclDataType_t nccl_type(DType t) {
-  switch (t) {
-    case DType::f32: return ncclFloat32;
-    case DType::f64: return ncclFloat64;
-    case DType::i32: return ncclInt32;
-    case DType::i64: return ncclInt64;
-    default: break;
-  }
-  TINYDDP_FAIL("nccl backend: no NCCL type for ", dtype_name(t), "; hint: use f32, f64, i32 or i64");
-}
-
-ncclRedOp_t nccl_op(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::sum: return ncclSum;
-    case ReduceOp::avg: return ncclAvg;
-    case ReduceOp::max: return ncclMax;
-    case ReduceOp::min: return ncclMin;
-    case ReduceOp::prod: return ncclProd;
-  }
-  return ncclSum;
-}
-
-void* ptr(const Tensor& t) { return Tensor(t).raw_data(); }
-
-class NcclBackend : public ProcessGroup {
+// Waits between polls: yields the core for the first 50 us (a call usually completes by then), then
+// sleeps 20 us, doubling up to 1 ms.
+class Backoff {
  public:
-  NcclBackend(std::shared_ptr<Store> store, int rank, int size, const ProcessGroupOptions& options)
-      : ProcessGroup(rank, size), store_(std::move(store)), options_(options),
-        debug_detail_(options.debug_detail.value_or(debug_detail_from_environment())) {
-    TINYDDP_CHECK(cuda_device_count() > 0, "nccl backend: no CUDA device (", cuda_unavailable_reason(),
-                  "); hint: use the ring backend on machines without GPUs");
-    device_ = options.device;
-    if (device_ < 0) {
-      const char* local = std::getenv("LOCAL_RANK");
-      device_ = local && *local ? std::atoi(local) : rank % cuda_device_count();
+  void wait() {
+    if (Clock::now() - start_ < std::chrono::microseconds(50)) {
+      std::this_thread::yield();
+      return;
     }
-    TINYDDP_CHECK(device_ < cuda_device_count(), "nccl backend: rank ", rank, " wants cuda:", device_, " but only ",
-                  cuda_device_count(), " devices exist; hint: run one rank per GPU (tinyddp-run -n <number of GPUs>)");
-    CUDA_CHECK(cudaSetDevice(device_));
-
-    const std::string base = "tinyddp/nccl/" + options.group_name + "/";
-    const int64_t generation = store_->add(base + "generation/" + std::to_string(rank), 1);
-    prefix_ = base + std::to_string(generation) + "/";
-    ncclUniqueId id;
-    if (rank == 0) {
-      NCCL_CHECK(ncclGetUniqueId(&id));
-      store_->set(prefix_ + "unique_id", std::string(reinterpret_cast<const char*>(&id), sizeof id));
-    }
-    store_->wait({prefix_ + "unique_id"}, options.timeout);
-    std::string bytes = store_->get(prefix_ + "unique_id");
-    TINYDDP_CHECK(bytes.size() == sizeof id, "nccl backend: the unique id in the store has ", bytes.size(), " bytes, not ",
-                  sizeof id, "; hint: every rank must use the same NCCL version");
-    std::memcpy(&id, bytes.data(), sizeof id);
-
-    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = 0;  // abortable: see the header comment
-    NCCL_CHECK(ncclCommInitRankConfig(&comm_, size, id, rank, &config));
-    settle(Clock::now() + options.timeout, "ncclCommInitRankConfig");
-
-    CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    CUDA_CHECK(cudaEventCreateWithFlags(&inputs_ready_, cudaEventDisableTiming));
-    watchdog_ = std::thread([this] { watch(); });
+    std::this_thread::sleep_for(sleep_);
+    sleep_ = std::min(sleep_ * 2, std::chrono::microseconds(1000));
   }
 
-  ~NcclBackend() override {
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      // Let the issued collectives finish (bounded by their own deadlines), then stop watching.
-      drained_.wait(lock, [&] { return pending_.empty() || !aborted_.empty(); });
-      stop_ = true;
-    }
-    wake_.notify_all();
-    watchdog_.join();
-    if (comm_) {
-      if (aborted_.empty()) ncclCommFinalize(comm_);
-      aborted_.empty() ? ncclCommDestroy(comm_) : ncclCommAbort(comm_);
-    }
-    cudaEventDestroy(inputs_ready_);
-    cudaStreamDestroy(stream_);
+ private:
+  Clock::time_point start_ = Clock::now();
+  std::chrono::microseconds sleep_{20};
+};
+
+bool accepted(NcclResult r) { return r == NcclResult::success || r == NcclResult::in_progress; }
+
+void* ptr(const Tensor& t) { return const_cast<void*>(t.raw_data()); }
+
+// ncclGroupStart now; ncclGroupEnd at end(), or in the destructor when an exception leaves the scope
+// first. A group left open would make NCCL hold back every later call of this thread.
+class GroupScope {
+ public:
+  explicit GroupScope(NcclApi& nccl) : nccl_(nccl), started_(nccl.group_start()) {}
+  ~GroupScope() {
+    if (accepted(started_) && !ended_) nccl_.group_end();
   }
+  GroupScope(const GroupScope&) = delete;
+  GroupScope& operator=(const GroupScope&) = delete;
+  NcclResult started() const { return started_; }
+  NcclResult end() {
+    ended_ = true;
+    return nccl_.group_end();
+  }
+
+ private:
+  NcclApi& nccl_;
+  NcclResult started_;
+  bool ended_ = false;
+};
+
+Fingerprint fingerprint(CollectiveKind kind, const Tensor& t, int64_t count, std::optional<ReduceOp> op, int root = -1) {
+  Fingerprint f;
+  f.kind = uint8_t(kind);
+  f.dtype = uint8_t(t.defined() ? t.dtype() : DType::i32);
+  f.count = count;
+  f.reduces = op.has_value();
+  f.op = uint8_t(op.value_or(ReduceOp::sum));
+  f.root = root;
+  return f;
+}
+
+int local_rank_from_environment() {
+  try {
+    return read_launch_environment().local_rank;
+  } catch (const std::exception&) {
+    return -1;  // inconsistent launcher variables: the rank decides (rendezvous reports the rest)
+  }
+}
+
+class NcclBackend final : public ProcessGroup {
+ public:
+  NcclBackend(std::shared_ptr<Store> store, int rank, int size, const ProcessGroupOptions& options, NcclApi& nccl,
+              CudaApi& cuda);
+  ~NcclBackend() override;
 
   std::string backend() const override { return "nccl"; }
-
-  WorkPtr all_reduce(const Tensor& t, ReduceOp op, const CallOptions& call) override {
-    check_tensor(t, "all_reduce", "tensor");
-    return launch(fingerprint(CollectiveKind::all_reduce, t, t.numel(), op), call, {t}, [=, this] {
-      NCCL_CHECK(ncclAllReduce(ptr(t), ptr(t), size_t(t.numel()), nccl_type(t.dtype()), nccl_op(op), comm_, stream_));
-    });
-  }
-
-  WorkPtr all_reduce_into(const Tensor& out, const Tensor& in, ReduceOp op, const CallOptions& call) override {
-    check_tensor(out, "all_reduce_into", "output");
-    check_tensor(in, "all_reduce_into", "input");
-    check_same(out, in, "all_reduce_into");
-    return launch(fingerprint(CollectiveKind::all_reduce, in, in.numel(), op), call, {out, in}, [=, this] {
-      NCCL_CHECK(ncclAllReduce(ptr(in), ptr(out), size_t(in.numel()), nccl_type(in.dtype()), nccl_op(op), comm_, stream_));
-    });
-  }
-
-  WorkPtr all_reduce_coalesced(const std::vector<Tensor>& tensors, ReduceOp op, const CallOptions& call) override {
-    TINYDDP_CHECK(!tensors.empty(), "all_reduce_coalesced: no tensors were given; hint: pass at least one tensor");
-    int64_t total = 0;
-    for (const Tensor& t : tensors) {
-      check_tensor(t, "all_reduce_coalesced", "tensor");
-      total += t.numel();
-    }
-    // One launch for all of them: inside ncclGroupStart/End NCCL fuses the operations.
-    return launch(fingerprint(CollectiveKind::all_reduce, tensors[0], total, op), call, tensors, [=, this] {
-      for (const Tensor& t : tensors)
-        NCCL_CHECK(ncclAllReduce(ptr(t), ptr(t), size_t(t.numel()), nccl_type(t.dtype()), nccl_op(op), comm_, stream_));
-    });
-  }
-
-  WorkPtr broadcast(const Tensor& t, int root, const CallOptions& call) override {
-    check_tensor(t, "broadcast", "tensor");
-    check_root(root, "broadcast");
-    Fingerprint f = fingerprint(CollectiveKind::broadcast, t, t.numel(), std::nullopt);
-    f.root = root;
-    return launch(f, call, {t}, [=, this] {
-      NCCL_CHECK(ncclBroadcast(ptr(t), ptr(t), size_t(t.numel()), nccl_type(t.dtype()), root, comm_, stream_));
-    });
-  }
-
-  WorkPtr all_gather(const Tensor& out, const Tensor& in, const CallOptions& call) override {
-    check_tensor(out, "all_gather", "output");
-    check_tensor(in, "all_gather", "input");
-    TINYDDP_CHECK(out.dtype() == in.dtype() && out.numel() == in.numel() * size(), "all_gather: output ", out.describe(),
-                  " must hold world size (", size(), ") x input ", in.describe(), "; hint: size the output accordingly");
-    return launch(fingerprint(CollectiveKind::all_gather, in, in.numel(), std::nullopt), call, {out, in}, [=, this] {
-      NCCL_CHECK(ncclAllGather(ptr(in), ptr(out), size_t(in.numel()), nccl_type(in.dtype()), comm_, stream_));
-    });
-  }
-
-  WorkPtr reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op, const CallOptions& call) override {
-    check_tensor(out, "reduce_scatter", "output");
-    check_tensor(in, "reduce_scatter", "input");
-    TINYDDP_CHECK(out.dtype() == in.dtype() && in.numel() == out.numel() * size(), "reduce_scatter: input ", in.describe(),
-                  " must hold world size (", size(), ") x output ", out.describe(), "; hint: size the input accordingly");
-    return launch(fingerprint(CollectiveKind::reduce_scatter, out, out.numel(), op), call, {out, in}, [=, this] {
-      NCCL_CHECK(ncclReduceScatter(ptr(in), ptr(out), size_t(out.numel()), nccl_type(in.dtype()), nccl_op(op), comm_, stream_));
-    });
-  }
-
-  WorkPtr barrier(const CallOptions& call) override {
-    // A one-element all-reduce on the device; the Work completes when every rank has joined.
-    Tensor token = Tensor::zeros({1}, DType::i32, Device::cuda(device_));
-    return launch(fingerprint(CollectiveKind::barrier, Tensor(), 0, std::nullopt), call, {token}, [=, this] {
-      NCCL_CHECK(ncclAllReduce(ptr(token), ptr(token), 1, ncclInt32, ncclSum, comm_, stream_));
-    });
-  }
+  WorkPtr all_reduce(const Tensor& t, ReduceOp op, const CallOptions& call) override;
+  WorkPtr all_reduce_into(const Tensor& out, const Tensor& in, ReduceOp op, const CallOptions& call) override;
+  WorkPtr all_reduce_coalesced(const std::vector<Tensor>& tensors, ReduceOp op, const CallOptions& call) override;
+  WorkPtr broadcast(const Tensor& t, int root, const CallOptions& call) override;
+  WorkPtr all_gather(const Tensor& out, const Tensor& in, const CallOptions& call) override;
+  WorkPtr reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op, const CallOptions& call) override;
+  WorkPtr barrier(const CallOptions& call) override;
 
  private:
   struct Pending {
     WorkPtr work;
-    cudaEvent_t done;
+    CudaEvent done;
     Clock::time_point deadline;
     std::vector<Tensor> keep_alive;  // the caching allocator must not reuse them while NCCL runs
   };
+  using Enqueue = std::function<NcclResult(NcclComm, CudaStream)>;
 
-  static Fingerprint fingerprint(CollectiveKind kind, const Tensor& t, int64_t count, std::optional<ReduceOp> op) {
-    Fingerprint f;
-    f.kind = uint8_t(kind);
-    f.dtype = uint8_t(t.defined() ? t.dtype() : DType::i32);
-    f.count = count;
-    f.reduces = op.has_value();
-    f.op = uint8_t(op.value_or(ReduceOp::sum));
-    return f;
-  }
+  // Work's helper: a waiting thread completes its collective itself instead of waiting for the watchdog.
+  class Completer : public Work::Helper {
+   public:
+    explicit Completer(NcclBackend& backend) : backend_(backend) {}
+    void help(Work& target) override { backend_.help(target); }
 
-  void check_device(const Tensor& t) const {
-    TINYDDP_CHECK(t.device() == Device::cuda(device_), "nccl backend: ", t.describe(), " is not on this rank's device cuda:",
-                  device_, "; hint: move it with .to(Device::cuda(", device_, ")) or use the ring backend for CPU tensors");
-  }
+   private:
+    NcclBackend& backend_;
+  };
 
-  WorkPtr launch(Fingerprint f, const CallOptions& call, std::vector<Tensor> tensors, const std::function<void()>& enqueue) {
-    for (const Tensor& t : tensors) check_device(t);
-    std::unique_lock<std::mutex> lock(launch_mutex_);
-    {
-      std::lock_guard<std::mutex> state(mutex_);
-      TINYDDP_CHECK(aborted_.empty(), "nccl backend: rank ", rank(), " cannot launch ", collective_kind_name(CollectiveKind(f.kind)),
-                    ": the group was aborted by an earlier failure: ", aborted_,
-                    "; hint: handle that failure, then create a new process group on every rank");
-    }
-    f.sequence = sequence_++;
-    auto timeout = call.timeout.count() > 0 ? call.timeout : options_.timeout;
-    auto deadline = Clock::now() + timeout;
-    if (debug_detail_ && size() > 1) check_fingerprints(f, deadline);
-    auto work = std::make_shared<Work>(f);
-
-    CUDA_CHECK(cudaSetDevice(device_));
-    // The collective waits for the compute (legacy default) stream's work so far, not the reverse.
-    CUDA_CHECK(cudaEventRecord(inputs_ready_, cudaStreamLegacy));
-    CUDA_CHECK(cudaStreamWaitEvent(stream_, inputs_ready_, 0));
-    NCCL_CHECK(ncclGroupStart());
-    enqueue();
-    NCCL_CHECK(ncclGroupEnd());
-    settle(deadline, work->description().c_str());
-    cudaEvent_t done;
-    CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
-    CUDA_CHECK(cudaEventRecord(done, stream_));
-    {
-      std::lock_guard<std::mutex> state(mutex_);
-      pending_.push_back({work, done, deadline, std::move(tensors)});
-    }
-    wake_.notify_all();
-    return work;
-  }
-
-  // A non-blocking communicator answers ncclInProgress until the call has been taken in.
-  void settle(Clock::time_point deadline, const char* what) {
-    for (;;) {
-      ncclResult_t state = ncclSuccess;
-      NCCL_CHECK(ncclCommGetAsyncError(comm_, &state));
-      if (state == ncclSuccess) return;
-      if (state != ncclInProgress) {
-        std::string reason = std::string(what) + ": NCCL failed: " + ncclGetErrorString(state) + " (" + ncclGetLastError(comm_) + ")";
-        abort_all(reason);
-        TINYDDP_FAIL("nccl backend: rank ", rank(), ": ", reason, culprits(), "; hint: NCCL_DEBUG=WARN shows NCCL's own log");
-      }
-      if (Clock::now() > deadline) {
-        std::string reason = std::string(what) + ": timed out after " + std::to_string(options_.timeout.count()) + " ms";
-        abort_all(reason);
-        TINYDDP_FAIL("nccl backend: rank ", rank(), ": ", reason, culprits(),
-                     "; hint: every rank must make the same calls; raise the timeout if the job is just slow");
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
-  }
-
-  void check_fingerprints(const Fingerprint& mine, Clock::time_point deadline) {
-    const std::string key = prefix_ + "fingerprint/" + std::to_string(mine.sequence) + "/";
-    store_->set(key + std::to_string(rank()), std::string(reinterpret_cast<const char*>(&mine), sizeof mine));
-    std::vector<std::string> keys;
-    for (int r = 0; r < size(); ++r) keys.push_back(key + std::to_string(r));
-    store_->wait(keys, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
-    std::vector<Fingerprint> all(static_cast<size_t>(size()));
-    auto values = store_->multi_get(keys);
-    for (int r = 0; r < size(); ++r) std::memcpy(&all[size_t(r)], values[size_t(r)].data(), sizeof(Fingerprint));
-    std::string mismatch = fingerprint_mismatch(all);
-    if (!mismatch.empty()) TINYDDP_FAIL(mismatch);
-  }
-
-  // The watchdog: completes works in order, and aborts on an asynchronous error or a timeout.
-  void watch() {
-    cudaSetDevice(device_);
-    std::unique_lock<std::mutex> lock(mutex_);
-    while (!stop_) {
-      wake_.wait_for(lock, std::chrono::milliseconds(1));
-      while (!pending_.empty() && aborted_.empty()) {
-        Pending& front = pending_.front();
-        cudaError_t state = cudaEventQuery(front.done);
-        if (state == cudaSuccess) {
-          cudaEventDestroy(front.done);
-          front.work->mark_succeeded();
-          pending_.pop_front();
-          continue;
-        }
-        ncclResult_t async = ncclSuccess;
-        ncclCommGetAsyncError(comm_, &async);
-        std::string reason;
-        if (async != ncclSuccess && async != ncclInProgress)
-          reason = front.work->description() + ": NCCL reported an asynchronous error: " + ncclGetErrorString(async) + " (" +
-                   ncclGetLastError(comm_) + ")";
-        else if (state != cudaErrorNotReady)
-          reason = front.work->description() + ": CUDA error " + cudaGetErrorName(state);
-        else if (Clock::now() > front.deadline)
-          reason = front.work->description() + ": timed out";
-        if (reason.empty()) break;
-        lock.unlock();
-        abort_all(reason);
-        std::string named = culprits();
-        lock.lock();
-        for (Pending& p : pending_) {
-          p.work->mark_failed(std::make_exception_ptr(
-              Error("nccl backend: rank " + std::to_string(rank()) + ": " + reason + named +
-                        "; hint: look at the named ranks' output; every rank must make the same calls",
-                    "", __FILE__, __LINE__)));
-          cudaEventDestroy(p.done);
-        }
-        pending_.clear();
-      }
-      if (pending_.empty()) drained_.notify_all();
-    }
-  }
-
-  // Aborts the communicator (NCCL's kernels stop spinning) and tells the others why.
-  void abort_all(const std::string& reason) {
-    {
-      std::lock_guard<std::mutex> state(mutex_);
-      if (!aborted_.empty()) return;
-      aborted_ = reason;
-    }
-    ncclCommAbort(comm_);
-    comm_ = nullptr;
-    try {
-      store_->set(prefix_ + "aborted/" + std::to_string(rank()), reason);
-    } catch (const std::exception&) {
-      // The store's host may be the rank that died; the local error still stands.
-    }
-    drained_.notify_all();
-  }
-
-  // Names the other ranks: who reported a failure of its own, and who said nothing within a second
-  // (those died, hang, or did not call the collective).
-  std::string culprits() {
-    std::vector<std::string> keys;
-    for (int r = 0; r < size(); ++r) keys.push_back(prefix_ + "aborted/" + std::to_string(r));
-    std::string silent, failed;
-    try {
-      auto until = Clock::now() + std::chrono::seconds(1);
-      while (!store_->check(keys) && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      for (int r = 0; r < size(); ++r) {
-        if (r == rank()) continue;
-        (store_->check({keys[size_t(r)]}) ? failed : silent) += (std::string(", ") + std::to_string(r));
-      }
-    } catch (const std::exception&) {
-      return "; the store is unreachable (its host, usually rank 0, may have died)";
-    }
-    std::string text;
-    if (!silent.empty()) text += "; rank(s) " + silent.substr(2) + " reported nothing (died, hang, or never made this call)";
-    if (!failed.empty()) text += "; rank(s) " + failed.substr(2) + " failed too";
-    return text;
-  }
+  void bootstrap(NcclUniqueId& id);
+  void warn_about_other_contexts() const;
+  void check_device(const Tensor& t, const char* collective) const;
+  WorkPtr launch(Fingerprint f, const CallOptions& call, std::vector<Tensor> tensors, const Enqueue& enqueue);
+  void check_locked(NcclResult result, const std::string& what);
+  void settle_locked(NcclResult issued, Clock::time_point deadline, const std::string& what);
+  [[noreturn]] void fail_locked(const std::string& reason, const char* hint);
+  void abort_locked(const std::string& reason);
+  void check_fingerprints(const Fingerprint& mine, Clock::time_point deadline);
+  bool complete_finished();
+  void help(Work& target);
+  void watch();
+  void check_oldest();
+  void fail_pending(const std::string& reason);
+  std::string culprits();
+  void teardown();
+  CudaEvent take_event();
 
   std::shared_ptr<Store> store_;
   ProcessGroupOptions options_;
   bool debug_detail_;
+  CudaApi& cuda_;
+  NcclApi& nccl_;
   int device_ = 0;
   std::string prefix_;
-  ncclComm_t comm_ = nullptr;
-  cudaStream_t stream_ = nullptr;
-  cudaEvent_t inputs_ready_ = nullptr;
+  NcclComm comm_ = nullptr;  // under nccl_mutex_; null once aborted or destroyed
+  CudaStream stream_ = nullptr;
+  CudaEvent inputs_ready_ = nullptr;
   uint64_t sequence_ = 0;
   std::mutex launch_mutex_;  // launches in call order
-  std::mutex mutex_;         // pending_, aborted_, stop_
+  std::mutex nccl_mutex_;    // every NCCL call on comm_, and comm_ itself
+  std::mutex state_mutex_;   // pending_, free_events_, aborted_, helpers_, stop_
   std::condition_variable wake_, drained_;
   std::deque<Pending> pending_;
+  std::vector<CudaEvent> free_events_;
   std::string aborted_;
+  int helpers_ = 0;
   bool stop_ = false;
+  std::shared_ptr<Completer> completer_;
   std::thread watchdog_;
 };
+
+NcclBackend::NcclBackend(std::shared_ptr<Store> store, int rank, int size, const ProcessGroupOptions& options,
+                         NcclApi& nccl, CudaApi& cuda)
+    : ProcessGroup(rank, size), store_(std::move(store)), options_(options),
+      debug_detail_(options.debug_detail.value_or(debug_detail_from_environment())), cuda_(cuda), nccl_(nccl) {
+  TINYDDP_CHECK(store_ != nullptr, "nccl backend: no store was given; hint: pass the TcpStore the ranks share");
+  TINYDDP_CHECK(size >= 1 && rank >= 0 && rank < size, "nccl backend: rank ", rank, " of world size ", size,
+                " is impossible; hint: ranks go from 0 to world size - 1");
+  device_ = options.device >= 0 ? options.device : default_cuda_device(local_rank_from_environment(), rank, cuda_device_count());
+  require_device(Device::cuda(device_));
+  cuda_.set_device(device_);  // NCCL's device is the calling thread's current one
+  warn_about_other_contexts();
+
+  NcclUniqueId id;
+  bootstrap(id);
+  {
+    std::lock_guard<std::mutex> lock(nccl_mutex_);
+    NcclResult issued = nccl_.comm_init_rank(&comm_, size, id, rank, /*blocking=*/false);
+    settle_locked(issued, Clock::now() + options.timeout, "ncclCommInitRankConfig");
+  }
+  try {
+    stream_ = cuda_.create_stream(device_);
+    inputs_ready_ = cuda_.create_event(device_);
+  } catch (const std::exception& e) {
+    std::lock_guard<std::mutex> lock(nccl_mutex_);
+    abort_locked(std::string("setting up the communication stream failed: ") + e.what());
+    throw;
+  }
+  completer_ = std::make_shared<Completer>(*this);
+  watchdog_ = std::thread([this] { watch(); });
+}
+
+// Rank 0 makes the unique id; the store carries it to everyone. Every rank's n-th group of a name
+// meets the others' n-th one, even on a reused store.
+void NcclBackend::bootstrap(NcclUniqueId& id) {
+  const std::string base = "tinyddp/nccl/" + options_.group_name + "/";
+  const int64_t generation = store_->add(base + "generation/" + std::to_string(rank()), 1);
+  prefix_ = base + std::to_string(generation) + "/";
+  if (rank() == 0) {
+    NcclResult made = nccl_.get_unique_id(&id);
+    TINYDDP_CHECK(made == NcclResult::success, "nccl backend: ncclGetUniqueId failed: ", nccl_.error_string(made), " (",
+                  nccl_.last_error(nullptr), "); hint: NCCL_DEBUG=WARN shows NCCL's own log");
+    store_->set(prefix_ + "unique_id", std::string(id.data(), id.size()));
+  }
+  store_->wait({prefix_ + "unique_id"}, options_.timeout);
+  std::string bytes = store_->get(prefix_ + "unique_id");
+  TINYDDP_CHECK(bytes.size() == id.size(), "nccl backend: the unique id in the store has ", bytes.size(), " bytes, not ",
+                id.size(), "; hint: every rank must run the same build of tinyddp and NCCL");
+  std::memcpy(id.data(), bytes.data(), id.size());
+}
+
+// A context on another device in this process costs that device hundreds of MB, and is refused in
+// exclusive-process mode: say so, once, naming the devices. (Fake devices enforce the rule themselves,
+// and tests that run ranks as threads of one process turn it off there.)
+void NcclBackend::warn_about_other_contexts() const {
+  if (cuda_devices_are_fake()) return;
+  std::string others;
+  for (int device : cuda_devices_with_context())
+    if (device != device_) others += (others.empty() ? "cuda:" : ", cuda:") + std::to_string(device);
+  if (!others.empty())
+    log_line(LogLevel::warn, "nccl", "rank " + std::to_string(rank()) + " uses cuda:" + std::to_string(device_) +
+             ", but this process also has a CUDA context on " + others + "; something touched that device (a tensor moved "
+             "there, a thread that never selected a device): each rank should touch its own device only");
+}
+
+NcclBackend::~NcclBackend() {
+  {
+    std::unique_lock<std::mutex> lock(state_mutex_);
+    // Let the issued collectives finish (bounded by their own deadlines: the watchdog aborts then),
+    // and the threads helping inside help() leave it.
+    drained_.wait(lock, [&] { return (pending_.empty() || !aborted_.empty()) && helpers_ == 0; });
+    stop_ = true;
+  }
+  wake_.notify_all();
+  watchdog_.join();
+  teardown();
+  try {
+    for (CudaEvent e : free_events_) cuda_.destroy_event(e);
+    if (inputs_ready_) cuda_.destroy_event(inputs_ready_);
+    if (stream_) cuda_.destroy_stream(stream_);
+  } catch (const std::exception& e) {
+    log_line(LogLevel::warn, "nccl", std::string("releasing the communication stream: ") + e.what());
+  }
+}
+
+// NCCL's protocol: finalize (the communicator flushes and waits until every rank is done with it),
+// poll until it is quiescent, destroy. Abort when any step fails or outlasts the timeout.
+void NcclBackend::teardown() {
+  std::lock_guard<std::mutex> lock(nccl_mutex_);
+  if (comm_ == nullptr) return;  // aborted already
+  const auto deadline = Clock::now() + options_.timeout;
+  NcclResult state = nccl_.comm_finalize(comm_);
+  for (Backoff backoff; state == NcclResult::in_progress || state == NcclResult::success;) {
+    NcclResult now = NcclResult::success;
+    if (nccl_.comm_get_async_error(comm_, &now) != NcclResult::success) break;
+    state = now;
+    if (state != NcclResult::in_progress || Clock::now() > deadline) break;
+    backoff.wait();
+  }
+  std::string problem;
+  if (state == NcclResult::success) {
+    NcclResult destroyed = nccl_.comm_destroy(comm_);
+    if (destroyed == NcclResult::success) {
+      comm_ = nullptr;
+      return;
+    }
+    problem = "ncclCommDestroy failed: " + nccl_.error_string(destroyed);
+  } else {
+    problem = state == NcclResult::in_progress ? "ncclCommFinalize did not finish within the timeout"
+                                               : "ncclCommFinalize failed: " + nccl_.error_string(state);
+  }
+  log_line(LogLevel::warn, "nccl", "rank " + std::to_string(rank()) + ": " + problem + " (" + nccl_.last_error(comm_) +
+           "); aborting the communicator instead");
+  nccl_.comm_abort(comm_);
+  comm_ = nullptr;
+}
+
+void NcclBackend::check_device(const Tensor& t, const char* collective) const {
+  TINYDDP_CHECK(t.device() == Device::cuda(device_), "nccl backend: ", collective, ": ", t.describe(),
+                " is not on this rank's device cuda:", device_, " (NCCL reads and writes only its communicator's device); "
+                "hint: move it with .to(Device::cuda(", device_, ")), or use the ring backend for CPU tensors");
+}
+
+WorkPtr NcclBackend::launch(Fingerprint f, const CallOptions& call, std::vector<Tensor> tensors, const Enqueue& enqueue) {
+  const char* name = collective_kind_name(CollectiveKind(f.kind));
+  for (const Tensor& t : tensors) check_device(t, name);
+  std::lock_guard<std::mutex> launching(launch_mutex_);
+  {
+    std::lock_guard<std::mutex> state(state_mutex_);
+    TINYDDP_CHECK(aborted_.empty(), "nccl backend: rank ", rank(), " cannot launch ", name,
+                  ": the group was aborted by an earlier failure: ", aborted_,
+                  "; hint: handle that failure, then create a new process group on every rank");
+  }
+  f.sequence = sequence_++;
+  const auto timeout = call.timeout.count() > 0 ? call.timeout : options_.timeout;
+  const auto deadline = Clock::now() + timeout;
+  if (debug_detail_ && size() > 1) check_fingerprints(f, deadline);
+  auto work = std::make_shared<Work>(f);
+  work->set_helper(completer_);
+
+  // The collective waits for the compute (legacy default) stream's work so far, not the reverse.
+  cuda_.set_device(device_);
+  cuda_.record_event(inputs_ready_, nullptr);
+  cuda_.stream_wait_event(stream_, inputs_ready_);
+  {
+    std::lock_guard<std::mutex> lock(nccl_mutex_);
+    TINYDDP_CHECK(comm_ != nullptr, "nccl backend: rank ", rank(), ": the communicator was aborted; hint: create a new "
+                  "process group on every rank");
+    NcclResult queued = NcclResult::success, issued = NcclResult::success;
+    {
+      GroupScope group(nccl_);
+      queued = accepted(group.started()) ? enqueue(comm_, stream_) : group.started();
+      issued = group.end();
+    }
+    // No NCCL call may run inside an open group (ncclCommAbort included), so results are judged here.
+    check_locked(queued, work->description());
+    settle_locked(issued, deadline, work->description());
+  }
+  CudaEvent done = take_event();
+  cuda_.record_event(done, stream_);
+  {
+    std::lock_guard<std::mutex> state(state_mutex_);
+    pending_.push_back({work, done, deadline, std::move(tensors)});
+  }
+  wake_.notify_all();
+  return work;
+}
+
+void NcclBackend::check_locked(NcclResult result, const std::string& what) {
+  if (accepted(result)) return;
+  fail_locked(what + ": NCCL failed: " + nccl_.error_string(result) + " (" + nccl_.last_error(comm_) + ")",
+              "; hint: NCCL_DEBUG=WARN shows NCCL's own log");
+}
+
+// A non-blocking communicator answers in_progress until the call has been taken in.
+void NcclBackend::settle_locked(NcclResult issued, Clock::time_point deadline, const std::string& what) {
+  check_locked(issued, what);
+  for (Backoff backoff;; backoff.wait()) {
+    NcclResult state = NcclResult::success;
+    check_locked(nccl_.comm_get_async_error(comm_, &state), what + ": ncclCommGetAsyncError");
+    if (state == NcclResult::success) return;
+    if (state != NcclResult::in_progress)
+      fail_locked(what + ": NCCL failed: " + nccl_.error_string(state) + " (" + nccl_.last_error(comm_) + ")",
+                  "; hint: NCCL_DEBUG=WARN shows NCCL's own log");
+    if (Clock::now() > deadline)
+      fail_locked(what + ": timed out after " + std::to_string(options_.timeout.count()) + " ms",
+                  "; hint: every rank must make the same calls; raise the timeout if the job is just slow");
+  }
+}
+
+void NcclBackend::fail_locked(const std::string& reason, const char* hint) {
+  abort_locked(reason);
+  TINYDDP_FAIL("nccl backend: rank ", rank(), ": ", reason, culprits(), hint);
+}
+
+// Aborts the communicator (NCCL's kernels stop spinning) and tells the others why.
+void NcclBackend::abort_locked(const std::string& reason) {
+  if (comm_ != nullptr) {
+    nccl_.comm_abort(comm_);
+    comm_ = nullptr;
+  }
+  {
+    std::lock_guard<std::mutex> state(state_mutex_);
+    if (aborted_.empty()) aborted_ = reason;
+  }
+  drained_.notify_all();
+  try {
+    store_->set(prefix_ + "aborted/" + std::to_string(rank()), reason);
+  } catch (const std::exception&) {
+    // The store's host may be the rank that died; the local error still stands.
+  }
+}
+
+void NcclBackend::check_fingerprints(const Fingerprint& mine, Clock::time_point deadline) {
+  const std::string key = prefix_ + "fingerprint/" + std::to_string(mine.sequence) + "/";
+  store_->set(key + std::to_string(rank()), std::string(reinterpret_cast<const char*>(&mine), sizeof mine));
+  std::vector<std::string> keys;
+  for (int r = 0; r < size(); ++r) keys.push_back(key + std::to_string(r));
+  store_->wait(keys, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
+  std::vector<Fingerprint> all(static_cast<size_t>(size()));
+  auto values = store_->multi_get(keys);
+  for (int r = 0; r < size(); ++r) std::memcpy(&all[size_t(r)], values[size_t(r)].data(), sizeof(Fingerprint));
+  std::string mismatch = fingerprint_mismatch(all);
+  if (!mismatch.empty()) TINYDDP_FAIL(mismatch);
+}
+
+CudaEvent NcclBackend::take_event() {
+  {
+    std::lock_guard<std::mutex> state(state_mutex_);
+    if (!free_events_.empty()) {
+      CudaEvent e = free_events_.back();
+      free_events_.pop_back();
+      return e;
+    }
+  }
+  return cuda_.create_event(device_);
+}
+
+// Completes, in order, the collectives whose end event has fired. True if any did.
+bool NcclBackend::complete_finished() {
+  bool any = false;
+  std::lock_guard<std::mutex> state(state_mutex_);
+  while (!pending_.empty() && aborted_.empty() && cuda_.query_event(pending_.front().done, nullptr) == CudaEventState::done) {
+    free_events_.push_back(pending_.front().done);
+    pending_.front().work->mark_succeeded();
+    pending_.pop_front();
+    any = true;
+  }
+  if (pending_.empty()) drained_.notify_all();
+  return any;
+}
+
+void NcclBackend::help(Work& target) {
+  {
+    std::lock_guard<std::mutex> state(state_mutex_);
+    if (stop_) return;
+    ++helpers_;
+  }
+  for (Backoff backoff; !target.is_completed(); backoff.wait()) {
+    complete_finished();
+    std::lock_guard<std::mutex> state(state_mutex_);
+    if (!aborted_.empty()) break;  // the watchdog fails the pending works
+  }
+  std::lock_guard<std::mutex> state(state_mutex_);
+  --helpers_;
+  drained_.notify_all();
+}
+
+// The watchdog: completes what nobody waits for, and aborts on an error or a timeout.
+void NcclBackend::watch() {
+  try {
+    cuda_.set_device(device_);
+  } catch (const std::exception& e) {
+    log_line(LogLevel::warn, "nccl", std::string("watchdog: ") + e.what());
+  }
+  std::unique_lock<std::mutex> lock(state_mutex_);
+  while (!stop_) {
+    wake_.wait_for(lock, std::chrono::milliseconds(1));
+    if (pending_.empty() || !aborted_.empty()) continue;
+    lock.unlock();
+    complete_finished();
+    check_oldest();
+    lock.lock();
+  }
+}
+
+// Looks at the oldest pending collective: a CUDA error, its deadline passed, or NCCL's asynchronous
+// error fails every pending one.
+void NcclBackend::check_oldest() {
+  std::string reason, described;
+  {
+    std::lock_guard<std::mutex> state(state_mutex_);
+    if (pending_.empty() || !aborted_.empty()) return;
+    Pending& front = pending_.front();
+    described = front.work->description();
+    std::string error;
+    if (cuda_.query_event(front.done, &error) == CudaEventState::failed) reason = described + ": CUDA error " + error;
+    else if (Clock::now() > front.deadline) reason = described + ": timed out";
+  }
+  if (reason.empty()) {
+    std::lock_guard<std::mutex> lock(nccl_mutex_);
+    NcclResult async = NcclResult::success;
+    if (comm_ != nullptr && nccl_.comm_get_async_error(comm_, &async) == NcclResult::success && !accepted(async))
+      reason = described + ": NCCL reported an asynchronous error: " + nccl_.error_string(async) + " (" +
+               nccl_.last_error(comm_) + ")";
+  }
+  if (!reason.empty()) fail_pending(reason);
+}
+
+void NcclBackend::fail_pending(const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(nccl_mutex_);
+    abort_locked(reason);
+  }
+  const std::string named = culprits();
+  std::deque<Pending> failed;
+  {
+    std::lock_guard<std::mutex> state(state_mutex_);
+    failed.swap(pending_);
+  }
+  for (Pending& p : failed) {
+    p.work->mark_failed(std::make_exception_ptr(Error("nccl backend: rank " + std::to_string(rank()) + ": " + reason + named +
+                                                          "; hint: look at the named ranks' output; every rank must make the same calls",
+                                                      "", __FILE__, __LINE__)));
+    try {
+      cuda_.destroy_event(p.done);
+    } catch (const std::exception&) {
+      // The device is in an error state; the event goes with the context.
+    }
+  }
+  drained_.notify_all();
+}
+
+// Names the other ranks: who reported a failure of its own, and who said nothing within a second
+// (those died, hang, or did not call the collective).
+std::string NcclBackend::culprits() {
+  std::vector<std::string> keys;
+  for (int r = 0; r < size(); ++r) keys.push_back(prefix_ + "aborted/" + std::to_string(r));
+  std::string silent, failed;
+  try {
+    auto until = Clock::now() + std::chrono::seconds(1);
+    while (!store_->check(keys) && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    for (int r = 0; r < size(); ++r) {
+      if (r == rank()) continue;
+      (store_->check({keys[size_t(r)]}) ? failed : silent) += (std::string(", ") + std::to_string(r));
+    }
+  } catch (const std::exception&) {
+    return "; the store is unreachable (its host, usually rank 0, may have died)";
+  }
+  std::string text;
+  if (!silent.empty()) text += "; rank(s) " + silent.substr(2) + " reported nothing (died, hang, or never made this call)";
+  if (!failed.empty()) text += "; rank(s) " + failed.substr(2) + " failed too";
+  return text;
+}
+
+// ---- the collectives ----
+
+WorkPtr NcclBackend::all_reduce(const Tensor& t, ReduceOp op, const CallOptions& call) {
+  check_tensor(t, "all_reduce", "tensor");
+  return launch(fingerprint(CollectiveKind::all_reduce, t, t.numel(), op), call, {t}, [=, this](NcclComm c, CudaStream s) {
+    return nccl_.all_reduce(ptr(t), ptr(t), size_t(t.numel()), t.dtype(), op, c, s);
+  });
+}
+
+WorkPtr NcclBackend::all_reduce_into(const Tensor& out, const Tensor& in, ReduceOp op, const CallOptions& call) {
+  check_tensor(out, "all_reduce_into", "output");
+  check_tensor(in, "all_reduce_into", "input");
+  check_same(out, in, "all_reduce_into");
+  return launch(fingerprint(CollectiveKind::all_reduce, in, in.numel(), op), call, {out, in},
+                [=, this](NcclComm c, CudaStream s) {
+                  return nccl_.all_reduce(ptr(in), ptr(out), size_t(in.numel()), in.dtype(), op, c, s);
+                });
+}
+
+WorkPtr NcclBackend::all_reduce_coalesced(const std::vector<Tensor>& tensors, ReduceOp op, const CallOptions& call) {
+  TINYDDP_CHECK(!tensors.empty(), "all_reduce_coalesced: no tensors were given; hint: pass at least one tensor");
+  int64_t total = 0;
+  for (const Tensor& t : tensors) {
+    check_tensor(t, "all_reduce_coalesced", "tensor");
+    total += t.numel();
+  }
+  // One launch for all of them: inside ncclGroupStart/End NCCL fuses the operations.
+  return launch(fingerprint(CollectiveKind::all_reduce, tensors[0], total, op), call, tensors,
+                [=, this](NcclComm c, CudaStream s) {
+                  for (const Tensor& t : tensors) {
+                    NcclResult r = nccl_.all_reduce(ptr(t), ptr(t), size_t(t.numel()), t.dtype(), op, c, s);
+                    if (!accepted(r)) return r;
+                  }
+                  return NcclResult::success;
+                });
+}
+
+WorkPtr NcclBackend::broadcast(const Tensor& t, int root, const CallOptions& call) {
+  check_tensor(t, "broadcast", "tensor");
+  check_root(root, "broadcast");
+  return launch(fingerprint(CollectiveKind::broadcast, t, t.numel(), std::nullopt, root), call, {t},
+                [=, this](NcclComm c, CudaStream s) {
+                  return nccl_.broadcast(ptr(t), ptr(t), size_t(t.numel()), t.dtype(), root, c, s);
+                });
+}
+
+WorkPtr NcclBackend::all_gather(const Tensor& out, const Tensor& in, const CallOptions& call) {
+  check_tensor(out, "all_gather", "output");
+  check_tensor(in, "all_gather", "input");
+  TINYDDP_CHECK(out.dtype() == in.dtype() && out.numel() == in.numel() * size(), "all_gather: output ", out.describe(),
+                " must hold world size (", size(), ") x input ", in.describe(), "; hint: size the output accordingly");
+  return launch(fingerprint(CollectiveKind::all_gather, in, in.numel(), std::nullopt), call, {out, in},
+                [=, this](NcclComm c, CudaStream s) {
+                  return nccl_.all_gather(ptr(in), ptr(out), size_t(in.numel()), in.dtype(), c, s);
+                });
+}
+
+WorkPtr NcclBackend::reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op, const CallOptions& call) {
+  check_tensor(out, "reduce_scatter", "output");
+  check_tensor(in, "reduce_scatter", "input");
+  TINYDDP_CHECK(out.dtype() == in.dtype() && in.numel() == out.numel() * size(), "reduce_scatter: input ", in.describe(),
+                " must hold world size (", size(), ") x output ", out.describe(), "; hint: size the input accordingly");
+  return launch(fingerprint(CollectiveKind::reduce_scatter, out, out.numel(), op), call, {out, in},
+                [=, this](NcclComm c, CudaStream s) {
+                  return nccl_.reduce_scatter(ptr(in), ptr(out), size_t(out.numel()), in.dtype(), op, c, s);
+                });
+}
+
+WorkPtr NcclBackend::barrier(const CallOptions& call) {
+  // A one-element all-reduce on the device; the Work completes when every rank has joined.
+  Tensor token = Tensor::zeros({1}, DType::i32, Device::cuda(device_));
+  return launch(fingerprint(CollectiveKind::barrier, Tensor(), 0, std::nullopt), call, {token},
+                [=, this](NcclComm c, CudaStream s) {
+                  return nccl_.all_reduce(ptr(token), ptr(token), 1, DType::i32, ReduceOp::sum, c, s);
+                });
+}
 
 }  // namespace
 
 std::shared_ptr<ProcessGroup> create_nccl_process_group(std::shared_ptr<Store> store, int rank, int size,
                                                         const ProcessGroupOptions& options) {
-  return std::make_shared<NcclBackend>(std::move(store), rank, size, options);
+  NcclApi& nccl = nccl_api();  // first: "not in this build" and "no GPU" are said before anything else
+  return std::make_shared<NcclBackend>(std::move(store), rank, size, options, nccl, cuda_api());
 }
 
 }  // namespace tinyddp::comm

@@ -1,7 +1,6 @@
 // The CUDA side of fill_uniform: one thread per element, the same philox::uniform as the CPU loop.
 #include "core/cuda_check.h"
 #include "core/philox.h"
-#include "core/random.h"
 
 namespace tinyddp::cuda {
 
@@ -12,8 +11,10 @@ __global__ void fill_uniform_kernel(float* out, int64_t n, uint64_t seed, uint64
 }
 }  // namespace
 
-void fill_uniform(float* out, int64_t n, uint64_t seed, uint64_t offset, float lo, float hi) {
+void fill_uniform(float* out, int64_t n, uint64_t seed, uint64_t offset, float lo, float hi, int device) {
   if (n == 0) return;
+  // Kernels run on the calling thread's current device: it must be the one `out` lives on.
+  CUDA_CHECK(cudaSetDevice(device));
   int threads = 256;
   int blocks = int((n + threads - 1) / threads < 4096 ? (n + threads - 1) / threads : 4096);
   fill_uniform_kernel<<<blocks, threads>>>(out, n, seed, offset, lo, hi);

@@ -1,8 +1,9 @@
 // The CUDA side of kernels/ops.h: one host function per kernel, taking raw device pointers and the
-// CUDA ordinal. The ops.h functions check their tensors, then call these (only in a build with CUDA,
-// under #ifdef TINYDDP_WITH_CUDA). Everything here is launched on the device's default stream, in
-// order with every other kernel and copy of tinyddp on that device. Functions that return a host
-// value (losses, reductions) wait for their kernels before returning.
+// CUDA ordinal. They live in the CUDA half (libtinyddp_cuda.so, see core/cuda_plugin.h), which hands
+// them out as one table, Kernels, below; the ops.h functions check their tensors, then call through
+// it (kernels/cuda_dispatch.h). Everything here is launched on the device's default stream, in order
+// with every other kernel and copy of tinyddp on that device. Functions that return a host value
+// (losses, reductions) wait for their kernels before returning.
 #pragma once
 
 #include <cstdint>
@@ -44,5 +45,29 @@ double sum_of_squares(int device, const float* x, int64_t n);
 void fill(int device, float* x, int64_t n, float value);
 void scale(int device, float* x, int64_t n, float alpha);
 void axpy(int device, float alpha, const float* x, float* y, int64_t n);
+
+// The functions above, as the CUDA half hands them out: the rest of tinyddp calls them only through
+// this table, so it links nothing of CUDA. (Members are declared with the functions' own types.)
+struct Kernels {
+  decltype(&cuda::gemm) gemm;
+  decltype(&cuda::bias_add) bias_add;
+  decltype(&cuda::bias_grad) bias_grad;
+  decltype(&cuda::relu_forward) relu_forward;
+  decltype(&cuda::relu_backward) relu_backward;
+  decltype(&cuda::gelu_forward) gelu_forward;
+  decltype(&cuda::gelu_backward) gelu_backward;
+  decltype(&cuda::softmax_cross_entropy) softmax_cross_entropy;
+  decltype(&cuda::mse) mse;
+  decltype(&cuda::count_correct) count_correct;
+  decltype(&cuda::sgd_step) sgd_step;
+  decltype(&cuda::adam_step) adam_step;
+  decltype(&cuda::sum_of_squares) sum_of_squares;
+  decltype(&cuda::fill) fill;
+  decltype(&cuda::scale) scale;
+  decltype(&cuda::axpy) axpy;
+};
+
+// libtinyddp_cuda.so's entry point for the table (core/cuda_plugin.h's cuda_half_interface).
+constexpr const char* kKernelsEntryName = "tinyddp_cuda_kernels";
 
 }  // namespace tinyddp::kernels::cuda

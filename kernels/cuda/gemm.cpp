@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "core/cuda_check.h"
-#include "core/cuda_runtime.h"
 #include "kernels/cuda/cublas_check.h"
 #include "kernels/cuda/cuda_kernels.h"
 
@@ -26,7 +25,11 @@ cublasHandle_t handle_for(int device) {
   static std::mutex mutex;
   static std::vector<cublasHandle_t> handles;
   std::lock_guard<std::mutex> lock(mutex);
-  if (handles.empty()) handles.resize(size_t(cuda_device_count()), nullptr);
+  if (handles.empty()) {
+    int count = 0;
+    CUDA_CHECK(cudaGetDeviceCount(&count));
+    handles.resize(size_t(count), nullptr);
+  }
   TINYDDP_CHECK(device >= 0 && size_t(device) < handles.size(), "gemm: cuda:", device, " does not exist (",
                 handles.size(), " CUDA device(s)); hint: use a tensor on an existing device");
   if (handles[size_t(device)] == nullptr) {

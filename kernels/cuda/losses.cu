@@ -127,11 +127,9 @@ int64_t read_first_bad_row(const unsigned long long* device_value) {
 double softmax_cross_entropy(int device, const float* logits, const int64_t* labels, float* dlogits, int64_t rows,
                              int64_t cols, int64_t* first_bad_row) {
   detail::use_device(device);
-  // Scratch from the caching allocator: the per-row losses, and the bad-row flag set to all ones.
-  Tensor losses = Tensor::empty({rows}, DType::f32, Device::cuda(device));
-  Tensor flag = Tensor::empty({1}, DType::i64, Device::cuda(device));
-  float* row_loss = losses.data<float>();
-  auto* bad_row = reinterpret_cast<unsigned long long*>(flag.data<int64_t>());
+  // Scratch: the per-row losses, and the bad-row flag set to all ones.
+  auto* row_loss = static_cast<float*>(detail::scratch(device, detail::Scratch::row_values, size_t(rows) * sizeof(float)));
+  auto* bad_row = static_cast<unsigned long long*>(detail::scratch(device, detail::Scratch::counters, sizeof(unsigned long long)));
   CUDA_CHECK(cudaMemset(bad_row, 0xff, sizeof(unsigned long long)));
   softmax_cross_entropy_kernel<<<detail::blocks_for(rows, kRowsPerBlock), kThreads>>>(
       logits, labels, dlogits, row_loss, rows, cols, 1.f / float(rows), bad_row);
@@ -144,8 +142,8 @@ double softmax_cross_entropy(int device, const float* logits, const int64_t* lab
 int64_t count_correct(int device, const float* logits, const int64_t* labels, int64_t rows, int64_t cols,
                       int64_t* first_bad_row) {
   detail::use_device(device);
-  Tensor scratch = Tensor::empty({2}, DType::i64, Device::cuda(device));  // [correct, first bad row]
-  auto* counters = reinterpret_cast<unsigned long long*>(scratch.data<int64_t>());
+  // [correct, first bad row]
+  auto* counters = static_cast<unsigned long long*>(detail::scratch(device, detail::Scratch::counters, 2 * sizeof(unsigned long long)));
   CUDA_CHECK(cudaMemset(counters, 0, sizeof(unsigned long long)));
   CUDA_CHECK(cudaMemset(counters + 1, 0xff, sizeof(unsigned long long)));
   count_correct_kernel<<<detail::blocks_for(rows, kRowsPerBlock), kThreads>>>(logits, labels, rows, cols, counters,

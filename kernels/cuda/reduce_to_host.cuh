@@ -10,8 +10,8 @@
 // which fuses "compute the gradient" and "sum the loss" into one pass.
 #pragma once
 
-#include "core/tensor.h"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/scratch.h"
 
 namespace tinyddp::kernels::cuda::detail {
 
@@ -49,9 +49,8 @@ template <typename Term>
 double sum_to_host(int device, int64_t n, const Term& term) {
   use_device(device);
   const int blocks = blocks_for(n);
-  // partials[0, blocks) then the result; from the caching allocator, so no cudaMalloc per call.
-  Tensor scratch = Tensor::empty({blocks + 1}, DType::f64, Device::cuda(device));
-  double* partials = scratch.data<double>();
+  // partials[0, blocks) then the result, in this thread's scratch: no cudaMalloc per call.
+  double* partials = static_cast<double*>(scratch(device, Scratch::partial_sums, size_t(blocks + 1) * sizeof(double)));
   partial_sums_kernel<<<blocks, kThreads>>>(term, n, partials);
   CUDA_CHECK_LAUNCH();
   sum_partials_kernel<<<1, kThreads>>>(partials, blocks, partials + blocks);

@@ -31,19 +31,21 @@ std::vector<std::string> describe_parameters(const std::vector<NamedParameter>& 
 }
 
 // Every rank's `text`, in rank order. Two all-gathers: the lengths, then the bytes packed eight to
-// an i64 (collectives move numbers; these numbers are never added, only copied).
-std::vector<std::string> all_gather_strings(comm::ProcessGroup& group, const std::string& text) {
+// an i64 (collectives move numbers; these numbers are never added, only copied). The tensors live on
+// `device`, the model's: the nccl backend moves nothing else.
+std::vector<std::string> all_gather_strings(comm::ProcessGroup& group, const std::string& text, Device device) {
   const int world = group.size();
-  Tensor length = Tensor::from_vector<int64_t>({int64_t(text.size())});
-  Tensor lengths = Tensor::empty({world}, DType::i64);
+  Tensor length = Tensor::from_vector<int64_t>({int64_t(text.size())}).to(device);
+  Tensor lengths = Tensor::empty({world}, DType::i64, device);
   group.all_gather(lengths, length)->wait();
-  std::vector<int64_t> sizes = lengths.to_vector<int64_t>();
+  std::vector<int64_t> sizes = lengths.to_vector<int64_t>();  // (to_vector copies from any device)
   const int64_t longest = *std::max_element(sizes.begin(), sizes.end());
   const int64_t words = std::max<int64_t>(1, (longest + 7) / 8);
   Tensor mine = Tensor::zeros({words}, DType::i64);
   std::memcpy(mine.raw_data(), text.data(), text.size());
-  Tensor all = Tensor::empty({int64_t(world) * words}, DType::i64);
-  group.all_gather(all, mine)->wait();
+  Tensor all = Tensor::empty({int64_t(world) * words}, DType::i64, device);
+  group.all_gather(all, mine.to(device))->wait();
+  all = all.to(Device::cpu());
   std::vector<std::string> out;
   const char* bytes = static_cast<const char*>(all.raw_data());
   for (int r = 0; r < world; ++r) out.emplace_back(bytes + size_t(r) * size_t(words) * 8, size_t(sizes[size_t(r)]));
@@ -96,7 +98,7 @@ void DistributedDataParallel::check_replicas_match() {
   for (const std::string& line : describe_parameters(module_->named_parameters())) text << line << '\n';
   // Every rank gathers every rank's list and runs the same comparison, so every rank throws the same
   // error (no rank goes on to wait for a peer that is about to fail).
-  std::vector<std::string> all = all_gather_strings(*group_, text.str());
+  std::vector<std::string> all = all_gather_strings(*group_, text.str(), device_);
   const std::vector<std::string> reference = split_lines(all[0]);
   for (size_t r = 1; r < all.size(); ++r) {
     const std::vector<std::string> lines = split_lines(all[r]);

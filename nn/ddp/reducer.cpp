@@ -268,7 +268,7 @@ void Reducer::rebuild_from_observed_order() {
   // Ranks may have seen slightly different orders; rank 0's is broadcast so that every rank lays out
   // the same buckets (otherwise the all-reduces would add up unrelated gradients).
   std::vector<int64_t> order(ready_order_.begin(), ready_order_.end());
-  Tensor agreed = Tensor::from_vector(order);
+  Tensor agreed = Tensor::from_vector(order).to(parameters_[0].parameter->value.device());  // the group's device
   group_->broadcast(agreed, 0)->wait();
   std::vector<size_t> agreed_order;
   for (int64_t index : agreed.to_vector<int64_t>()) agreed_order.push_back(size_t(index));

@@ -118,7 +118,10 @@ Trainer::Trainer(Module& model, std::vector<Device> devices, Optimizer& optimize
   TINYDDP_CHECK(scheduler_ == nullptr || &scheduler_->optimizer() == &optimizer_,
                 "Trainer: the scheduler drives another optimizer than the one given",
                 "; hint: build the scheduler on the same optimizer object");
-  set_device(devices_[0]);
+  // The model moves to its device when the first pass starts (run_pass), not here: under MultiDevice
+  // every worker builds this trainer before it knows its own device, and the spawner never trains.
+  // Moving it now would give each of those processes a CUDA context on devices[0].
+  device_ = devices_[0];
 }
 
 Trainer::Trainer(Module& model, Device device, Optimizer& optimizer, LRScheduler* scheduler, TrainerOptions options)
@@ -194,6 +197,7 @@ InferenceResult Trainer::inference(DataLoader& loader) {
 
 Trainer::Totals Trainer::run_pass(DataLoader& loader, bool training, bool keep_outputs, int64_t epoch, int64_t n_epoch,
                                   ProgressBar* bar) {
+  if (model_.device() != device_) model_.to(device_);
   Totals totals;
   const int64_t batches = loader.size();
   const char* phase = training ? "train" : "valid";

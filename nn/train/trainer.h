@@ -103,7 +103,8 @@ struct InferenceResult {
 class Trainer {
  public:
   // `model`, `optimizer` and `scheduler` are the caller's and must outlive the trainer; `scheduler` may
-  // be null. The model moves to devices[0] now (a MultiDevice worker moves it to its own device).
+  // be null. The model moves to devices[0] when training (or inference) starts; a MultiDevice worker
+  // moves it to its own device instead, and MultiDevice's spawner never moves it.
   Trainer(Module& model, std::vector<Device> devices, Optimizer& optimizer, LRScheduler* scheduler,
           TrainerOptions options = {});
   Trainer(Module& model, Device device, Optimizer& optimizer, LRScheduler* scheduler, TrainerOptions options = {});

@@ -16,18 +16,17 @@
 #include "core/cuda_runtime.h"
 #include "core/random.h"
 #include "kernels/ops.h"
+#include "test/gpu/gpu_test_support.h"
 #include "test/test_support.h"
 
 using namespace tinyddp;
 using namespace tinyddp::testing;
 
-// Without a device each test passes with a message saying why it did not run.
-#define SKIP_WITHOUT_CUDA_DEVICE()                                                  \
-  do {                                                                              \
-    if (cuda_device_count() == 0) {                                                 \
-      MESSAGE("skipped: no CUDA device: " << cuda_unavailable_reason());            \
-      return;                                                                       \
-    }                                                                               \
+// Without a device each test is skipped with a message saying why -- or fails, under make test-gpu
+// (TINYDDP_REQUIRE_GPU=1): see gpu_available().
+#define SKIP_WITHOUT_CUDA_DEVICE() \
+  do {                             \
+    if (!gpu_available()) return; \
   } while (0)
 
 namespace {
@@ -319,4 +318,36 @@ TEST_CASE("gpu kernels run on every visible device") {
     check_close(c.to(Device::cpu()), expected, 1e-5, 1e-5, "gemm");
     check_close({kernels::softmax_cross_entropy(c, labels.to(dev), nullptr)}, {loss}, 1e-5, 1e-5, "loss");
   }
+}
+
+TEST_CASE("a GPU is there to test on (under make test-gpu, a machine without one fails here, saying why)") {
+  if (!gpu_available()) return;
+  MESSAGE("testing on " << cuda_device_count() << " CUDA device(s), " << cuda_api().describe());
+  CHECK(cuda_device_count() > 0);
+}
+
+TEST_CASE("gpu fill_uniform draws the CPU's numbers, on every device") {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  Tensor expected = Tensor::empty({4099});
+  Generator cpu_gen(77);
+  fill_uniform(expected, -2.f, 3.f, cpu_gen);
+  for (int device = 0; device < cuda_device_count(); ++device) {
+    CAPTURE(device);
+    // The kernel must run on the tensor's device whatever the thread's current device is.
+    cuda_set_device(0);
+    Tensor t = Tensor::empty({4099}, DType::f32, Device::cuda(device));
+    Generator gen(77);
+    fill_uniform(t, -2.f, 3.f, gen);
+    CHECK(t.to_vector<float>() == expected.to_vector<float>());  // the same Philox arithmetic, bit for bit
+  }
+}
+
+TEST_CASE("gpu an out-of-memory allocation does not poison the next kernel launch") {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  // Far more than any GPU has: cudaMalloc fails, the caching allocator releases and retries, and throws.
+  CHECK_THROWS_WITH_AS(Tensor::empty({int64_t(1) << 40}, DType::f32, kGpu), doctest::Contains("out of memory on cuda:0"), Error);
+  // cudaMalloc's failure must not be left as the thread's last error, or this launch check reports it.
+  Tensor x = Tensor::zeros({1000}, DType::f32, kGpu);
+  kernels::fill(x, 2.f);
+  CHECK(x.to_vector<float>() == std::vector<float>(1000, 2.f));
 }

@@ -9,6 +9,7 @@
 #include <random>
 #include <thread>
 
+#include "comm/nccl/nccl_api.h"
 #include "comm/store/barrier.h"
 #include "comm/store/rendezvous.h"
 #include "comm/store/tcp_store.h"
@@ -173,10 +174,14 @@ JoinedJob join_job(const std::vector<Device>& devices, const MultiDeviceOptions&
   job.world_size = joined.world_size;
   job.local_rank = joined.local_rank;
   job.local_world_size = joined.local_world_size;
-  // One device per local rank; a launcher starting more ranks than devices were listed shares them
-  // round-robin (CPU workers have nothing to share).
-  job.device = devices[size_t(job.local_rank) % devices.size()];
+  std::string backend = options.backend;
+  if (backend.empty()) backend = !devices.empty() && devices[0].is_cuda() && comm::nccl_available() ? "nccl" : "ring";
+  // One device per local rank (core/device.h says how a shorter list is read), made this thread's
+  // current device before anything touches CUDA: a CUDA call on a thread with no device set would
+  // create a context on cuda:0, another rank's GPU.
+  job.device = device_for_local_rank(devices, job.local_rank, job.local_world_size, cuda_device_count(), backend == "nccl");
   require_device(job.device);
+  if (job.device.is_cuda()) cuda_set_device(job.device.index);
   if (const char* dir = std::getenv(kResultDirVariable)) job.result_dir = dir;
 
   if (job.device.is_cpu()) {
@@ -185,13 +190,10 @@ JoinedJob join_job(const std::vector<Device>& devices, const MultiDeviceOptions&
     unsigned cores = std::max(1u, std::thread::hardware_concurrency());
     kernels::set_cpu_threads(std::max(1, int(cores) / std::max(1, job.local_world_size)));
   }
-  std::string backend = options.backend;
-  if (backend.empty()) {
-    auto backends = comm::available_backends();
-    bool have_nccl = std::find(backends.begin(), backends.end(), "nccl") != backends.end();
-    backend = job.device.is_cuda() && have_nccl ? "nccl" : "ring";
-  }
-  job.group = comm::create_process_group(backend, joined.store, job.rank, job.world_size);
+  // The group is built for this rank's device: NCCL's communicator and its tensors must agree.
+  comm::ProcessGroupOptions group_options;
+  if (job.device.is_cuda()) group_options.device = job.device.index;
+  job.group = comm::create_process_group(backend, joined.store, job.rank, job.world_size, group_options);
   job.store = joined.tcp_store;
   job.job_store = joined.store;
   return job;

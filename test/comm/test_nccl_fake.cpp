@@ -1,0 +1,212 @@
+// The nccl backend's own logic, run on fake CUDA devices through fake NCCL (core/fake_cuda.h,
+// comm/nccl/fake_nccl.h): results, NCCL's float average, teardown by NCCL's protocol, a failed
+// enqueue, the one-thread-per-communicator rule, and the device rules (tensors on the group's
+// device, one GPU per rank). Ranks are threads here, each on its own fake device.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "comm/nccl/fake_nccl.h"
+#include "comm/process_group.h"
+#include "core/cuda_runtime.h"
+#include "core/fake_cuda.h"
+#include "test/comm/test_collectives_support.h"
+#include "test/gpu/gpu_test_support.h"
+
+using namespace tinyddp;
+using namespace tinyddp::comm;
+using namespace tinyddp::testing;
+
+namespace {
+
+// `world` nccl groups over one store, rank r on fake cuda:r, created on the ranks' threads.
+std::vector<std::shared_ptr<ProcessGroup>> nccl_groups(int world, const std::string& name) {
+  auto store = std::make_shared<HashStore>();
+  store->set_timeout(std::chrono::seconds(30));
+  std::vector<std::shared_ptr<ProcessGroup>> groups(static_cast<size_t>(world));
+  run_ranks(world, [&](int r) {
+    ProcessGroupOptions options;
+    options.group_name = name;
+    options.timeout = std::chrono::seconds(30);
+    options.device = r;
+    groups[size_t(r)] = create_process_group("nccl", store, r, world, options);
+  });
+  return groups;
+}
+
+FakeCudaOptions ranks_as_threads(int devices) { return {.devices = devices, .one_device_per_process = false}; }
+
+}  // namespace
+
+TEST_CASE("nccl backend on fake devices: every collective agrees with the reference") {
+  FakeCudaDevices devices(ranks_as_threads(2));
+  {
+    auto groups = nccl_groups(2, "results");
+    CHECK(groups[0]->backend() == "nccl");
+    run_ranks(2, [&](int r) {
+      ProcessGroup& g = *groups[size_t(r)];
+      const Device device = Device::cuda(r);
+      for (ReduceOp op : {ReduceOp::sum, ReduceOp::max, ReduceOp::min, ReduceOp::prod}) {
+        Tensor t = make_input<float>(op, r, 1001).to(device);
+        g.all_reduce(t, op)->wait();
+        CHECK(t.to_vector<float>() == reference_reduce<float>(op, 2, 1001));
+      }
+      Tensor ints = make_input<int64_t>(ReduceOp::sum, r, 33).to(device);
+      g.all_reduce(ints, ReduceOp::avg)->wait();
+      CHECK(ints.to_vector<int64_t>() == reference_reduce<int64_t>(ReduceOp::avg, 2, 33));
+      Tensor in = make_input<double>(ReduceOp::max, r, 17).to(device);
+      Tensor gathered = Tensor::zeros({34}, DType::f64, device);
+      g.all_gather(gathered, in)->wait();
+      std::vector<double> want = make_input<double>(ReduceOp::max, 0, 17).to_vector<double>();
+      std::vector<double> second = make_input<double>(ReduceOp::max, 1, 17).to_vector<double>();
+      want.insert(want.end(), second.begin(), second.end());
+      CHECK(gathered.to_vector<double>() == want);
+      Tensor b = make_input<int32_t>(ReduceOp::max, r, 9).to(device);
+      g.broadcast(b, 1)->wait();
+      CHECK(b.to_vector<int32_t>() == make_input<int32_t>(ReduceOp::max, 1, 9).to_vector<int32_t>());
+      Tensor whole = make_input<float>(ReduceOp::sum, r, 20).to(device), half = Tensor::zeros({10}, DType::f32, device);
+      g.reduce_scatter(half, whole, ReduceOp::sum)->wait();
+      std::vector<float> all = reference_reduce<float>(ReduceOp::sum, 2, 20);
+      CHECK(half.to_vector<float>() == std::vector<float>(all.begin() + 10 * r, all.begin() + 10 * r + 10));
+      std::vector<Tensor> several{make_input<float>(ReduceOp::sum, r, 5).to(device), make_input<float>(ReduceOp::sum, r, 7).to(device)};
+      g.all_reduce_coalesced(several)->wait();
+      CHECK(several[1].to_vector<float>() == reference_reduce<float>(ReduceOp::sum, 2, 7));
+      g.barrier()->wait();
+    });
+  }
+  CHECK(fake_nccl().live_communicators() == 0);
+}
+
+TEST_CASE("nccl backend on fake devices: a float avg over 3 ranks is NCCL's premultiplied sum, close to sum/n") {
+  FakeCudaDevices devices(ranks_as_threads(3));
+  {
+    auto groups = nccl_groups(3, "average");
+    run_ranks(3, [&](int r) {
+      Tensor t = make_input<float>(ReduceOp::avg, r, 999).to(Device::cuda(r));
+      groups[size_t(r)]->all_reduce(t, ReduceOp::avg)->wait();
+      std::vector<float> largest(999, 0.f);
+      for (int p = 0; p < 3; ++p) {
+        std::vector<float> in = make_input<float>(ReduceOp::avg, p, 999).to_vector<float>();
+        for (size_t i = 0; i < in.size(); ++i) largest[i] = std::max(largest[i], std::fabs(in[i]));
+      }
+      CHECK(close_to_average(t.to_vector<float>(), reference_reduce<float>(ReduceOp::avg, 3, 999), 3, largest));
+    });
+  }
+}
+
+TEST_CASE("nccl backend teardown: finalize, wait until quiescent, destroy -- nothing leaked, no group left open") {
+  FakeCudaDevices devices(ranks_as_threads(2));
+  const size_t before = fake_nccl().live_communicators();
+  {
+    auto groups = nccl_groups(2, "teardown");
+    run_ranks(2, [&](int r) {
+      Tensor t = Tensor::zeros({8}, DType::f32, Device::cuda(r));
+      groups[size_t(r)]->all_reduce(t)->wait();
+    });
+    CHECK(fake_nccl().live_communicators() == before + 2);
+    run_ranks(2, [&](int r) {
+      groups[size_t(r)].reset();
+      // ncclCommDestroy on a communicator still in progress returns early, inside a group.
+      CHECK(fake_nccl().thread_group_depth() == 0);
+    });
+  }
+  CHECK(fake_nccl().live_communicators() == before);
+}
+
+TEST_CASE("nccl backend: a collective NCCL refuses ends its group, aborts the communicator and says why") {
+  FakeCudaDevices devices(ranks_as_threads(1));
+  {
+    auto groups = nccl_groups(1, "refused");
+    Tensor t = Tensor::zeros({4}, DType::f32, Device::cuda(0));
+    fake_nccl().fail_next_collective(NcclResult::invalid_usage, "injected failure");
+    CHECK_THROWS_WITH_AS(groups[0]->all_reduce(t)->wait(), doctest::Contains("injected failure"), Error);
+    CHECK(fake_nccl().thread_group_depth() == 0);  // the group was ended although the enqueue failed
+    CHECK(fake_nccl().live_communicators() == 0);  // aborted
+    CHECK_THROWS_WITH_AS(groups[0]->all_reduce(t), doctest::Contains("aborted by an earlier failure"), Error);
+  }
+}
+
+TEST_CASE("nccl backend: one thread at a time per communicator, with the watchdog polling throughout") {
+  FakeCudaDevices devices(ranks_as_threads(2));
+  const size_t before = fake_nccl().violations().size();
+  {
+    auto groups = nccl_groups(2, "threads");
+    run_ranks(2, [&](int r) {
+      Tensor t = Tensor::zeros({64}, DType::f32, Device::cuda(r));
+      std::vector<WorkPtr> works;
+      for (int i = 0; i < 200; ++i) {
+        works.push_back(groups[size_t(r)]->all_reduce(t));
+        if (i % 3 == 0) works.back()->wait();  // a waiter polls too (Work's helper)
+      }
+      for (auto& w : works) w->wait();
+    });
+  }
+  CHECK(fake_nccl().violations().size() == before);
+}
+
+TEST_CASE("fake NCCL records a second thread calling in while another is inside the communicator") {
+  FakeCudaDevices devices(ranks_as_threads(2));
+  FakeNccl& nccl = fake_nccl();
+  NcclUniqueId id;
+  REQUIRE(nccl.get_unique_id(&id) == NcclResult::success);
+  std::vector<NcclComm> comms(2, nullptr);
+  std::vector<Tensor> buffers(2);
+  run_ranks(2, [&](int r) {
+    cuda_set_device(r);
+    buffers[size_t(r)] = Tensor::zeros({4}, DType::f32, Device::cuda(r));
+    NcclResult state = nccl.comm_init_rank(&comms[size_t(r)], 2, id, r, false);
+    while (state == NcclResult::in_progress) nccl.comm_get_async_error(comms[size_t(r)], &state);
+    REQUIRE(state == NcclResult::success);
+  });
+  const size_t before = nccl.violations().size();
+  std::atomic<bool> polled{false}, rank0_calling{false};
+  run_ranks(2, [&](int r) {
+    cuda_set_device(r);
+    void* data = buffers[size_t(r)].raw_data();
+    if (r == 0) rank0_calling = true;
+    if (r == 1) {
+      // Rank 0 enters its all-reduce and waits there for this rank: poll its communicator from here
+      // until the poll collides with it (refused, and recorded once).
+      while (!rank0_calling) std::this_thread::yield();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // past rank 0's enqueue, into its wait
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      NcclResult state;
+      while (nccl.comm_get_async_error(comms[0], &state) == NcclResult::success && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      polled = nccl.violations().size() == before + 1;
+    }
+    nccl.all_reduce(data, data, 4, DType::f32, ReduceOp::sum, comms[size_t(r)], nullptr);
+  });
+  CHECK(polled);
+  REQUIRE(nccl.violations().size() == before + 1);
+  CHECK(nccl.violations().back().find("ncclCommGetAsyncError") != std::string::npos);
+  for (NcclComm c : comms) nccl.comm_abort(c);
+  buffers.clear();
+}
+
+TEST_CASE("nccl backend: tensors must be on the group's device, and two ranks cannot share one GPU") {
+  FakeCudaDevices devices(ranks_as_threads(2));
+  {
+    auto groups = nccl_groups(2, "devices");
+    Tensor cpu = Tensor::zeros({4});
+    CHECK_THROWS_WITH_AS(groups[1]->all_reduce(cpu), doctest::Contains("f32[4] on cpu is not on this rank's device cuda:1"), Error);
+    Tensor other = Tensor::zeros({4}, DType::f32, Device::cuda(0));
+    CHECK_THROWS_WITH_AS(groups[1]->broadcast(other), doctest::Contains("on cuda:0 is not on this rank's device cuda:1"), Error);
+  }
+  auto store = std::make_shared<HashStore>();
+  std::vector<std::string> errors(2);
+  run_ranks(2, [&](int r) {
+    ProcessGroupOptions options;
+    options.group_name = "shared-gpu";
+    options.timeout = std::chrono::seconds(30);
+    options.device = 0;
+    try {
+      create_process_group("nccl", store, r, 2, options);
+    } catch (const Error& e) {
+      errors[size_t(r)] = e.message();
+    }
+  });
+  for (const std::string& e : errors) CHECK(e.find("Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 0") != std::string::npos);
+}
