@@ -153,7 +153,6 @@ uint8_t TorchTcpStore::code(Op op) const {
     case Op::get: return legacy ? 2 : 3;
     case Op::add: return legacy ? 3 : 4;
     case Op::check: return legacy ? 4 : 5;
-    case Op::wait: return legacy ? 5 : 6;
     case Op::num_keys: return legacy ? 6 : 7;
     case Op::delete_key: return 8;
     case Op::append: return 9;  // current dialect only
@@ -285,27 +284,20 @@ std::string TorchTcpStore::exchange(const std::string& bytes, size_t reply_bytes
   return reply;
 }
 
+// PyTorch's server has a `wait`, but it wakes a waiting client only when a key is set or added, not
+// when compare_set creates it -- and compare_set is how ranks claim their keys. So waiting here is
+// asking `check` until the keys are there, quickly at first, then every 50 ms.
 bool TorchTcpStore::wait_locked(const std::vector<std::string>& keys, Clock::time_point deadline, const std::string& what) {
-  std::string bytes = request(Op::wait);
+  std::string bytes = request(Op::check);
   put_u64(bytes, keys.size());
   for (const auto& key : keys) put_string(bytes, key);
-  ensure_connected();
-  if (Io sent = send_all(fd_, bytes, deadline); sent != Io::ok) {
-    disconnect();
-    TINYDDP_FAIL(what, " at the ", address(), ": ", describe(sent), "; hint: is torchrun's agent still running?");
+  auto pause = std::chrono::milliseconds(1);
+  for (;;) {
+    if (exchange(bytes, 1, deadline, what)[0] == 0) return true;
+    if (Clock::now() + pause >= deadline) return false;
+    std::this_thread::sleep_for(pause);
+    pause = std::min<std::chrono::milliseconds>(pause * 2, std::chrono::milliseconds(50));
   }
-  std::string reply;
-  Io got = receive_exactly(fd_, reply, 1, deadline);
-  if (got == Io::timed_out) {
-    disconnect();  // the server forgets a wait when its connection goes
-    return false;
-  }
-  if (got != Io::ok || reply[0] != 0) {
-    disconnect();
-    TINYDDP_FAIL(what, " at the ", address(), ": ", got != Io::ok ? describe(got) : "an unexpected answer to wait",
-                 "; hint: is torchrun's agent still running?");
-  }
-  return true;
 }
 
 bool TorchTcpStore::check_locked(const std::vector<std::string>& keys, Clock::time_point deadline) {

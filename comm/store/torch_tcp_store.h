@@ -15,7 +15,7 @@
 //   get          key                        ->  string   (the key must exist: wait for it first)
 //   add          key, i64 delta             ->  i64 new value
 //   check        u64 count, keys            ->  u8 0 = all exist, 1 = not yet
-//   wait         u64 count, keys            ->  u8 0 once all exist (no reply until then)
+//   wait         u64 count, keys            ->  u8 0 once all exist (unused: see wait_locked)
 //   num_keys                                ->  i64
 //   delete_key   key                        ->  i64 keys deleted
 //   append       key, value                     (no reply; 2.x only)
@@ -33,8 +33,8 @@
 // up (its classic backend: the first command must be the greeting) or ignores it (its libuv backend)
 // until `probe_timeout`. TINYDDP_TORCH_STORE_PROTOCOL=legacy|current skips the question.
 //
-// Like TcpStore, every call is bounded by the store's timeout and says what it waited for; a wait that
-// times out closes the connection (the server forgets the wait) and the next call connects again.
+// Like TcpStore, every call is bounded by the store's timeout and says what it waited for; a lost
+// connection fails the call that noticed it, and the next call connects again.
 // Calls from several threads are serialised.
 #pragma once
 
@@ -86,7 +86,7 @@ class TorchTcpStore : public Store {
   TorchStoreDialect dialect() const { return dialect_; }
 
  private:
-  enum class Op { set, compare_set, get, add, check, wait, num_keys, delete_key, append };
+  enum class Op { set, compare_set, get, add, check, num_keys, delete_key, append };
   using Clock = std::chrono::steady_clock;
 
   uint8_t code(Op op) const;
@@ -102,7 +102,7 @@ class TorchTcpStore : public Store {
   std::string exchange(const std::string& request, size_t reply_bytes, Clock::time_point deadline,
                        const std::string& what);
   std::string request(Op op) const;
-  // Waits until every key exists; false at the deadline (the connection is then closed).
+  // Waits until every key exists; false at the deadline.
   bool wait_locked(const std::vector<std::string>& keys, Clock::time_point deadline, const std::string& what);
   std::string get_locked(const std::string& key, Clock::time_point deadline);
   bool check_locked(const std::vector<std::string>& keys, Clock::time_point deadline);

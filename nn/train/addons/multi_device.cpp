@@ -9,6 +9,7 @@
 #include <random>
 #include <thread>
 
+#include "comm/launch/failure_report.h"
 #include "comm/store/barrier.h"
 #include "comm/store/rendezvous.h"
 #include "comm/store/tcp_store.h"
@@ -203,6 +204,8 @@ void leave_job(const JoinedJob& job) {
 }
 
 void report_failure(const JoinedJob& job, const std::string& message) {
+  // Under torchrun: its error file, naming the rank that failed first (comm/launch/failure_report.h).
+  comm::report_failure_to_launcher(job.job_store.get(), job.rank, message);
   if (job.result_dir.empty() || !job.store) return;
   try {
     job.store->set(failure_key(job.rank), std::to_string(wall_clock_us()) + " " + message);

@@ -101,7 +101,7 @@ JoinedJob join_job(const std::vector<Device>& devices, const MultiDeviceOptions&
 void leave_job(const JoinedJob& job);
 // A spawned worker whose run() throws tells the spawner why, with the time, through the store, so the
 // spawner can name the rank that failed first (the others then fail because it is gone) and quote
-// its message. Does nothing for a launched worker, or when the store is unreachable.
+// its message. Under torchrun it writes TORCHELASTIC_ERROR_FILE (comm/launch/failure_report.h).
 void report_failure(const JoinedJob& job, const std::string& message);
 // Runs one worker per device and waits for them; throws naming the rank that failed. Returns the
 // directory holding rank 0's final state (removed by the returned handle's destructor).

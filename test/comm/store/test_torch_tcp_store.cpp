@@ -8,7 +8,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <future>
 #include <sstream>
+#include <thread>
 
 #include "comm/store/torch_tcp_store.h"
 #include "core/error.h"
@@ -97,6 +99,13 @@ void run_against(const std::string& python, const std::string& backend, TorchSto
   options.timeout = 20s;
   TorchTcpStore store("127.0.0.1", port, options);
   CHECK(store.dialect() == expected);
+  // A key that compare_set creates ends another client's wait (PyTorch's own wait would not end).
+  TorchTcpStore other("127.0.0.1", port, options);
+  auto waited = std::async(std::launch::async, [&] { return other.get("/claimed"); });
+  std::this_thread::sleep_for(100ms);
+  CHECK(store.compare_set("/claimed", "", "by rank 3") == "by rank 3");
+  REQUIRE(waited.wait_for(10s) == std::future_status::ready);
+  CHECK(waited.get() == "by rank 3");
   exercise(store);
   auto ended = finish_child(server, 30s);
   CHECK_MESSAGE(ended.ok(), ended.describe());
