@@ -267,6 +267,11 @@ TcpStore::TcpStore(std::string host, int port, bool is_master, TcpStoreOptions o
 TcpStore::~TcpStore() {
   // The client goes first, so the hosted server sees an orderly goodbye.
   connection_.reset();
+  if (!server_) return;
+  // The other ranks may still be in their last request (the last barrier's wait, whose answer this
+  // server has yet to send): serve until every one has hung up, for a while at most.
+  const auto deadline = Clock::now() + std::min<Duration>(timeout_, std::chrono::seconds(10));
+  while (server_->stats().open > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(2));
   server_.reset();
 }
 

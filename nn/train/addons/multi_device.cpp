@@ -168,7 +168,8 @@ namespace multi_device {
 int launched_rank() { return comm::read_launch_environment().rank; }
 
 JoinedJob join_job(const std::vector<Device>& devices, const MultiDeviceOptions& options) {
-  comm::Rendezvous joined = comm::rendezvous("env://");
+  const bool spawned = std::getenv(kResultDirVariable) != nullptr;  // the spawner's variables say it all
+  comm::Rendezvous joined = comm::rendezvous(spawned ? "env://" : options.launched_init_method);
   JoinedJob job;
   job.rank = joined.rank;
   job.world_size = joined.world_size;

@@ -55,6 +55,9 @@ namespace tinyddp::nn {
 struct MultiDeviceOptions {
   // Where the job's store listens: the seed's default. When the port is taken, a free one is used.
   std::string init_method = "tcp://localhost:12355";
+  // How a process started by a launcher joins: env:// (the launcher's variables), or tcp://host:port
+  // (rank 0 hosts the store there; ranks and world size still from the launcher).
+  std::string launched_init_method = "env://";
   // "ring" or "nccl"; empty: nccl for CUDA devices when this build has it, ring otherwise.
   std::string backend;
   DdpOptions ddp;
