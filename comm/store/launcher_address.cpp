@@ -106,7 +106,9 @@ std::optional<DerivedStoreAddress> from_slurm(const EnvironmentLookup& lookup, s
 std::optional<DerivedStoreAddress> from_open_mpi(const EnvironmentLookup& lookup, std::string& why) {
   auto uri = lookup("OMPI_MCA_orte_hnp_uri");
   std::vector<std::string> addresses = uri ? hnp_uri_addresses(*uri) : std::vector<std::string>{};
-  auto job = uri ? parse_number(uri->substr(0, uri->find_first_of(".;"))) : std::nullopt;
+  // The application's job id (the URI leads with mpirun's own, one less).
+  auto job = parse_number(lookup("OMPI_MCA_ess_base_jobid").value_or(""));
+  if (!job && uri) job = parse_number(uri->substr(0, uri->find_first_of(".;")));
   if (addresses.empty() || !job) {
     why = uri ? "OMPI_MCA_orte_hnp_uri ('" + *uri + "') names no IPv4 address and job id"
               : "Open MPI set no OMPI_MCA_orte_hnp_uri (Open MPI 5 does not say where mpirun runs)";

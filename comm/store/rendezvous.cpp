@@ -227,7 +227,12 @@ void require_this_host(const std::string& host, const LaunchEnvironment& env) {
 
 }  // namespace
 
-LaunchEnvironment read_launch_environment(const EnvironmentLookup& lookup) {
+LaunchEnvironment read_launch_environment(const EnvironmentLookup& environment) {
+  // An empty variable is an unset one (a script that writes MASTER_PORT= to clear it).
+  EnvironmentLookup lookup = [&environment](const std::string& name) -> std::optional<std::string> {
+    auto value = environment(name);
+    return value && !value->empty() ? value : std::nullopt;
+  };
   LaunchEnvironment env;
   read_ranks(lookup, env);
   read_store_address(lookup, env);
