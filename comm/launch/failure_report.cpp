@@ -71,7 +71,14 @@ FirstFailure settle_first_failure(Store* job_store, int rank, long long now) {
   if (!job_store) return mine;
   try {
     PrefixStore failures(*job_store, "failure");
-    if (int vanished = vanished_local_peer(*job_store, rank); vanished >= 0)
+    // A peer's sockets close while its process is still being torn down, a moment before it shows as
+    // ended: look again for a little while before deciding no peer is gone.
+    int vanished = vanished_local_peer(*job_store, rank);
+    for (int look = 0; vanished < 0 && look < 25 && !failures.check({"first"}); ++look) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      vanished = vanished_local_peer(*job_store, rank);
+    }
+    if (vanished >= 0)
       failures.compare_set("first", "", std::to_string(vanished) + " " + std::to_string(now));
     std::string first = failures.compare_set("first", "", std::to_string(rank) + " " + std::to_string(now));
     FirstFailure settled;
