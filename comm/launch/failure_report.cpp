@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "comm/launch/process_state.h"
 #include "comm/store/prefix_store.h"
 #include "core/error.h"
 
@@ -24,15 +25,7 @@ namespace {
 // Whether process `pid` of this host has ended (gone, or a zombie its parent has not reaped yet).
 bool process_ended(long pid) {
   if (pid <= 0) return false;
-  if (kill(pid_t(pid), 0) != 0) return errno == ESRCH;
-  FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
-  if (!f) return true;
-  char line[512] = {0};
-  size_t n = std::fread(line, 1, sizeof line - 1, f);
-  std::fclose(f);
-  const char* after_name = n ? std::strrchr(line, ')') : nullptr;
-  char state = 0;
-  return after_name && std::sscanf(after_name + 1, " %c", &state) == 1 && (state == 'Z' || state == 'X');
+  return kill(pid_t(pid), 0) != 0 ? errno == ESRCH : process_state(pid_t(pid)) == 0 || main_thread_ended(pid_t(pid));
 }
 
 std::string this_host() {

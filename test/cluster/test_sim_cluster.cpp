@@ -10,6 +10,8 @@
 // Needs root (namespaces); skips with sim_cluster.sh's reason otherwise.
 #include <doctest/doctest.h>
 
+#include <memory>
+
 #include "core/safetensors.h"
 #include "test/cluster/cluster_support.h"
 #include "test/test_support.h"
@@ -46,16 +48,22 @@ void check_allreduce(const SimCluster& cluster, const Layout& layout, const std:
   CHECK(count_of(out, "float    sum") == 3);  // 64K, 512K, 4M
 }
 
+// The cluster for `layout`, or nullptr, having said why, where simulated hosts cannot be made.
+std::unique_ptr<SimCluster> make_cluster(const Layout& layout) {
+  auto cluster = std::make_unique<SimCluster>(layout.hosts, layout.tag);
+  if (cluster->ready()) return cluster;
+  MESSAGE("skipped: simulated hosts are not available here (", cluster->why_not(), ")");
+  return nullptr;
+}
+
 }  // namespace
 
 TEST_CASE("cluster: allreduce_perf across simulated hosts, over transport auto and tcp") {
   if (!programs_built({"tinyddp-run", "allreduce_perf"})) return;
   for (const Layout& layout : kLayouts) {
-    SimCluster cluster(layout.hosts, layout.tag);
-    if (!cluster.ready()) {
-      MESSAGE("skipped: simulated hosts are not available here (", cluster.why_not(), ")");
-      return;
-    }
+    auto made = make_cluster(layout);
+    if (!made) return;
+    const SimCluster& cluster = *made;
     check_allreduce(cluster, layout, "auto");
     check_allreduce(cluster, layout, "tcp");
   }
@@ -70,11 +78,9 @@ TEST_CASE("cluster: digits for two epochs across simulated hosts ends where the 
   }
   for (const Layout& layout : kLayouts) {
     INFO(layout_name(layout));
-    SimCluster cluster(layout.hosts, layout.tag);
-    if (!cluster.ready()) {
-      MESSAGE("skipped: simulated hosts are not available here (", cluster.why_not(), ")");
-      return;
-    }
+    auto made = make_cluster(layout);
+    if (!made) return;
+    const SimCluster& cluster = *made;
     TempDir dir;
     const int world = layout.hosts * layout.per_host;
     std::vector<std::string> program = {bin("digits"), "--data", data, "--device", "cpu", "--epochs", "2"};
@@ -111,11 +117,9 @@ TEST_CASE("cluster: a worker SIGKILLed mid-step on another host; --max-restarts 
   if (!programs_built({"tinyddp-run", "dummy_mgpu"})) return;
   for (const Layout& layout : kLayouts) {
     INFO(layout_name(layout));
-    SimCluster cluster(layout.hosts, layout.tag);
-    if (!cluster.ready()) {
-      MESSAGE("skipped: simulated hosts are not available here (", cluster.why_not(), ")");
-      return;
-    }
+    auto made = make_cluster(layout);
+    if (!made) return;
+    const SimCluster& cluster = *made;
     TempDir dir;
     const int world = layout.hosts * layout.per_host;
     const int victim = world - 1;  // on the last host, not node 0's
