@@ -268,10 +268,13 @@ TcpStore::~TcpStore() {
   // The client goes first, so the hosted server sees an orderly goodbye.
   connection_.reset();
   if (!server_) return;
-  // The other ranks may still be in their last request (the last barrier's wait, whose answer this
-  // server has yet to send): serve until every one has hung up, for a while at most.
+  // Another rank may still have a request to make: the last to reach the final barrier releases the
+  // others by setting its key, and only then asks for it itself. So serve on while a client is
+  // connected and between requests, for a while at most. (A client parked on a wait nobody left can
+  // answer does not hold us: the server's end tells it so at once.)
   const auto deadline = Clock::now() + std::min<Duration>(timeout_, std::chrono::seconds(10));
-  while (server_->stats().open > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  for (StoreServerStats s = server_->stats(); s.open > s.waiting && Clock::now() < deadline; s = server_->stats())
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
   server_.reset();
 }
 
