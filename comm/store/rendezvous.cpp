@@ -225,6 +225,29 @@ void require_this_host(const std::string& host, const LaunchEnvironment& env) {
                env.family == "ompi" ? " (mpirun -x MASTER_ADDR=... -x MASTER_PORT=...)" : "");
 }
 
+enum class StoreKind { host, join, torch_agent };
+
+// The store itself: ours, hosted by this rank or joined, or torchrun's agent's (a PyTorch TCPStore).
+void connect_store(Rendezvous& r, const std::string& host, int port, StoreKind kind, const RendezvousOptions& options,
+                   const std::string& where) {
+  try {
+    if (kind == StoreKind::torch_agent) {
+      TorchTcpStoreOptions torch_options;
+      torch_options.timeout = options.timeout;
+      r.root_store = std::make_shared<TorchTcpStore>(host, port, torch_options);
+      return;
+    }
+    TcpStoreOptions store_options;
+    store_options.timeout = options.timeout;
+    store_options.token = options.token;
+    r.tcp_store = std::make_shared<TcpStore>(host, port, kind == StoreKind::host, store_options);
+    r.root_store = r.tcp_store;
+  } catch (const Error& e) {
+    TINYDDP_FAIL("rendezvous at ", where, kind == StoreKind::torch_agent ? " (torchrun's agent store)" : "", ": ",
+                 e.message());
+  }
+}
+
 }  // namespace
 
 LaunchEnvironment read_launch_environment(const EnvironmentLookup& environment) {
@@ -282,21 +305,8 @@ Rendezvous rendezvous(const std::string& init_method, RendezvousOptions options)
   if (hosts && method.kind == InitMethod::Kind::env && env.address_source != "MASTER_ADDR/MASTER_PORT")
     require_this_host(host, env);
 
-  try {
-    if (agent_store) {
-      TorchTcpStoreOptions torch_options;
-      torch_options.timeout = options.timeout;
-      r.root_store = std::make_shared<TorchTcpStore>(host, port, torch_options);
-    } else {
-      TcpStoreOptions store_options;
-      store_options.timeout = options.timeout;
-      store_options.token = options.token;
-      r.tcp_store = std::make_shared<TcpStore>(host, port, hosts, store_options);
-      r.root_store = r.tcp_store;
-    }
-  } catch (const Error& e) {
-    TINYDDP_FAIL("rendezvous at ", where, agent_store ? " (torchrun's agent store)" : "", ": ", e.message());
-  }
+  connect_store(r, host, port, agent_store ? StoreKind::torch_agent : hosts ? StoreKind::host : StoreKind::join, options,
+                where);
   auto job = std::make_shared<PrefixStore>(r.root_store,
                                            "tinyddp/" + env.run_id + "/" + std::to_string(env.restart_count));
   r.store = job;

@@ -160,7 +160,7 @@ TEST_CASE("store service: exposed, tinyddp-store requires a token, or starts wit
   }
 }
 
-TEST_CASE("store service: a flood of idle connections is capped; an honest client is served at once; the log stays short") {
+TEST_CASE("store service: a flood of idle connections is capped; an honest client is served; the log stays short") {
   CapturedLog log;
   StoreServerOptions options;
   options.max_pending_hellos = 16;
@@ -184,12 +184,13 @@ TEST_CASE("store service: a flood of idle connections is capped; an honest clien
   CHECK(during.evicted >= uint64_t(flood - 16));
   CHECK(during.open <= 16);
 
-  // An honest client, while the flood holds its sockets open: served within a second.
+  // An honest client, while the flood holds its sockets open: served at once, long before the 60 s
+  // idle limit that alone would clear the flood (the bound is loose: the machine may be busy).
   auto start = Clock::now();
-  TcpStore honest("127.0.0.1", server.port(), false, client("", 5s));
+  TcpStore honest("127.0.0.1", server.port(), false, client("", 10s));
   honest.set("after-the-flood", "served");
   CHECK(honest.get("after-the-flood") == "served");
-  CHECK(Clock::now() - start < 1s);
+  CHECK(Clock::now() - start < 10s);
 
   // One line for each of the first five evictions, then only a count.
   size_t eviction_lines = log.count("had not completed its hello");
