@@ -19,10 +19,12 @@ configure: deps
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
-# Every CPU suite; GPU tests inside them skip with a message when no device is found. Then the comm
+# Every CPU suite; GPU tests inside them skip with a message when no device is found (and the launcher
+# tests when torchrun, mpirun or Slurm cannot be installed: scripts/deps.sh --tests). Then the comm
 # and nn suites again under AddressSanitizer + UndefinedBehaviorSanitizer (the code that parses
 # bytes from the network and from files, and runs threads): a second build folder, CUDA off.
 test: build
+	@scripts/deps.sh --tests
 	@cd $(BUILD) && ctest --output-on-failure -L cpu $(CTEST_FLAGS)
 	@$(MAKE) --no-print-directory test-asan-comm-nn
 

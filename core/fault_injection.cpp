@@ -43,17 +43,20 @@ int64_t parse_number(std::string_view text, std::string_view what, std::string_v
   return value;
 }
 
-int env_number(const char* name) {
-  const char* text = std::getenv(name);
-  return text && *text ? std::atoi(text) : 0;
+// The first of these variables that is set (0 when none is).
+int env_number_of(std::initializer_list<const char*> names) {
+  for (const char* name : names)
+    if (const char* text = std::getenv(name); text && *text) return std::atoi(text);
+  return 0;
 }
 
 Plan* load_plan() {
   const char* text = std::getenv(kVariable);
   if (!text || !*text) return nullptr;
   auto plan = std::make_unique<Plan>();
-  plan->rank = env_number("RANK");
-  plan->attempt = env_number("TINYDDP_RESTART_COUNT");
+  // The rank and the attempt as whichever launcher started the process says them.
+  plan->rank = env_number_of({"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"});
+  plan->attempt = env_number_of({"TINYDDP_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT"});
   std::string_view all(text);
   while (!all.empty()) {
     std::string_view entry = all.substr(0, all.find(','));

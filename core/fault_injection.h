@@ -5,7 +5,8 @@
 //   TINYDDP_FAULT=forward:2:1:0,forward:2:1:1   rank 1, 2nd forward, in attempt 0 and again in attempt 1
 //
 // Each fault is point:count[:rank[:attempt]]; several are separated by commas. rank is the process's
-// RANK (default 0), attempt its TINYDDP_RESTART_COUNT as tinyddp-run sets it (default 0). A fault
+// RANK (or SLURM_PROCID, OMPI_COMM_WORLD_RANK; default 0), attempt its TINYDDP_RESTART_COUNT as
+// tinyddp-run sets it (or torchrun's TORCHELASTIC_RESTART_COUNT; default 0). A fault
 // fires in the first attempt only unless told otherwise: the group that tinyddp-run restarts must be
 // able to get past the point where its predecessor died, as it would after a real crash.
 //

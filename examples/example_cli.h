@@ -39,7 +39,19 @@ inline void add_example_options(CLI::App& app, ExampleOptions& options) {
   app.add_option("--shuffle", options.shuffle, "shuffle the samples every epoch")
       ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
   app.add_option("--checkpoint-dir", options.checkpoint_dir, "checkpoint every epoch here, and resume from it");
-  app.add_option("--init-method", options.init_method, "where the workers meet")->capture_default_str();
+  app.add_option("--init-method", options.init_method,
+                 "where the workers meet: the store's tcp://host:port (under a launcher: env:// unless given)")
+      ->capture_default_str();
+}
+
+// Where the workers meet. Spawning, the store listens on --init-method (the seed's
+// tcp://localhost:12355 by default). Under a launcher (tinyddp-run, torchrun, srun, mpirun) they join
+// by env://, unless --init-method was given: then rank 0 hosts the store there, as allreduce_perf
+// does with its --init-method.
+template <class MultiDeviceTrainer>
+void use_init_method(const CLI::App& app, const ExampleOptions& options, MultiDeviceTrainer& trainer) {
+  trainer.set_init_method(options.init_method);
+  if (app.count("--init-method") > 0) trainer.multi_device_options().launched_init_method = options.init_method;
 }
 
 // Every GPU (or the first `world_size` of them); without GPUs, or with --device cpu, `world_size` CPU

@@ -17,6 +17,7 @@
 #include <sstream>
 #include <thread>
 
+#include "comm/launch/process_state.h"
 #include "comm/store/prefix_store.h"
 #include "comm/store/store_server.h"
 #include "comm/store/tcp_store.h"
@@ -158,21 +159,6 @@ bool group_has_live_members(pid_t pgid) {
   }
   closedir(proc);
   return alive;
-}
-
-// Whether the process's main thread has ended (its /proc state is Z or X) while the process has not
-// yet been reported to its parent: a process that is dying. A multi-threaded process killed by a
-// signal shows this first, until its last thread is gone, and a peer that checks it (the shm transport
-// does) may fail and exit before the parent is told of the death that caused it.
-bool main_thread_ended(pid_t pid) {
-  FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
-  if (!f) return false;
-  char line[1024] = {0};
-  size_t n = std::fread(line, 1, sizeof line - 1, f);
-  std::fclose(f);
-  const char* after_name = n ? std::strrchr(line, ')') : nullptr;
-  char state = 0;
-  return after_name && std::sscanf(after_name + 1, " %c", &state) == 1 && (state == 'Z' || state == 'X');
 }
 
 std::string encode_failure(const WorkerFailure& f) {

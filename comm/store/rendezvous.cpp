@@ -1,5 +1,7 @@
 #include "comm/store/rendezvous.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <charconv>
@@ -10,8 +12,10 @@
 #include <sstream>
 
 #include "comm/store/barrier.h"
+#include "comm/store/launcher_address.h"
 #include "comm/store/prefix_store.h"
 #include "comm/store/tcp_store.h"
+#include "comm/store/torch_tcp_store.h"
 #include "core/error.h"
 
 namespace tinyddp::comm {
@@ -29,6 +33,7 @@ std::optional<int> parse_int(const std::string& text) {
 
 // One family of variables a launcher sets.
 struct VariableFamily {
+  const char* id;
   const char* name;
   const char* rank;
   const char* world_size;
@@ -37,9 +42,10 @@ struct VariableFamily {
 };
 
 constexpr VariableFamily kFamilies[] = {
-    {"RANK/WORLD_SIZE", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
-    {"Slurm (SLURM_PROCID/SLURM_NTASKS)", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"},
-    {"Open MPI (OMPI_COMM_WORLD_RANK/SIZE)", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+    {"env", "RANK/WORLD_SIZE", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
+    {"slurm", "Slurm (SLURM_PROCID/SLURM_NTASKS)", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
+     "SLURM_NTASKS_PER_NODE"},
+    {"ompi", "Open MPI (OMPI_COMM_WORLD_RANK/SIZE)", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
      "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"},
 };
 
@@ -98,20 +104,40 @@ EnvironmentLookup process_environment() {
   };
 }
 
-LaunchEnvironment read_launch_environment(const EnvironmentLookup& lookup) {
-  LaunchEnvironment env;
-  auto integer = [&](const char* name, int minimum) -> std::optional<int> {
-    auto text = lookup(name);
-    if (!text) return std::nullopt;
-    auto value = parse_int(*text);
-    TINYDDP_CHECK(value && *value >= minimum, "environment variable ", name, "='", *text, "' is not an integer >= ",
-                  minimum, "; hint: check the launcher's settings (or unset it)");
-    return value;
-  };
+namespace {
+
+// Reads an integer variable (nullopt when unset); throws on one that is not a number >= minimum.
+std::optional<int> read_integer(const EnvironmentLookup& lookup, const char* name, int minimum) {
+  auto text = lookup(name);
+  if (!text) return std::nullopt;
+  auto value = parse_int(*text);
+  TINYDDP_CHECK(value && *value >= minimum, "environment variable ", name, "='", *text, "' is not an integer >= ",
+                minimum, "; hint: check the launcher's settings (or unset it)");
+  return value;
+}
+
+// The tasks on this node under srun: SLURM_TASKS_PER_NODE ("2(x3),1") at SLURM_NODEID, else the
+// leading number of SLURM_NTASKS_PER_NODE (set only with --ntasks-per-node).
+std::optional<int> slurm_local_world_size(const EnvironmentLookup& lookup) {
+  auto per_node = lookup("SLURM_STEP_TASKS_PER_NODE");
+  if (!per_node) per_node = lookup("SLURM_TASKS_PER_NODE");
+  auto node = read_integer(lookup, "SLURM_NODEID", 0);
+  if (per_node && node) {
+    std::vector<int> tasks = expand_tasks_per_node(*per_node);
+    TINYDDP_CHECK(size_t(*node) < tasks.size(), "SLURM_NODEID=", *node, " but SLURM_TASKS_PER_NODE='", *per_node,
+                  "' lists ", tasks.size(), " nodes; hint: run the program with srun inside the allocation");
+    return tasks[size_t(*node)];
+  }
+  if (auto text = lookup("SLURM_NTASKS_PER_NODE")) return parse_int(text->substr(0, text->find('(')));
+  return std::nullopt;
+}
+
+// Rank, world size, local rank and local world size, from the first family of variables present.
+void read_ranks(const EnvironmentLookup& lookup, LaunchEnvironment& env) {
   for (const auto& family : kFamilies) {
-    auto rank = integer(family.rank, 0);
+    auto rank = read_integer(lookup, family.rank, 0);
     if (!rank) continue;
-    auto world_size = integer(family.world_size, 1);
+    auto world_size = read_integer(lookup, family.world_size, 1);
     TINYDDP_CHECK(world_size, family.rank, " is set but ", family.world_size, " is not; hint: set both (found via ",
                   family.name, ")");
     TINYDDP_CHECK(*rank < *world_size, family.rank, "=", *rank, " is not below ", family.world_size, "=", *world_size,
@@ -119,27 +145,131 @@ LaunchEnvironment read_launch_environment(const EnvironmentLookup& lookup) {
     env.rank = *rank;
     env.world_size = *world_size;
     env.source = family.name;
-    // Slurm writes SLURM_NTASKS_PER_NODE as "4" or "4(x2)"; the leading number is what we need.
-    std::optional<int> local_size;
-    if (auto text = lookup(family.local_world_size)) {
-      auto digits = text->substr(0, text->find('('));
-      local_size = parse_int(digits);
-    }
+    env.family = family.id;
+    std::optional<int> local_size = std::string(family.id) == "slurm" ? slurm_local_world_size(lookup)
+                                                                      : read_integer(lookup, family.local_world_size, 1);
     env.local_world_size = local_size.value_or(env.world_size);  // absent: one node
-    env.local_rank = integer(family.local_rank, 0).value_or(env.rank);
-    TINYDDP_CHECK(env.local_rank < env.local_world_size, "local rank ", env.local_rank, " is not below the local world size ",
-                  env.local_world_size, " (from ", family.name, "); hint: check ", family.local_rank, " and ",
-                  family.local_world_size);
-    break;
+    env.local_rank = read_integer(lookup, family.local_rank, 0).value_or(env.rank);
+    TINYDDP_CHECK(env.local_rank < env.local_world_size, "local rank ", env.local_rank,
+                  " is not below the local world size ", env.local_world_size, " (from ", family.name, "); hint: check ",
+                  family.local_rank, " and ", family.local_world_size);
+    return;
   }
-  if (auto addr = lookup("MASTER_ADDR")) env.master_addr = *addr;
-  if (auto port = integer("MASTER_PORT", 1)) {
+}
+
+// MASTER_ADDR/MASTER_PORT, or, under srun and mpirun, an address both can agree on without them.
+void read_store_address(const EnvironmentLookup& lookup, LaunchEnvironment& env) {
+  if (auto addr = lookup("MASTER_ADDR"); addr && !addr->empty()) env.master_addr = *addr;
+  if (auto port = read_integer(lookup, "MASTER_PORT", 1)) {
     TINYDDP_CHECK(*port <= 65535, "MASTER_PORT=", *port, " is not a port; hint: use 1..65535");
     env.master_port = *port;
   }
-  env.restart_count = integer("TINYDDP_RESTART_COUNT", 0).value_or(0);
-  if (auto run_id = lookup("TINYDDP_RUN_ID"); run_id && !run_id->empty()) env.run_id = *run_id;
+  if (!env.master_addr.empty() && env.master_port > 0) {
+    env.address_source = "MASTER_ADDR/MASTER_PORT";
+    return;
+  }
+  if (env.family != "slurm" && env.family != "ompi") return;
+  std::optional<DerivedStoreAddress> derived;
+  try {
+    derived = derive_store_address(env.family, lookup, env.address_problem);
+  } catch (const Error& e) {
+    env.address_problem = e.message();
+  }
+  if (!derived) return;
+  // With every rank on this host, loopback needs no name and no route.
+  bool one_host = env.world_size == env.local_world_size;
+  if (env.master_addr.empty()) env.master_addr = one_host ? "127.0.0.1" : derived->host;
+  if (env.master_port <= 0) env.master_port = derived->port;
+  env.address_source = one_host ? "127.0.0.1 (every rank on this host) and " + derived->how : derived->how;
+}
+
+// env:// needs the store's address: from MASTER_ADDR/MASTER_PORT, or derived under srun and mpirun.
+// When neither gives it, say exactly what to export, and how with the launcher at hand.
+void require_store_address(const LaunchEnvironment& env) {
+  if (!env.master_addr.empty() && env.master_port > 0) return;
+  std::string how = "export MASTER_ADDR=<rank 0's host> MASTER_PORT=<a free port there>, the same on every rank";
+  if (env.family == "slurm") how += " (srun passes the caller's environment on; or srun --export=ALL,MASTER_ADDR=...,MASTER_PORT=...)";
+  if (env.family == "ompi") how += " (mpirun -x MASTER_ADDR=<host> -x MASTER_PORT=<port> ...)";
+  TINYDDP_FAIL("env://: MASTER_ADDR and MASTER_PORT must name the store (MASTER_ADDR='", env.master_addr,
+               "', MASTER_PORT=", env.master_port, ")",
+               env.address_problem.empty() ? "" : "; they could not be derived from " + env.source + ": " + env.address_problem,
+               "; hint: ", how);
+}
+
+// Whether `host` (a name or an address) is one of this machine's addresses: only there can a socket
+// be bound to it.
+bool is_this_host(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0) return false;
+  bool local = false;
+  for (addrinfo* a = found; a && !local; a = a->ai_next) {
+    int fd = socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    local = bind(fd, a->ai_addr, a->ai_addrlen) == 0;  // port 0: any free one
+    close(fd);
+  }
+  freeaddrinfo(found);
+  return local;
+}
+
+// Rank 0 hosts the store at a derived address; that only works if the address is its own.
+void require_this_host(const std::string& host, const LaunchEnvironment& env) {
+  if (is_this_host(host)) return;
+  char name[256] = {0};
+  gethostname(name, sizeof name - 1);
+  TINYDDP_FAIL("env://: the store's address was derived from ", env.address_source, " as ", host, ":",
+               env.master_port, ", but rank 0 runs on ", name, ", which is not that host (the launcher placed rank 0 "
+               "elsewhere); hint: export MASTER_ADDR=<rank 0's host> MASTER_PORT=<a free port there> on every rank",
+               env.family == "ompi" ? " (mpirun -x MASTER_ADDR=... -x MASTER_PORT=...)" : "");
+}
+
+enum class StoreKind { host, join, torch_agent };
+
+// The store itself: ours, hosted by this rank or joined, or torchrun's agent's (a PyTorch TCPStore).
+void connect_store(Rendezvous& r, const std::string& host, int port, StoreKind kind, const RendezvousOptions& options,
+                   const std::string& where) {
+  try {
+    if (kind == StoreKind::torch_agent) {
+      TorchTcpStoreOptions torch_options;
+      torch_options.timeout = options.timeout;
+      r.root_store = std::make_shared<TorchTcpStore>(host, port, torch_options);
+      return;
+    }
+    TcpStoreOptions store_options;
+    store_options.timeout = options.timeout;
+    store_options.token = options.token;
+    r.tcp_store = std::make_shared<TcpStore>(host, port, kind == StoreKind::host, store_options);
+    r.root_store = r.tcp_store;
+  } catch (const Error& e) {
+    TINYDDP_FAIL("rendezvous at ", where, kind == StoreKind::torch_agent ? " (torchrun's agent store)" : "", ": ",
+                 e.message());
+  }
+}
+
+}  // namespace
+
+LaunchEnvironment read_launch_environment(const EnvironmentLookup& environment) {
+  // An empty variable is an unset one (a script that writes MASTER_PORT= to clear it).
+  EnvironmentLookup lookup = [&environment](const std::string& name) -> std::optional<std::string> {
+    auto value = environment(name);
+    return value && !value->empty() ? value : std::nullopt;
+  };
+  LaunchEnvironment env;
+  read_ranks(lookup, env);
+  read_store_address(lookup, env);
+  auto restart = read_integer(lookup, "TINYDDP_RESTART_COUNT", 0);
+  if (!restart) restart = read_integer(lookup, "TORCHELASTIC_RESTART_COUNT", 0);
+  env.restart_count = restart.value_or(0);
+  if (auto run_id = lookup("TINYDDP_RUN_ID"); run_id && !run_id->empty()) {
+    env.run_id = *run_id;
+  } else if (auto torch_run_id = lookup("TORCHELASTIC_RUN_ID"); torch_run_id && !torch_run_id->empty()) {
+    env.run_id = *torch_run_id;
+  }
   if (auto launcher = lookup("TINYDDP_LAUNCHER_STORE")) env.launcher_store = *launcher == "1";
+  if (auto agent = lookup("TORCHELASTIC_USE_AGENT_STORE")) env.torch_agent_store = *agent == "True" || *agent == "1";
+  if (auto file = lookup("TORCHELASTIC_ERROR_FILE")) env.torch_error_file = *file;
   return env;
 }
 
@@ -162,27 +292,22 @@ Rendezvous rendezvous(const std::string& init_method, RendezvousOptions options)
   std::string host = method.host;
   int port = method.port;
   if (method.kind == InitMethod::Kind::env) {
-    TINYDDP_CHECK(!env.master_addr.empty() && env.master_port > 0, "env://: MASTER_ADDR and MASTER_PORT must name ",
-                  "the store (MASTER_ADDR='", env.master_addr, "', MASTER_PORT=", env.master_port,
-                  "); hint: export MASTER_ADDR=<rank 0's host> MASTER_PORT=<a free port>, the same on every rank");
+    require_store_address(env);
     host = env.master_addr;
     port = env.master_port;
   }
   r.store_address = host + ":" + std::to_string(port);
-  bool hosts = r.rank == 0 && options.rank0_hosts_store.value_or(!env.launcher_store);
+  bool agent_store = method.kind == InitMethod::Kind::env && env.torch_agent_store;
+  bool hosts = r.rank == 0 && !agent_store && options.rank0_hosts_store.value_or(!env.launcher_store);
   auto start = Clock::now();
   std::string where = init_method + " (" + r.store_address + ", rank " + std::to_string(r.rank) + " of " +
                       std::to_string(r.world_size) + ")";
+  if (hosts && method.kind == InitMethod::Kind::env && env.address_source != "MASTER_ADDR/MASTER_PORT")
+    require_this_host(host, env);
 
-  TcpStoreOptions store_options;
-  store_options.timeout = options.timeout;
-  store_options.token = options.token;
-  try {
-    r.tcp_store = std::make_shared<TcpStore>(host, port, hosts, store_options);
-  } catch (const Error& e) {
-    TINYDDP_FAIL("rendezvous at ", where, ": ", e.message());
-  }
-  auto job = std::make_shared<PrefixStore>(r.tcp_store,
+  connect_store(r, host, port, agent_store ? StoreKind::torch_agent : hosts ? StoreKind::host : StoreKind::join, options,
+                where);
+  auto job = std::make_shared<PrefixStore>(r.root_store,
                                            "tinyddp/" + env.run_id + "/" + std::to_string(env.restart_count));
   r.store = job;
   PrefixStore rdzv(job, "rdzv");

@@ -3,6 +3,7 @@
 // Values are byte strings. Every blocking call honours the store's timeout and throws a
 // tinyddp::Error naming the keys it waited for when the timeout passes. Implementations:
 //   TcpStore   (comm/store/tcp_store.h)   the client of the Asio server; rank 0 may host the server too
+//   TorchTcpStore (comm/store/torch_tcp_store.h) a client of PyTorch's TCPStore (torchrun's agent store)
 //   HashStore  (comm/store/hash_store.h)  in-process, for threads acting as ranks in tests
 //   PrefixStore (comm/store/prefix_store.h) a namespace over another store
 #pragma once

@@ -4,6 +4,7 @@
 #include <array>
 #include <atomic>
 #include <deque>
+#include <list>
 #include <optional>
 #include <limits>
 #include <thread>
@@ -67,7 +68,9 @@ struct detail::StoreServerState {
   asio::io_context io;
   tcp::acceptor acceptor{io};
   asio::steady_timer accept_retry{io};
+  asio::steady_timer log_flush{io};
   StoreServerOptions options;
+  std::unique_ptr<LogRateLimiter> limited_log;
   std::string bound_host;
   int bound_port = 0;
   std::thread thread;
@@ -76,12 +79,17 @@ struct detail::StoreServerState {
   std::unordered_map<std::string, std::string> data;
   std::unordered_map<std::string, std::vector<std::shared_ptr<ParkedRequest>>> waiters;
   std::unordered_set<std::shared_ptr<ClientConnection>> connections;
+  // The connections that have not completed their hello, oldest first.
+  std::list<std::shared_ptr<ClientConnection>> pending_hellos;
 
-  std::atomic<uint64_t> accepted{0}, open{0}, rejected{0}, requests{0}, waiting{0};
+  std::atomic<uint64_t> accepted{0}, open{0}, rejected{0}, requests{0}, waiting{0}, pending{0}, evicted{0};
 
-  void log(LogLevel level, const std::string& message) { options.log(level, message); }
+  void log(LogLevel level, const std::string& message) { limited_log->log(level, message); }
+  void flush_log_every_window();
 
   void accept();
+  // A new connection joins the pending ones, evicting the oldest when they are at the limit.
+  void admit(const std::shared_ptr<ClientConnection>& connection);
   bool exists(const std::string& key) const { return data.count(key) != 0; }
   std::vector<std::string> missing_keys(const Request& request) const;
   // Runs one request. Returns the response, or nothing when the request was parked (a ParkedRequest).
@@ -111,6 +119,8 @@ struct ClientConnection : std::enable_shared_from_this<ClientConnection> {
   bool close_after_write = false;
   bool closed = false;
   std::shared_ptr<ParkedRequest> waiter;  // the parked request, if any
+  // Where it sits in StoreServerState::pending_hellos until its hello is complete.
+  std::optional<std::list<std::shared_ptr<ClientConnection>>::iterator> pending_position;
 
   ClientConnection(detail::StoreServerState& s, tcp::socket sock)
       : server(s), socket(std::move(sock)), deadline(s.io), peer(endpoint_text(socket)) {}
@@ -169,8 +179,17 @@ struct ClientConnection : std::enable_shared_from_this<ClientConnection> {
     });
   }
 
+  // The hello is complete (or the connection is closing): it no longer counts against the limit.
+  void leave_pending() {
+    if (!pending_position) return;
+    server.pending_hellos.erase(*pending_position);
+    pending_position.reset();
+    server.pending--;
+  }
+
   void on_hello(uint16_t version) {
     disarm_deadline();
+    leave_pending();
     HelloReply reply;
     reply.max_key_bytes = server.options.limits.max_key_bytes;
     reply.max_value_bytes = server.options.limits.max_value_bytes;
@@ -288,6 +307,7 @@ struct ClientConnection : std::enable_shared_from_this<ClientConnection> {
       server.unregister_waiter(w);
     }
     deadline.cancel();
+    leave_pending();
     asio::error_code ignored;
     socket.shutdown(tcp::socket::shutdown_both, ignored);
     socket.close(ignored);
@@ -312,8 +332,29 @@ void detail::StoreServerState::accept() {
     open++;
     auto connection = std::make_shared<ClientConnection>(*this, std::move(socket));
     connections.insert(connection);
+    admit(connection);
     connection->start();
     accept();
+  });
+}
+
+void detail::StoreServerState::admit(const std::shared_ptr<ClientConnection>& connection) {
+  while (!pending_hellos.empty() && pending_hellos.size() >= std::max<size_t>(1, options.max_pending_hellos)) {
+    evicted++;
+    pending_hellos.front()->close("had not completed its hello when " + std::to_string(options.max_pending_hellos) +
+                                  " connections were waiting to; closed the oldest to make room (a flood of idle "
+                                  "connections?)");
+  }
+  connection->pending_position = pending_hellos.insert(pending_hellos.end(), connection);
+  pending++;
+}
+
+void detail::StoreServerState::flush_log_every_window() {
+  log_flush.expires_after(std::max<std::chrono::milliseconds>(options.log_limit.window, std::chrono::milliseconds(10)));
+  log_flush.async_wait([this](asio::error_code ec) {
+    if (ec || stopped) return;
+    limited_log->flush();
+    flush_log_every_window();
   });
 }
 
@@ -489,6 +530,7 @@ StoreServer::StoreServer(StoreServerOptions options) : state_(std::make_unique<d
   detail::StoreServerState& s = *state_;
   if (!options.log) options.log = stderr_log_sink("store");
   s.options = std::move(options);
+  s.limited_log = std::make_unique<LogRateLimiter>(s.options.log, s.options.log_limit);
   const std::string& host = s.options.host;
   TINYDDP_CHECK(s.options.port >= 0 && s.options.port <= 65535, "store server: port ", s.options.port,
                 " is out of range; hint: use 1..65535, or 0 to let the system pick a free one");
@@ -524,7 +566,13 @@ StoreServer::StoreServer(StoreServerOptions options) : state_(std::make_unique<d
                 "; hint: try another port");
   s.bound_host = host;
   s.bound_port = s.acceptor.local_endpoint().port();
+  if (s.options.token.empty() && !s.acceptor.local_endpoint().address().is_loopback())
+    s.log(LogLevel::warn, "listening on " + host + ":" + std::to_string(s.bound_port) +
+                              " WITHOUT A TOKEN: any process that can reach this address can read and change every "
+                              "key of the jobs here; hint: give the store a token (TINYDDP_TOKEN, or tinyddp-store "
+                              "--token) and the same TINYDDP_TOKEN to every rank, or listen on 127.0.0.1");
   s.accept();
+  s.flush_log_every_window();
   s.thread = std::thread([&s] {
     try {
       s.io.run();
@@ -544,13 +592,16 @@ void StoreServer::stop() {
     asio::error_code ignored;
     s.acceptor.close(ignored);
     s.accept_retry.cancel();
+    s.log_flush.cancel();
     auto connections = s.connections;  // close() erases from the set
     for (auto& c : connections) c->close("", LogLevel::debug);
     s.io.stop();
   });
   s.thread.join();
   s.connections.clear();
+  s.pending_hellos.clear();
   s.waiters.clear();
+  s.limited_log->flush(/*all=*/true);
 }
 
 int StoreServer::port() const { return state_->bound_port; }
@@ -564,6 +615,9 @@ StoreServerStats StoreServer::stats() const {
   stats.requests = s.requests;
   stats.waiting = s.waiting;
   stats.open = s.open;
+  stats.pending_hellos = s.pending;
+  stats.evicted = s.evicted;
+  stats.log_suppressed = s.limited_log->suppressed_total();
   return stats;
 }
 

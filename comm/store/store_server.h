@@ -10,6 +10,14 @@
 // silent past the idle limit closes *that* connection, with the reason logged, and nothing else.
 // The wire format is in comm/store/store_protocol.h.
 //
+// Exposed to a network, it also survives a crowd: at most `max_pending_hellos` connections may be
+// open without having completed their hello; when another arrives, the oldest of them is closed. A
+// client that means business sends its hello the moment it connects, so it is never the oldest for
+// long, and a flood of idle connections cannot fill the file table or keep an honest client out.
+// Its log is rate-limited (comm/store/log_rate_limiter.h): a thousand misbehaving clients cost a
+// few lines and a count, not a thousand lines. Listening on an address other than loopback without
+// a token, it warns that anyone who can reach the port can read and change every key.
+//
 // Asio stays inside store_server.cpp (pimpl), so this header costs its users nothing.
 #pragma once
 
@@ -18,6 +26,7 @@
 #include <memory>
 #include <string>
 
+#include "comm/store/log_rate_limiter.h"
 #include "comm/store/store_protocol.h"
 #include "core/log.h"
 
@@ -28,7 +37,9 @@ struct StoreServerState;  // the event loop, the data and the connections (store
 }
 
 struct StoreServerOptions {
-  std::string host = "0.0.0.0";  // address to listen on ("::" for every IPv6 address)
+  // Address to listen on: loopback unless told otherwise ("0.0.0.0" every IPv4 address, "::" every
+  // IPv6 one), so a store is not reachable from the network by accident.
+  std::string host = "127.0.0.1";
   int port = 0;                  // 0: the system picks a free port; read it back with port()
   std::string token;             // when non-empty, a client must present this token in its hello
   protocol::Limits limits;
@@ -36,7 +47,10 @@ struct StoreServerOptions {
   // Between requests a connection may stay idle for ever: ranks sit on their store connection all
   // through training.
   std::chrono::milliseconds idle_limit = std::chrono::seconds(30);
-  LogSink log;  // default: stderr, component "store"
+  // Connections open without a completed hello; past this, the oldest of them is closed.
+  size_t max_pending_hellos = 256;
+  LogSink log;  // default: stderr, component "store"; rate-limited either way
+  LogRateLimit log_limit;
 };
 
 struct StoreServerStats {
@@ -45,6 +59,9 @@ struct StoreServerStats {
   uint64_t rejected = 0;         // connections closed for a reason (bad input, wrong token, idle, ...)
   uint64_t requests = 0;         // requests executed
   uint64_t waiting = 0;          // get/wait calls parked on missing keys now
+  uint64_t pending_hellos = 0;   // connections open now that have not completed their hello
+  uint64_t evicted = 0;          // connections closed to make room under max_pending_hellos
+  uint64_t log_suppressed = 0;   // log lines held back by the rate limit
 };
 
 class StoreServer {

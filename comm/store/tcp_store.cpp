@@ -267,6 +267,14 @@ TcpStore::TcpStore(std::string host, int port, bool is_master, TcpStoreOptions o
 TcpStore::~TcpStore() {
   // The client goes first, so the hosted server sees an orderly goodbye.
   connection_.reset();
+  if (!server_) return;
+  // Another rank may still have a request to make: the last to reach the final barrier releases the
+  // others by setting its key, and only then asks for it itself. So serve on while a client is
+  // connected and between requests, for a while at most. (A client parked on a wait nobody left can
+  // answer does not hold us: the server's end tells it so at once.)
+  const auto deadline = Clock::now() + std::min<Duration>(timeout_, std::chrono::seconds(10));
+  for (StoreServerStats s = server_->stats(); s.open > s.waiting && Clock::now() < deadline; s = server_->stats())
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
   server_.reset();
 }
 

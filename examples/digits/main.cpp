@@ -168,16 +168,18 @@ int main(int argc, char** argv) {
 
     std::vector<Device> devices = examples::choose_devices(options.device_kind, options.world_size);
     DigitsJob trainer(*model, devices, optimizer, &scheduler);
-    trainer.set_init_method(options.init_method);
+    examples::use_init_method(app, options, trainer);
     trainer.set_input_noise(noise, options.seed + 2);
     if (!options.checkpoint_dir.empty()) trainer.set_checkpoint_dir(options.checkpoint_dir);
 
     trainer.run(options.epochs, loader);
 
     if (!trainer.is_main_process()) return 0;  // the workers are done; the spawner reports
+    // Under a launcher the job has as many workers as it started, whatever this host's devices.
+    const int workers = trainer.world_size() > 1 ? trainer.world_size() : int(devices.size());
     std::printf("digits: %lld training rows (%lld with the shifted copies), %lld test rows, MLP 64-%s-10, %d %s worker%s, %d epochs\n",
-                (long long)n_train, (long long)train_set->size(), (long long)n_test, hidden.c_str(), int(devices.size()),
-                devices[0].is_cpu() ? "CPU" : "GPU", devices.size() == 1 ? "" : "s", options.epochs);
+                (long long)n_train, (long long)train_set->size(), (long long)n_test, hidden.c_str(), workers,
+                devices[0].is_cpu() ? "CPU" : "GPU", workers == 1 ? "" : "s", options.epochs);
     if (n_test > 0) {
       nn::DataLoader test_loader(test_set, {.batch_size = 256});
       nn::InferenceResult test = trainer.inference(test_loader);

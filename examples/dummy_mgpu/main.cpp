@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
 
     std::vector<Device> devices = examples::choose_devices(options.device_kind, options.world_size);
     MultiDeviceTrainer trainer(model, devices, optimizer, &scheduler);
-    trainer.set_init_method(options.init_method);
+    examples::use_init_method(app, options, trainer);
     if (!options.checkpoint_dir.empty()) trainer.set_checkpoint_dir(options.checkpoint_dir);
 
     trainer.run(options.epochs, loader);
@@ -105,8 +105,9 @@ int main(int argc, char** argv) {
     nn::DataLoader everything(dataset, {.batch_size = samples});
     nn::InferenceResult result = trainer.inference(everything);
     const double accuracy = double(kernels::count_correct(result.outputs, dataset->targets())) / double(samples);
-    std::printf("%d %s worker%s, %d epochs: final loss %.4f  accuracy %.4f  (%d samples)\n", int(devices.size()),
-                devices[0].is_cpu() ? "CPU" : "GPU", devices.size() == 1 ? "" : "s", options.epochs,
+    const int workers = trainer.world_size() > 1 ? trainer.world_size() : int(devices.size());
+    std::printf("%d %s worker%s, %d epochs: final loss %.4f  accuracy %.4f  (%d samples)\n", workers,
+                devices[0].is_cpu() ? "CPU" : "GPU", workers == 1 ? "" : "s", options.epochs,
                 result.metrics.at("loss"), accuracy, samples);
     if (!options.save_path.empty()) {
       nn::save_model(options.save_path, trainer.model());  // torch.save(trainer.model.state_dict(), ...)

@@ -1,10 +1,17 @@
 // tinyddp-store: a long-lived store server, for clusters where no rank should host it (and for
 // tests that talk to a store from outside a job).
 //
+//   export TINYDDP_TOKEN=$(openssl rand -hex 16)           # the same on every host of the job
 //   tinyddp-store --host 0.0.0.0 --port 29500            # then start ranks with TINYDDP_LAUNCHER_STORE=1
 //
 // It prints one line, "tinyddp-store listening on HOST:PORT", once it accepts connections (with
 // --port 0 that is how you learn the port), and runs until SIGINT or SIGTERM.
+//
+// It listens on 127.0.0.1 unless --host says otherwise. On any other address it requires a token
+// (--token or TINYDDP_TOKEN): without one, anyone who can reach the port could read and rewrite
+// every job's keys. --insecure-no-token starts it anyway, with a warning on every start. However
+// many clients connect, those that have not completed their hello are capped (--max-pending-hellos;
+// the oldest is closed for a new one), and repeated log lines are rate-limited.
 //
 //   tinyddp-store --port 0 --log-ops                     # and print every request a client makes
 //
@@ -17,6 +24,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -160,6 +168,14 @@ void relay(int client_fd, int client, int server_port, protocol::Limits limits) 
 
 // Listens on host:port (IPv4) and relays every connection to the server on loopback `server_port`.
 // Returns the listening socket; `port` receives the port actually bound.
+// Whether `host` names this machine's loopback (127.0.0.0/8, ::1, localhost): only then is a store
+// without a token out of other machines' reach.
+bool is_loopback_host(const std::string& host) {
+  if (host == "localhost" || host == "::1") return true;
+  in_addr v4{};
+  return ::inet_pton(AF_INET, host.c_str(), &v4) == 1 && (ntohl(v4.s_addr) >> 24) == 127;
+}
+
 int listen_for_relay(const std::string& host, int& port) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   TINYDDP_CHECK(fd >= 0, "tinyddp-store --log-ops: socket() failed; hint: check the open-file limit");
@@ -186,18 +202,45 @@ int main(int argc, char** argv) {
   CLI::App app{"tinyddp-store: a standalone tinyddp key-value store server"};
   StoreServerOptions options;
   uint64_t idle_limit_ms = 30000;
+  bool insecure_no_token = false;
   std::string token = TcpStore::token_from_environment();
-  app.add_option("--host", options.host, "address to listen on (0.0.0.0: every IPv4 address)")->capture_default_str();
+  app.add_option("--host", options.host, "address to listen on (0.0.0.0: every IPv4 address; needs a token)")
+      ->capture_default_str();
   app.add_option("--port", options.port, "port to listen on (0: any free port, printed at start)")->capture_default_str();
   app.add_option("--token", token, "token clients must present (default: $TINYDDP_TOKEN; empty: none)");
   app.add_option("--max-value-bytes", options.limits.max_value_bytes, "largest value accepted")->capture_default_str();
   app.add_option("--idle-limit-ms", idle_limit_ms, "how long a client may take to finish a hello or a frame")
       ->capture_default_str();
+  app.add_option("--max-pending-hellos", options.max_pending_hellos,
+                 "connections allowed open without a completed hello (the oldest is closed for a new one)")
+      ->capture_default_str();
+  app.add_flag("--insecure-no-token", insecure_no_token,
+               "listen on a non-loopback address without a token (anyone who reaches the port can change the keys)");
   bool log_ops = false;
   app.add_flag("--log-ops", log_ops, "print every request clients make (one line each, on stdout)");
   CLI11_PARSE(app, argc, argv);
   options.token = token;
   options.idle_limit = std::chrono::milliseconds(idle_limit_ms);
+  if (token.empty() && !is_loopback_host(options.host)) {
+    if (!insecure_no_token) {
+      std::cerr << "tinyddp-store: refusing to listen on " << options.host
+                << " without a token: anyone who can reach the port could read and change every key of every job; "
+                   "hint: export TINYDDP_TOKEN=<a secret> here and on every rank (or pass --token), or listen on "
+                   "127.0.0.1, or accept the risk with --insecure-no-token"
+                << std::endl;
+      return 2;
+    }
+    std::cerr << "tinyddp-store: WARNING: --insecure-no-token: listening on " << options.host
+              << " with no token; any process that can reach this port can read and change the jobs' keys"
+              << std::endl;
+  }
+
+  // Room for many clients: the soft open-file limit (often 1024) up to the hard one.
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &files);
+  }
 
   // Block the stop signals before the server's thread starts (it inherits the mask), then wait for
   // them here: the event loop is never interrupted by a handler.

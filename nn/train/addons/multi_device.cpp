@@ -9,6 +9,7 @@
 #include <random>
 #include <thread>
 
+#include "comm/launch/failure_report.h"
 #include "comm/nccl/nccl_api.h"
 #include "comm/store/barrier.h"
 #include "comm/store/rendezvous.h"
@@ -168,7 +169,8 @@ namespace multi_device {
 int launched_rank() { return comm::read_launch_environment().rank; }
 
 JoinedJob join_job(const std::vector<Device>& devices, const MultiDeviceOptions& options) {
-  comm::Rendezvous joined = comm::rendezvous("env://");
+  const bool spawned = std::getenv(kResultDirVariable) != nullptr;  // the spawner's variables say it all
+  comm::Rendezvous joined = comm::rendezvous(spawned ? "env://" : options.launched_init_method);
   JoinedJob job;
   job.rank = joined.rank;
   job.world_size = joined.world_size;
@@ -205,6 +207,8 @@ void leave_job(const JoinedJob& job) {
 }
 
 void report_failure(const JoinedJob& job, const std::string& message) {
+  // Under torchrun: its error file, naming the rank that failed first (comm/launch/failure_report.h).
+  comm::report_failure_to_launcher(job.job_store.get(), job.rank, message);
   if (job.result_dir.empty() || !job.store) return;
   try {
     job.store->set(failure_key(job.rank), std::to_string(wall_clock_us()) + " " + message);

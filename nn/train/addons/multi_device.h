@@ -55,6 +55,9 @@ namespace tinyddp::nn {
 struct MultiDeviceOptions {
   // Where the job's store listens: the seed's default. When the port is taken, a free one is used.
   std::string init_method = "tcp://localhost:12355";
+  // How a process started by a launcher joins: env:// (the launcher's variables), or tcp://host:port
+  // (rank 0 hosts the store there; ranks and world size still from the launcher).
+  std::string launched_init_method = "env://";
   // "ring" or "nccl"; empty: nccl for CUDA devices when this build has it, ring otherwise.
   std::string backend;
   DdpOptions ddp;
@@ -101,7 +104,7 @@ JoinedJob join_job(const std::vector<Device>& devices, const MultiDeviceOptions&
 void leave_job(const JoinedJob& job);
 // A spawned worker whose run() throws tells the spawner why, with the time, through the store, so the
 // spawner can name the rank that failed first (the others then fail because it is gone) and quote
-// its message. Does nothing for a launched worker, or when the store is unreachable.
+// its message. Under torchrun it writes TORCHELASTIC_ERROR_FILE (comm/launch/failure_report.h).
 void report_failure(const JoinedJob& job, const std::string& message);
 // Runs one worker per device and waits for them; throws naming the rank that failed. Returns the
 // directory holding rank 0's final state (removed by the returned handle's destructor).

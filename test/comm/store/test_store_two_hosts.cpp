@@ -102,7 +102,7 @@ TEST_CASE("two hosts: the store on one, clients on the other") {
 
   SUBCASE("a standalone tinyddp-store on host A serves a client on host B") {
     Child store = spawn_program(hosts.exec_in(hosts.a, {kBin + "/tinyddp-store", "--host", kAddressA, "--port", "0"}),
-                                {"TINYDDP_TOKEN="});
+                                {"TINYDDP_TOKEN=across-hosts"});
     std::string banner = read_until(store.out_fd, "listening on", 20s);
     REQUIRE_MESSAGE(!banner.empty(), "tinyddp-store did not start");
     int port = std::stoi(banner.substr(banner.rfind(':') + 1));
@@ -112,7 +112,7 @@ TEST_CASE("two hosts: the store on one, clients on the other") {
                                    return report = "not on host B's address", 3;
                                  TcpStoreOptions options;
                                  options.timeout = 20s;
-                                 options.token = "";
+                                 options.token = "across-hosts";
                                  TcpStore remote(kAddressA, port, false, options);
                                  remote.set("from-b", "hello across hosts");
                                  if (remote.get("from-b") != "hello across hosts") return 4;
