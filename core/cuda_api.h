@@ -49,6 +49,8 @@ class CudaApi {
   virtual void set_device(int device) = 0;
   virtual int current_device() = 0;
   virtual void synchronize(int device) = 0;
+  // The device's free and total memory in bytes (cudaMemGetInfo); the calling thread's device is kept.
+  virtual void memory_info(int device, size_t* free_bytes, size_t* total_bytes) = 0;
 
   // Streams and events on `device` (the nccl backend's communication stream and its completion events).
   virtual CudaStream create_stream(int device) = 0;
@@ -67,7 +69,7 @@ class CudaApi {
 // The version of the interfaces between tinyddp and its CUDA half (this one, the kernel table, NcclApi):
 // every entry point takes it and returns nullptr for another (core/cuda_plugin.h). Bump it with any
 // change to them.
-constexpr int kCudaPluginAbi = 1;
+constexpr int kCudaPluginAbi = 2;
 // libtinyddp_cuda.so's entry point for its CudaApi.
 constexpr const char* kCudaApiEntryName = "tinyddp_cuda_api";
 

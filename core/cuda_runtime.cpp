@@ -134,5 +134,10 @@ void cuda_memset_zero(void* ptr, size_t bytes, int device) { cuda_api().memset_z
 void cuda_set_device(int device) { cuda_api().set_device(device); }
 int cuda_current_device() { return cuda_api().current_device(); }
 void cuda_synchronize(int device) { cuda_api().synchronize(device); }
+size_t cuda_free_memory(int device) {
+  size_t free_bytes = 0, total_bytes = 0;
+  cuda_api().memory_info(device, &free_bytes, &total_bytes);
+  return free_bytes;
+}
 
 }  // namespace tinyddp

@@ -50,5 +50,7 @@ void cuda_memset_zero(void* ptr, size_t bytes, int device);
 void cuda_set_device(int device);
 int cuda_current_device();
 void cuda_synchronize(int device);
+// `device`'s free memory in bytes (cudaMemGetInfo).
+size_t cuda_free_memory(int device);
 
 }  // namespace tinyddp

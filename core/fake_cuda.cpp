@@ -182,6 +182,17 @@ void FakeCuda::memset_zero(void* ptr, size_t bytes, int device) {
 
 void FakeCuda::synchronize(int device) { select(device, "cudaDeviceSynchronize on cuda:" + std::to_string(device)); }
 
+// Without a memory limit a fake device reports the host's memory as its total, all of it free but
+// what the fake's own allocations hold.
+void FakeCuda::memory_info(int device, size_t* free_bytes, size_t* total_bytes) {
+  check_device(device, "cudaMemGetInfo");
+  std::lock_guard<std::mutex> lock(mutex_);
+  const size_t used = bytes_in_use_[size_t(device)];
+  const size_t total = options_.memory_per_device ? options_.memory_per_device : size_t(-1) / 2;
+  *total_bytes = total;
+  *free_bytes = total > used ? total - used : 0;
+}
+
 CudaStream FakeCuda::create_stream(int device) {
   select(device, "cudaStreamCreate on cuda:" + std::to_string(device));
   return new FakeStream{device};

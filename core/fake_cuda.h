@@ -55,6 +55,7 @@ class FakeCuda final : public CudaApi {
   void set_device(int device) override;
   int current_device() override;
   void synchronize(int device) override;
+  void memory_info(int device, size_t* free_bytes, size_t* total_bytes) override;
   CudaStream create_stream(int device) override;
   void destroy_stream(CudaStream stream) override;
   CudaEvent create_event(int device) override;

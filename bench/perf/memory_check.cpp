@@ -7,10 +7,7 @@
 
 #include "bench/perf/perf_collective.h"
 #include "bench/perf/perf_options.h"
-
-#ifdef TINYDDP_WITH_CUDA
-#include <cuda_runtime.h>
-#endif
+#include "core/cuda_runtime.h"
 
 namespace tinyddp::bench {
 namespace {
@@ -25,20 +22,7 @@ size_t available_host_bytes() {
   return size_t(-1);  // unknown: nothing to refuse on
 }
 
-size_t available_device_bytes(Device device) {
-#ifdef TINYDDP_WITH_CUDA
-  size_t free_bytes = 0, total = 0;
-  int previous = 0;
-  cudaGetDevice(&previous);
-  cudaSetDevice(device.index);
-  bool ok = cudaMemGetInfo(&free_bytes, &total) == cudaSuccess;
-  cudaSetDevice(previous);
-  if (ok) return free_bytes;
-#else
-  (void)device;
-#endif
-  return size_t(-1);
-}
+size_t available_device_bytes(Device device) { return cuda_free_memory(device.index); }
 
 // The largest power of two at most `bytes`, as a size flag ("2G", "512M", ...).
 std::string size_flag(double bytes) {

@@ -10,6 +10,7 @@
 #include "bench/perf/algorithm_choice.h"
 #include "bench/perf/perf_collective.h"
 #include "bench/perf/perf_options.h"
+#include "comm/launch/failure_report.h"
 #include "comm/ring_backend.h"
 #include "comm/store/hash_store.h"
 #include "core/cuda_runtime.h"
@@ -153,5 +154,9 @@ int64_t PerfJob::max(int64_t mine) {
 }
 
 void PerfJob::barrier() { group_->barrier()->wait(); }
+
+void PerfJob::report_failure(const std::string& message) {
+  comm::report_failure_to_launcher(rendezvous_.store.get(), rank_, message);
+}
 
 }  // namespace tinyddp::bench

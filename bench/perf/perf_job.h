@@ -54,6 +54,8 @@ class PerfJob {
   int64_t sum(int64_t mine);
   int64_t max(int64_t mine);
   void barrier();
+  // Tells the launcher that this rank failed with `message` (torchrun's error file; a no-op elsewhere).
+  void report_failure(const std::string& message);
 
  private:
   comm::Rendezvous rendezvous_;  // keeps the store (and on rank 0 its server) alive

@@ -226,6 +226,7 @@ int run(const PerfOptions& o, const PerfCollective& c) {
     }
   } catch (const std::exception& e) {
     if (reports) reports->finish(totals.failed_checks, totals.placements ? totals.busbw_sum / totals.placements : 0.0, e.what());
+    job.report_failure(e.what());
     throw;
   }
   const double avg = totals.placements ? totals.busbw_sum / totals.placements : 0.0;

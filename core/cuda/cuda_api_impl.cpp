@@ -66,6 +66,13 @@ class RuntimeApi final : public CudaApi {
     set_device(device);
     CUDA_CHECK(cudaDeviceSynchronize());
   }
+  void memory_info(int device, size_t* free_bytes, size_t* total_bytes) override {
+    const int previous = current_device();
+    set_device(device);
+    cudaError_t status = cudaMemGetInfo(free_bytes, total_bytes);
+    set_device(previous);
+    CUDA_CHECK(status);
+  }
 
   CudaStream create_stream(int device) override {
     set_device(device);

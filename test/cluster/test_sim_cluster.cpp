@@ -10,7 +10,9 @@
 // Needs root (namespaces); skips with sim_cluster.sh's reason otherwise.
 #include <doctest/doctest.h>
 
+#include <iterator>
 #include <memory>
+#include <regex>
 
 #include "core/safetensors.h"
 #include "test/cluster/cluster_support.h"
@@ -28,6 +30,12 @@ struct Layout {
 };
 constexpr Layout kLayouts[] = {{2, 2, "ca"}, {3, 1, "cb"}};
 
+// How many times `pattern` (an ECMAScript regex) matches in `text`.
+size_t count_matches(const std::string& text, const std::string& pattern) {
+  const std::regex re(pattern);
+  return size_t(std::distance(std::sregex_iterator(text.begin(), text.end(), re), std::sregex_iterator()));
+}
+
 std::string layout_name(const Layout& l) {
   return std::to_string(l.hosts) + " hosts x " + std::to_string(l.per_host) + " rank" + (l.per_host > 1 ? "s" : "");
 }
@@ -41,11 +49,12 @@ void check_allreduce(const SimCluster& cluster, const Layout& layout, const std:
   const std::string& out = job.nodes[0].report;
   const int world = layout.hosts * layout.per_host;
   CHECK(contains(out, "world " + std::to_string(world)));
-  // Every rank says where it runs: per_host of them on each host's own hostname.
+  // Every rank says where it runs ("Rank 2 Group 0 Pid 41 on <hostname> device ..."): per_host of them on
+  // each host's own hostname.
   for (int host = 0; host < layout.hosts; ++host)
-    CHECK(count_of(out, " on " + cluster.name() + "-" + std::to_string(host) + " device") == size_t(layout.per_host));
+    CHECK(count_matches(out, " on +" + cluster.name() + "-" + std::to_string(host) + " device") == size_t(layout.per_host));
   CHECK_MESSAGE(contains(out, "# Out of bounds values : 0 OK"), out);
-  CHECK(count_of(out, "float    sum") == 3);  // 64K, 512K, 4M
+  CHECK(count_matches(out, "float +sum") == 3);  // 64K, 512K, 4M
 }
 
 // The cluster for `layout`, or nullptr, having said why, where simulated hosts cannot be made.
