@@ -122,7 +122,7 @@ class NcclBackend : public ProcessGroup {
 
   WorkPtr all_reduce(const Tensor& t, ReduceOp op, const CallOptions& call) override {
     check_tensor(t, "all_reduce", "tensor");
-    return launch(fingerprint(CollectiveKind::all_reduce, t, t.numel(), op), call, {t}, [=, this] {
+    return launch(make_fingerprint(CollectiveKind::all_reduce, t, t.numel(), op), call, {t}, [=, this] {
       NCCL_CHECK(ncclAllReduce(ptr(t), ptr(t), size_t(t.numel()), nccl_type(t.dtype()), nccl_op(op), comm_, stream_));
     });
   }
@@ -131,7 +131,7 @@ class NcclBackend : public ProcessGroup {
     check_tensor(out, "all_reduce_into", "output");
     check_tensor(in, "all_reduce_into", "input");
     check_same(out, in, "all_reduce_into");
-    return launch(fingerprint(CollectiveKind::all_reduce, in, in.numel(), op), call, {out, in}, [=, this] {
+    return launch(make_fingerprint(CollectiveKind::all_reduce, in, in.numel(), op), call, {out, in}, [=, this] {
       NCCL_CHECK(ncclAllReduce(ptr(in), ptr(out), size_t(in.numel()), nccl_type(in.dtype()), nccl_op(op), comm_, stream_));
     });
   }
@@ -144,7 +144,7 @@ class NcclBackend : public ProcessGroup {
       total += t.numel();
     }
     // One launch for all of them: inside ncclGroupStart/End NCCL fuses the operations.
-    return launch(fingerprint(CollectiveKind::all_reduce, tensors[0], total, op), call, tensors, [=, this] {
+    return launch(make_fingerprint(CollectiveKind::all_reduce, tensors[0], total, op), call, tensors, [=, this] {
       for (const Tensor& t : tensors)
         NCCL_CHECK(ncclAllReduce(ptr(t), ptr(t), size_t(t.numel()), nccl_type(t.dtype()), nccl_op(op), comm_, stream_));
     });
@@ -153,7 +153,7 @@ class NcclBackend : public ProcessGroup {
   WorkPtr broadcast(const Tensor& t, int root, const CallOptions& call) override {
     check_tensor(t, "broadcast", "tensor");
     check_root(root, "broadcast");
-    Fingerprint f = fingerprint(CollectiveKind::broadcast, t, t.numel(), std::nullopt);
+    Fingerprint f = make_fingerprint(CollectiveKind::broadcast, t, t.numel(), std::nullopt);
     f.root = root;
     return launch(f, call, {t}, [=, this] {
       NCCL_CHECK(ncclBroadcast(ptr(t), ptr(t), size_t(t.numel()), nccl_type(t.dtype()), root, comm_, stream_));
@@ -165,7 +165,7 @@ class NcclBackend : public ProcessGroup {
     check_tensor(in, "all_gather", "input");
     TINYDDP_CHECK(out.dtype() == in.dtype() && out.numel() == in.numel() * size(), "all_gather: output ", out.describe(),
                   " must hold world size (", size(), ") x input ", in.describe(), "; hint: size the output accordingly");
-    return launch(fingerprint(CollectiveKind::all_gather, in, in.numel(), std::nullopt), call, {out, in}, [=, this] {
+    return launch(make_fingerprint(CollectiveKind::all_gather, in, in.numel(), std::nullopt), call, {out, in}, [=, this] {
       NCCL_CHECK(ncclAllGather(ptr(in), ptr(out), size_t(in.numel()), nccl_type(in.dtype()), comm_, stream_));
     });
   }
@@ -175,7 +175,7 @@ class NcclBackend : public ProcessGroup {
     check_tensor(in, "reduce_scatter", "input");
     TINYDDP_CHECK(out.dtype() == in.dtype() && in.numel() == out.numel() * size(), "reduce_scatter: input ", in.describe(),
                   " must hold world size (", size(), ") x output ", out.describe(), "; hint: size the input accordingly");
-    return launch(fingerprint(CollectiveKind::reduce_scatter, out, out.numel(), op), call, {out, in}, [=, this] {
+    return launch(make_fingerprint(CollectiveKind::reduce_scatter, out, out.numel(), op), call, {out, in}, [=, this] {
       NCCL_CHECK(ncclReduceScatter(ptr(in), ptr(out), size_t(out.numel()), nccl_type(in.dtype()), nccl_op(op), comm_, stream_));
     });
   }
@@ -183,7 +183,7 @@ class NcclBackend : public ProcessGroup {
   WorkPtr barrier(const CallOptions& call) override {
     // A one-element all-reduce on the device; the Work completes when every rank has joined.
     Tensor token = Tensor::zeros({1}, DType::i32, Device::cuda(device_));
-    return launch(fingerprint(CollectiveKind::barrier, Tensor(), 0, std::nullopt), call, {token}, [=, this] {
+    return launch(make_fingerprint(CollectiveKind::barrier, Tensor(), 0, std::nullopt), call, {token}, [=, this] {
       NCCL_CHECK(ncclAllReduce(ptr(token), ptr(token), 1, ncclInt32, ncclSum, comm_, stream_));
     });
   }
@@ -195,16 +195,6 @@ class NcclBackend : public ProcessGroup {
     Clock::time_point deadline;
     std::vector<Tensor> keep_alive;  // the caching allocator must not reuse them while NCCL runs
   };
-
-  static Fingerprint fingerprint(CollectiveKind kind, const Tensor& t, int64_t count, std::optional<ReduceOp> op) {
-    Fingerprint f;
-    f.kind = uint8_t(kind);
-    f.dtype = uint8_t(t.defined() ? t.dtype() : DType::i32);
-    f.count = count;
-    f.reduces = op.has_value();
-    f.op = uint8_t(op.value_or(ReduceOp::sum));
-    return f;
-  }
 
   void check_device(const Tensor& t) const {
     TINYDDP_CHECK(t.device() == Device::cuda(device_), "nccl backend: ", t.describe(), " is not on this rank's device cuda:",

@@ -29,7 +29,7 @@ TEST_CASE("an f64 reduction whose elements straddle the end of the transport's r
     options.transport = transport;
     options.group_name = "straddle-" + transport;
     options.timeout = std::chrono::seconds(20);
-    options.shm_ring_bytes = 32 << 10;
+    options.shm_fifo_bytes = 32 << 10;
     auto groups = make_groups(world, options);
     const int64_t count = int64_t(1) << 20;
     std::vector<std::string> errors(world);
@@ -64,7 +64,7 @@ TEST_CASE("two ranks' small all-reduces fold f64s that straddle the ring's end, 
   options.transport = "shm";
   options.group_name = "pair-straddle";
   options.timeout = std::chrono::seconds(20);
-  options.shm_ring_bytes = 32 << 10;
+  options.shm_fifo_bytes = 32 << 10;
   auto groups = make_groups(2, options);
   std::vector<std::string> errors(2);
   std::vector<std::vector<double>> maxima(2), minima(2);

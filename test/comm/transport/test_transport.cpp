@@ -256,7 +256,7 @@ TEST_CASE("shm: a ring far smaller than the message wraps around correctly") {
   auto store = std::make_shared<HashStore>();
   ProcessGroupOptions o;
   o.transport = "shm";
-  o.shm_ring_bytes = 4096;  // one page: a 400 KB all-reduce wraps it a hundred times
+  o.shm_fifo_bytes = 4096;  // one page: a 400 KB all-reduce wraps it a hundred times
   o.group_name = "tiny-ring";
   o.timeout = 20s;
   std::vector<std::shared_ptr<ProcessGroup>> groups(3);
@@ -321,7 +321,7 @@ TEST_CASE("shm: ranks whose rings differ in size still read each other's bytes i
     o.transport = "shm";
     o.group_name = "mixed-rings";
     o.timeout = 20s;
-    o.shm_ring_bytes = r == 0 ? (64 << 10) : (1 << 20);  // TINYDDP_SHM_RING_BYTES set differently per rank
+    o.shm_fifo_bytes = r == 0 ? (64 << 10) : (1 << 20);  // TINYDDP_SHM_FIFO_BYTES set differently per rank
     groups[size_t(r)] = create_process_group("ring", store, r, 2, o);
   });
   std::vector<std::string> failures(2);
