@@ -1,13 +1,11 @@
 #include "comm/debug_check.h"
 
-#include <cctype>
-#include <cstdlib>
 #include <map>
 #include <tuple>
 #include <vector>
 
-#include "comm/reduce_op.h"
 #include "core/dtype.h"
+#include "core/log.h"
 
 namespace tinyddp::comm {
 
@@ -20,6 +18,17 @@ const char* collective_kind_name(CollectiveKind kind) {
     case CollectiveKind::barrier: return "barrier";
   }
   return "?";
+}
+
+Fingerprint make_fingerprint(CollectiveKind kind, const Tensor& t, int64_t count, std::optional<ReduceOp> op, int root) {
+  Fingerprint f;
+  f.kind = uint8_t(kind);
+  f.dtype = uint8_t(t.defined() ? t.dtype() : DType::i32);
+  f.count = count;
+  f.reduces = op.has_value();
+  f.op = uint8_t(op.value_or(ReduceOp::sum));
+  f.root = root;
+  return f;
 }
 
 std::string describe_fingerprint(const Fingerprint& f) {
@@ -67,12 +76,6 @@ std::string fingerprint_mismatch(std::span<const Fingerprint> by_rank) {
   return text;
 }
 
-bool debug_detail_from_environment() {
-  const char* value = std::getenv("TINYDDP_DEBUG");
-  if (!value) return false;
-  std::string text(value);
-  for (char& c : text) c = char(std::toupper(static_cast<unsigned char>(c)));
-  return text == "DETAIL";
-}
+bool debug_detail_from_environment() { return debug_level() == DebugLevel::detail; }
 
 }  // namespace tinyddp::comm

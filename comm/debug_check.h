@@ -8,8 +8,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
+
+#include "comm/reduce_op.h"
+#include "core/tensor.h"
 
 namespace tinyddp::comm {
 
@@ -28,6 +32,12 @@ struct Fingerprint {
 };
 static_assert(sizeof(Fingerprint) == 24);
 
+// What a call is, as both backends describe it before they queue it: `count` elements per rank of
+// `t`'s dtype (i32 for a barrier's undefined tensor), `op` for reductions, `root` for a broadcast.
+// The sequence number is the backend's to fill in.
+Fingerprint make_fingerprint(CollectiveKind kind, const Tensor& t, int64_t count, std::optional<ReduceOp> op,
+                             int root = -1);
+
 // "all_reduce #5 f32 x1024 sum"
 std::string describe_fingerprint(const Fingerprint& f);
 
@@ -35,7 +45,7 @@ std::string describe_fingerprint(const Fingerprint& f);
 // which fields differ, ending with a hint.
 std::string fingerprint_mismatch(std::span<const Fingerprint> by_rank);
 
-// True when the environment says TINYDDP_DEBUG=DETAIL (case-insensitive).
+// True when TINYDDP_DEBUG says DETAIL (core/log.h reads it).
 bool debug_detail_from_environment();
 
 }  // namespace tinyddp::comm

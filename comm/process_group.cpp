@@ -31,7 +31,7 @@ std::vector<std::string> available_backends() {
 
 std::shared_ptr<ProcessGroup> create_process_group(const std::string& backend, std::shared_ptr<Store> store, int rank,
                                                    int world, const ProcessGroupOptions& options) {
-  if (backend == "ring" || backend == "gloo") return std::make_shared<RingBackend>(std::move(store), rank, world, options);
+  if (backend == "ring") return std::make_shared<RingBackend>(std::move(store), rank, world, options);
   if (backend == "nccl") return create_nccl_process_group(std::move(store), rank, world, options);
   TINYDDP_FAIL("unknown process group backend '", backend, "'; hint: use \"ring\"",
 #ifdef TINYDDP_WITH_NCCL

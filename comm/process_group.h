@@ -41,9 +41,9 @@ struct ProcessGroupOptions {
   // TINYDDP_DEBUG=DETAIL's collective fingerprint check; unset: read the environment.
   std::optional<bool> debug_detail;
   // ring backend: all-reduces of at most this many bytes use the one-round direct exchange;
-  // unset: the measured crossover (ring_backend.cpp).
+  // unset: TINYDDP_SMALL_MESSAGE_BYTES, else the measured crossover (comm/tuning.h).
   std::optional<size_t> small_message_bytes;
-  size_t shm_ring_bytes = 0;    // 0: TINYDDP_SHM_RING_BYTES or the default
+  size_t shm_fifo_bytes = 0;    // 0: TINYDDP_SHM_FIFO_BYTES or the default (comm/tuning.h)
   size_t tcp_buffer_bytes = 0;  // 0: TINYDDP_TCP_BUFFER_BYTES or the kernel's auto-tuning
   std::optional<std::string> token;  // the job token for transport handshakes; unset: TINYDDP_TOKEN
   // nccl backend: the rank's CUDA device; -1: LOCAL_RANK's, else the rank's (core/device.h, default_cuda_device).

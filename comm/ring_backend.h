@@ -1,25 +1,29 @@
 // RingBackend: the hand-written ProcessGroup ("ring").
 //
-// Setup: every rank publishes its host identity in the store; ranks that share a host talk
-// through ShmTransport, the others through TcpTransport (options.transport forces one of them).
+// A collective's way through it, in the order the .cpp reads:
+//   collectives  all_reduce, broadcast, ...: check the arguments in the caller's thread, describe
+//                the call (its fingerprint) and what it will do once it runs (its body);
+//   task         the call becomes a task of the group's Executor (executor.h), which runs the tasks
+//                one at a time, in call order, on the communication thread or on a caller that
+//                waits; run_task gives each body its context (deadline, transports, wait policy);
+//   algorithm    the body stages CUDA tensors through pinned host memory and runs the algorithm:
+//                ring_algorithms.h for large messages, small_message_allreduce.h for small ones.
 //
-// Execution: collectives are queued and run, in call order, by one communication thread per
-// group, which drives the transports with the algorithms of ring_algorithms.h (large messages)
-// and small_message_allreduce.h (small ones). A caller that waits on a collective nobody has
-// started yet runs the queue itself (see Work), so a synchronous caller pays no thread hand-off.
-//
-// CUDA tensors are staged: copied to pinned host memory, reduced on the CPU, copied back.
+// Setup: every rank publishes its host identity in the store; ranks that share a host talk through
+// ShmTransport, the others through TcpTransport (options.transport forces one of them). The group
+// also decides how its threads wait (WaitPolicy: is the host oversubscribed?) and which core its
+// communication thread runs on (cpu_binding.h).
 #pragma once
 
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "comm/algorithms/ring_algorithms.h"
-#include "comm/debug_check.h"
+#include "comm/executor.h"
 #include "comm/process_group.h"
+#include "comm/wait_policy.h"
 
 namespace tinyddp::comm {
 
@@ -46,22 +50,20 @@ class RingBackend : public ProcessGroup {
   // Which transport reaches `peer`: "shm" or "tcp" ("self" for this rank).
   std::string transport_to(int peer) const;
   size_t small_message_bytes() const { return small_message_bytes_; }
+  const WaitPolicy& wait_policy() const { return wait_; }
   // How many collectives ran on the communication thread, and how many on a waiting caller's
-  // thread (see Executor in the .cpp: a blocking caller runs its small collectives itself).
-  struct RunCounts {
-    uint64_t by_thread = 0;
-    uint64_t by_caller = 0;
-  };
-  RunCounts collectives_run() const;
-
-  class Executor;
+  // thread (a blocking caller runs its small collectives itself; see executor.h).
+  using RunCounts = Executor::RunCounts;
+  RunCounts collectives_run() const { return executor_->counts(); }
 
  private:
-  // What a collective does once it runs, given the call's context (name, deadline, ...).
-  using Body = std::function<void(const CollectiveContext&)>;
-  // Queues `body` as the next collective.
-  WorkPtr enqueue(Fingerprint fingerprint, const CallOptions& call, Body body);
-  void run_task(const Fingerprint& fingerprint, std::chrono::milliseconds timeout, const Body& body, Work& work);
+  struct Hosts;
+  Hosts meet_hosts(const std::string& prefix);
+  void open_transports(const std::string& prefix, const Hosts& hosts);
+  void choose_waiting(const Hosts& hosts);
+
+  WorkPtr submit(Fingerprint fingerprint, const CallOptions& call, Executor::Body body);
+  void run_task(const Executor::Task& task);
   void check_fingerprints(const Fingerprint& mine, const CollectiveContext& ctx);
   void all_reduce_bytes(const std::byte* in, std::byte* out, size_t count, const CollectiveContext& ctx);
   Ring ring() const;
@@ -70,12 +72,14 @@ class RingBackend : public ProcessGroup {
   ProcessGroupOptions options_;
   bool debug_detail_;
   size_t small_message_bytes_;
+  WaitPolicy wait_;
+  int cpu_ = -1;  // the communication thread's CPU (-1: unbound)
   std::unique_ptr<ShmTransport> shm_;
   std::unique_ptr<TcpTransport> tcp_;
   std::vector<Connection*> peers_;  // by rank; nullptr at this rank
   std::vector<Transport*> transports_;
-  uint64_t next_sequence_ = 0;      // the next collective's number (under enqueue_mutex_)
-  std::mutex enqueue_mutex_;
+  uint64_t next_sequence_ = 0;      // the next collective's number (under submit_mutex_)
+  std::mutex submit_mutex_;
   std::string aborted_;             // the first failure's message, once the group is aborted
   std::shared_ptr<Executor> executor_;
 };

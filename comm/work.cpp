@@ -1,14 +1,8 @@
 #include "comm/work.h"
 
-#include <algorithm>
-
-#include "comm/transport/transport.h"
+#include "comm/wait_policy.h"
 
 namespace tinyddp::comm {
-
-namespace {
-constexpr std::chrono::nanoseconds kMaxSpin = std::chrono::microseconds(5);
-}  // namespace
 
 Work::Work(std::string description) : description_(std::move(description)) {}
 
@@ -26,8 +20,8 @@ std::shared_ptr<Work> Work::completed(std::string description) {
 }
 
 void Work::wait() {
-  // The helper is told even when the work is done already: the backend learns from it how the
-  // caller waits (see RingBackend's Executor).
+  // The helper is told even when the work is done already: it learns from it how the caller waits
+  // (see the Executor).
   if (auto helper = helper_.lock()) helper->help(*this);
   block_until_done(std::chrono::steady_clock::time_point::max());
   rethrow_if_failed();
@@ -42,12 +36,10 @@ bool Work::wait_for(Duration timeout) {
 
 bool Work::block_until_done(std::chrono::steady_clock::time_point deadline) {
   if (is_completed()) return true;
-  // A short spin first: a collective that is nearly done finishes sooner than a sleeping thread
-  // wakes up (tens of microseconds). Then sleep, so a waiting caller leaves the core to the ranks
-  // that do the work (4 ranks on 2 cores).
-  // The spin is kept short: while this thread spins it takes a core from the one running the
-  // collective.
-  auto spin_until = std::chrono::steady_clock::now() + std::min<std::chrono::nanoseconds>(SpinThenSleep::budget(), kMaxSpin);
+  // A short spin first (tuning::kWorkWaitSpin at most): a collective that is nearly done finishes
+  // sooner than a sleeping thread wakes up. Then sleep, so a waiting caller leaves the core to the
+  // ranks that do the work (4 ranks on 2 cores).
+  auto spin_until = std::chrono::steady_clock::now() + spin_;
   while (!is_completed() && std::chrono::steady_clock::now() < spin_until) SpinThenSleep::pause();
   std::unique_lock<std::mutex> lock(mutex_);
   if (deadline == std::chrono::steady_clock::time_point::max()) {

@@ -8,13 +8,15 @@
 //   ...                                 // compute overlaps the communication
 //   work->wait();                       // blocks until done; rethrows the collective's error
 //
-// wait() (not wait_for) first offers the waiting thread to the backend (the "helper"): when the
-// communication thread has not started the queued collectives yet, the caller runs them itself
-// instead of sleeping, which saves two thread hand-offs on every small, immediately awaited
-// collective. The ring backend also learns from it which callers wait for each collective before
-// the next, and leaves their small collectives to them (RingBackend's Executor).
+// wait() (not wait_for) first offers the waiting thread to whoever queued the collective (its
+// "helper", the ring backend's Executor): when the communication thread has not started the queued
+// collectives yet, the caller runs them itself instead of sleeping, which saves two thread
+// hand-offs on every small, immediately awaited collective. The Executor also learns from it which
+// callers wait for each collective before the next, and leaves their small collectives to them.
+// Work knows the helper only through the small interface below; the helper completes the Work.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -25,6 +27,7 @@
 #include <string>
 
 #include "comm/debug_check.h"
+#include "comm/tuning.h"
 
 namespace tinyddp::comm {
 
@@ -42,8 +45,8 @@ class Work {
 
   explicit Work(std::string description);
   // A collective's Work, described from its fingerprint only when someone asks (an error message,
-  // a trace). Writing "all_reduce #3 f32 x1024 sum" on every call took several allocations: a
-  // tenth of a 1 KiB all-reduce's CPU time on the 2-core host.
+  // a trace): writing "all_reduce #3 f32 x1024 sum" on every call would cost a small collective
+  // several allocations.
   explicit Work(const Fingerprint& fingerprint);
   // A Work that is already complete (a collective that had nothing to do, world size 1, ...).
   static std::shared_ptr<Work> completed(std::string description);
@@ -63,9 +66,13 @@ class Work {
   // ---- for backends ----
   void mark_succeeded();
   void mark_failed(std::exception_ptr error);
-  // Offered the waiting thread by wait(), done or not (see the header comment). Held weakly: a
-  // Work may outlive its backend.
-  void set_helper(std::weak_ptr<Helper> helper) { helper_ = std::move(helper); }
+  // Offered the waiting thread by wait() (see the header comment). Held weakly: a Work may outlive
+  // its backend. `spin`: how long a waiting thread may spin before it sleeps (the group's
+  // WaitPolicy; at most tuning::kWorkWaitSpin).
+  void set_helper(std::weak_ptr<Helper> helper, std::chrono::nanoseconds spin) {
+    helper_ = std::move(helper);
+    spin_ = std::min<std::chrono::nanoseconds>(spin, tuning::kWorkWaitSpin);
+  }
 
  private:
   static constexpr int kPending = 0, kSucceeded = 1, kFailed = 2;
@@ -79,6 +86,7 @@ class Work {
   std::atomic<int> state_{kPending};
   std::exception_ptr error_;  // written before state_ becomes kFailed, read after
   std::weak_ptr<Helper> helper_;
+  std::chrono::nanoseconds spin_ = tuning::kWorkWaitSpin;
   mutable std::mutex mutex_;
   std::condition_variable done_;
 };

@@ -7,6 +7,8 @@
 #include <mutex>
 #include <string>
 
+#include "core/env.h"
+
 namespace tinyddp {
 
 const char* log_level_name(LogLevel level) {
@@ -29,6 +31,12 @@ LogLevel log_threshold() {
     return LogLevel::info;
   }();
   return threshold;
+}
+
+DebugLevel debug_level() {
+  return env::choice<DebugLevel>("TINYDDP_DEBUG", {{"OFF", DebugLevel::off}, {"INFO", DebugLevel::info},
+                                                   {"DETAIL", DebugLevel::detail}})
+      .value_or(DebugLevel::off);
 }
 
 void log_line(LogLevel level, std::string_view component, std::string_view message) {

@@ -23,6 +23,13 @@ LogLevel log_threshold();
 // Writes one line to stderr when `level` passes the threshold. Thread-safe: lines never interleave.
 void log_line(LogLevel level, std::string_view component, std::string_view message);
 
+// TINYDDP_DEBUG=OFF|INFO|DETAIL, the levels of PyTorch's TORCH_DISTRIBUTED_DEBUG: how much the
+// distributed runtime reports and checks. INFO: DDP logs its gradient buckets. DETAIL: that, and every
+// collective first checks that all ranks called the same one (comm/debug_check.h). Unset: OFF; any
+// other value is an error naming the three.
+enum class DebugLevel { off = 0, info = 1, detail = 2 };
+DebugLevel debug_level();
+
 // Where a component sends its messages. The default (stderr_log_sink) calls log_line.
 using LogSink = std::function<void(LogLevel, const std::string&)>;
 LogSink stderr_log_sink(std::string component);

@@ -64,6 +64,9 @@ struct AdamConfig {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
   bool decoupled_weight_decay = false;  // true: AdamW (p *= 1 - lr*wd), false: Adam (g += wd*p)
 };
+// Throws unless `config` holds hyper-parameters torch.optim.Adam accepts (lr, eps, weight_decay >= 0,
+// betas in [0, 1)). adam_step checks them too; nn::Adam checks once, when it is constructed.
+void check_adam_config(const AdamConfig& config);
 // torch.optim.Adam / AdamW with step counting from 1 (bias corrections 1 - beta^step).
 void adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, const AdamConfig& config,
                int64_t step);

@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <thread>
 
+#include "core/env.h"
 #include "core/error.h"
 
 namespace tinyddp::comm {
@@ -15,27 +15,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// How long one sleep lasts at most: the cadence of the liveness checks while blocked. Short,
-// because loopback TCP now and then stalls with neither side readable nor writable until a
-// retransmission timer fires (~10 ms); waking every millisecond to retry moved 20-50% more there.
-constexpr auto kSleepSlice = std::chrono::microseconds(1000);
-constexpr auto kMixedSleepSlice = std::chrono::microseconds(500);
-// Retries that spin without yielding before the spin starts to yield (about a microsecond).
-constexpr int kPureSpins = 32;
-
-// Streams of at least this many bytes start at kStreamPhase past a 4 KiB boundary of a transport's
-// ring (Connection::align_send). A reduction loads from the ring and stores to the caller's buffer;
-// when the ring position trails the buffer's address by a few dozen bytes modulo 4 KiB, the CPU
-// takes each load for one that may depend on a store just made (4K aliasing) and stalls. Where the
-// position lands depended on every small collective before (a 4-byte barrier moves it), and a
-// 64 MiB all-reduce ran at 1.7 or 6 GB/s busbw depending on that history. Half a page away from
-// the buffer's own offset is far from that window for buffers that start at or near a page
-// boundary, as large allocations do.
-constexpr size_t kAlignedStreamBytes = 64 << 10;
-const size_t kStreamPhase = [] {
-  const char* env = std::getenv("TINYDDP_STREAM_PHASE");  // for measuring other phases
-  return env && *env ? size_t(std::stoull(env)) : size_t(2048);
-}();
+// Where large streams start in a page of a transport's buffer (tuning::kStreamPhase); another
+// phase may be asked for, to measure it. Read on first use, so a bad value fails a collective.
+size_t stream_phase() {
+  static const size_t phase = env::unsigned_integer("TINYDDP_STREAM_PHASE", 0, 4095).value_or(tuning::kStreamPhase);
+  return phase;
+}
 
 struct Progress {
   size_t send_total = 0, recv_total = 0;
@@ -48,7 +33,8 @@ struct Progress {
 
 }  // namespace
 
-CollectiveWaiter::CollectiveWaiter(const CollectiveContext& ctx) : ctx_(ctx), last_progress_(Clock::now()) {}
+CollectiveWaiter::CollectiveWaiter(const CollectiveContext& ctx)
+    : ctx_(ctx), spin_(ctx.wait.spin), last_progress_(Clock::now()) {}
 
 void CollectiveWaiter::progressed() {
   spin_.reset();
@@ -60,13 +46,13 @@ void CollectiveWaiter::wait(const std::vector<WaitFor>& waits) {
   if (spin_.keep_spinning()) {
     // The first microseconds spin on the CPU; after that, unless this rank has a core of its
     // own, each retry yields the core first, so a peer that shares it gets to run and answer.
-    if (++spins_ > kPureSpins && SpinThenSleep::yield_while_spinning()) std::this_thread::yield();
+    if (++spins_ > tuning::kPureSpins && ctx_.wait.yield_while_spinning) std::this_thread::yield();
     SpinThenSleep::pause();
     return;
   }
   std::map<Transport*, std::vector<WaitFor>> by_transport;
   for (const WaitFor& w : waits) by_transport[&w.connection->transport()].push_back(w);
-  auto slice = by_transport.size() > 1 ? kMixedSleepSlice : kSleepSlice;
+  auto slice = by_transport.size() > 1 ? tuning::kMixedSleepSlice : tuning::kSleepSlice;
   for (auto& [transport, list] : by_transport) transport->sleep_once(list, slice);
   auto now = Clock::now();
   auto stalled = std::chrono::duration_cast<std::chrono::milliseconds>(now - last_progress_);
@@ -90,12 +76,12 @@ void CollectiveWaiter::fail_timeout(const std::vector<WaitFor>& waits) const {
 
 namespace {
 
-// Sends what the dependency rule allows, at most one segment per call: one thread drives both
+// Sends what the dependency rule allows, at most one turn's bytes per call: one thread drives both
 // directions, and a long send (a TCP send() of megabytes, the kernel copying it all) would leave
 // the incoming direction idle meanwhile. Returns whether any byte moved.
 bool pump_send(Stream& s, Progress& p, size_t elem) {
   bool moved = false;
-  size_t budget = s.to->segment_bytes();
+  size_t budget = s.to->bytes_per_turn();
   while (p.sent < p.send_total && budget > 0) {
     size_t allowed = std::min(std::min(s.send_lead + p.processed, p.send_total) - p.sent, budget);
     if (allowed == 0) break;
@@ -142,7 +128,8 @@ bool sent_everything_from(const Stream& s, const Progress& p, const std::byte* d
 // Offers the transport the next copy region of the receive stream (Connection::post_recv), once
 // the one offered before is behind the consumer, even while regions before it are still being
 // reduced: in a 2-rank all-reduce the peer's all-gather bytes start to arrive while this rank
-// still reduces, and posted early they go straight to the caller's buffer instead of the ring.
+// still reduces, and posted early they go straight to the caller's buffer instead of the
+// transport's own buffer.
 // A region the consumer has already begun (its sends were not done in time) is offered for what
 // is left of it.
 void offer_next_copy_region(Stream& s, Progress& p) {
@@ -161,10 +148,10 @@ void offer_next_copy_region(Stream& s, Progress& p) {
   p.next_post = s.recv.size() + 1;  // none left
 }
 
-// Receives, reduces or copies up to one segment; returns whether any byte moved.
+// Receives, reduces or copies up to one turn's bytes; returns whether any byte moved.
 bool pump_recv(Stream& s, Progress& p, const CollectiveContext& ctx, size_t elem) {
   bool moved = false;
-  size_t budget = s.from->segment_bytes();
+  size_t budget = s.from->bytes_per_turn();
   while (p.processed < p.recv_total && budget > 0) {
     if (p.next_post <= p.recv_region) offer_next_copy_region(s, p);
     const RecvRegion& region = s.recv[p.recv_region];
@@ -209,14 +196,15 @@ int wrap(int i, int n) { return ((i % n) + n) % n; }
 
 void run_streams(std::span<Stream> streams, const CollectiveContext& ctx) {
   const size_t elem = dtype_size(ctx.dtype);
+  const size_t phase = stream_phase();
   std::vector<Progress> progress(streams.size());
   for (size_t i = 0; i < streams.size(); ++i) {
     drop_empty_regions(streams[i]);
     for (auto& r : streams[i].send) progress[i].send_total += r.bytes;
     for (auto& r : streams[i].recv) progress[i].recv_total += r.bytes;
     // The peer's run_streams sees the same totals for the same bytes, so both ends align alike.
-    if (progress[i].send_total >= kAlignedStreamBytes) streams[i].to->align_send(kStreamPhase);
-    if (progress[i].recv_total >= kAlignedStreamBytes) streams[i].from->align_recv(kStreamPhase);
+    if (progress[i].send_total >= tuning::kAlignedStreamBytes) streams[i].to->align_send(phase);
+    if (progress[i].recv_total >= tuning::kAlignedStreamBytes) streams[i].from->align_recv(phase);
   }
   // However this ends, no transport may go on writing into a region posted below.
   struct CancelPosts {

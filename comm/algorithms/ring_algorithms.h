@@ -14,9 +14,9 @@
 // So the whole collective is two byte streams per rank, one out to r+1 and one in from r-1, where
 // the out-stream is "my first chunk, then the in-stream (reduced) minus its last chunk". A byte
 // may leave as soon as the byte it depends on has arrived and been reduced. run_streams() moves
-// both streams a segment at a time with non-blocking transport calls, so at any moment one
-// segment is on the wire out, another on the wire in, and a third being reduced: steps overlap
-// steps, not just segments inside a step.
+// both streams a turn's worth of bytes at a time with non-blocking transport calls, so at any
+// moment one piece is on the wire out, another on the wire in, and a third being reduced: steps
+// overlap steps, not just pieces inside a step.
 #pragma once
 
 #include <array>
@@ -28,13 +28,14 @@
 
 #include "comm/reduce_op.h"
 #include "comm/transport/transport.h"
+#include "comm/wait_policy.h"
 #include "comm/work.h"
 #include "core/dtype.h"
 
 namespace tinyddp::comm {
 
 // What every algorithm needs to know besides the data: element type and op, a name for error
-// messages, when to give up, and every transport of the group (to notice any dead peer).
+// messages, when to give up, how to wait, and every transport of the group (to notice any dead peer).
 // Cheap to copy: the names are only turned into text when an error needs them.
 struct CollectiveContext {
   int rank = 0;
@@ -45,6 +46,7 @@ struct CollectiveContext {
   int world_size = 1;
   std::chrono::milliseconds timeout{0};
   std::chrono::steady_clock::time_point deadline;
+  WaitPolicy wait;                            // the process group's
   std::span<Transport* const> transports;
 
   // "rank 0: all_reduce #3 f32 x1024 sum", for messages.
@@ -72,9 +74,10 @@ class CollectiveWaiter {
 };
 
 // Incoming bytes to be reduced, taken whole elements at a time where they lie in the transport
-// (try_peek), and through `carry` for the one element that the end of a transport's ring cuts in
-// two: after traffic in a smaller dtype (an odd count of i32s, then f64s) the stream's position in
-// that ring is no multiple of the element size, and no peek can ever show that element whole.
+// (try_peek), and through `carry` for the one element that the end of a transport's circular
+// buffer cuts in two: after traffic in a smaller dtype (an odd count of i32s, then f64s) the
+// stream's position in that buffer is no multiple of the element size, and no peek can ever show
+// that element whole.
 struct ElementReader {
   alignas(8) std::array<std::byte, 8> carry{};
   size_t carry_bytes = 0;

@@ -93,7 +93,7 @@ void pair_all_reduce(Connection* peer, int rank, const std::byte* in, std::byte*
       sent += k;
       moved |= k > 0;
     }
-    // In place, an element is overwritten only once it has been sent (the ring takes a small
+    // In place, an element is overwritten only once it has been sent (the transport takes a small
     // message at once unless the peer is far behind).
     const size_t limit = out == in ? sent : bytes;
     while (folded < limit) {
@@ -120,18 +120,16 @@ void direct_all_reduce(std::span<Connection* const> peers, int rank, const std::
   const int n = int(peers.size());
   const size_t bytes = count * dtype_size(ctx.dtype);
   if (bytes == 0) return;
-  // Two ranks over shared memory fold in place. Over tcp (where two ranks use this path up to
-  // 512 KiB) that was faster from 256 KiB but slower at 64 KiB (56-60 us against 36-47, in place,
-  // side by side), so tcp keeps the gathering exchange below.
+  // Two ranks over shared memory fold in place. Over tcp, where two ranks use this path up to
+  // 512 KiB, the fold lost to the gathering exchange below at 64 KiB
+  // (bench/allreduce_results.md#small-message-algorithm-or-ring-the-crossover).
   if (n == 2 && std::strcmp(peers[size_t(1 - rank)]->transport().name(), "shm") == 0)
     return pair_all_reduce(peers[size_t(1 - rank)], rank, in, out, count, ctx);
   // The gathered inputs: a buffer of the thread's own, reused, for the sizes this path is meant for
   // (no allocation per call); a one-off for anything larger (TINYDDP_SMALL_MESSAGE_BYTES raised).
-  // 4 MiB holds every default direct exchange: 2 ranks x 512 KiB over tcp, up to 128 ranks x 32 KiB.
-  constexpr size_t kKeptBytes = 4 << 20;
   thread_local std::vector<std::byte> kept;
   std::vector<std::byte> one_off;
-  std::vector<std::byte>& all = size_t(n) * bytes <= kKeptBytes ? kept : one_off;
+  std::vector<std::byte>& all = size_t(n) * bytes <= tuning::kDirectExchangeKeptBytes ? kept : one_off;
   if (all.size() < size_t(n) * bytes) all.resize(size_t(n) * bytes);
   direct_all_gather(peers, rank, in, all.data(), bytes, ctx);
   // The same fold, in the same order, on every rank.

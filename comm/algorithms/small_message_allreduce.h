@@ -3,9 +3,9 @@
 // The ring needs 2(n-1) dependent steps, and for a few kilobytes each step's fixed cost (a wake-up,
 // a system call, a cache miss on the peer's counter) is the whole cost. Here every rank sends its
 // whole buffer to every other rank at once and folds what it receives: one round trip, n-1 times
-// the bytes. That trade wins below a crossover size and loses above it (kSmallMessageBytes in
-// ring_backend.cpp, measured on the 2-core reference host; kSmallMessageBytesTcpPair for two ranks
-// over tcp, where both move the same bytes and only the number of steps differs).
+// the bytes. That trade wins below a crossover size and loses above it (tuning::kSmallMessageBytes;
+// tuning::kSmallMessageBytesTcpPair for two ranks over tcp, where both move the same bytes and
+// only the number of steps differs).
 //
 // Every rank folds the contributions in rank order (x0 op x1 op ... op x(n-1)), so every rank
 // computes the bitwise-identical floating-point result, as the ring does.

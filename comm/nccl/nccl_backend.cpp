@@ -97,17 +97,6 @@ class GroupScope {
   bool ended_ = false;
 };
 
-Fingerprint fingerprint(CollectiveKind kind, const Tensor& t, int64_t count, std::optional<ReduceOp> op, int root = -1) {
-  Fingerprint f;
-  f.kind = uint8_t(kind);
-  f.dtype = uint8_t(t.defined() ? t.dtype() : DType::i32);
-  f.count = count;
-  f.reduces = op.has_value();
-  f.op = uint8_t(op.value_or(ReduceOp::sum));
-  f.root = root;
-  return f;
-}
-
 int local_rank_from_environment() {
   try {
     return read_launch_environment().local_rank;
@@ -550,7 +539,7 @@ std::string NcclBackend::culprits() {
 
 WorkPtr NcclBackend::all_reduce(const Tensor& t, ReduceOp op, const CallOptions& call) {
   check_tensor(t, "all_reduce", "tensor");
-  return launch(fingerprint(CollectiveKind::all_reduce, t, t.numel(), op), call, {t}, [=, this](NcclComm c, CudaStream s) {
+  return launch(make_fingerprint(CollectiveKind::all_reduce, t, t.numel(), op), call, {t}, [=, this](NcclComm c, CudaStream s) {
     return nccl_.all_reduce(ptr(t), ptr(t), size_t(t.numel()), t.dtype(), op, c, s);
   });
 }
@@ -559,7 +548,7 @@ WorkPtr NcclBackend::all_reduce_into(const Tensor& out, const Tensor& in, Reduce
   check_tensor(out, "all_reduce_into", "output");
   check_tensor(in, "all_reduce_into", "input");
   check_same(out, in, "all_reduce_into");
-  return launch(fingerprint(CollectiveKind::all_reduce, in, in.numel(), op), call, {out, in},
+  return launch(make_fingerprint(CollectiveKind::all_reduce, in, in.numel(), op), call, {out, in},
                 [=, this](NcclComm c, CudaStream s) {
                   return nccl_.all_reduce(ptr(in), ptr(out), size_t(in.numel()), in.dtype(), op, c, s);
                 });
@@ -573,7 +562,7 @@ WorkPtr NcclBackend::all_reduce_coalesced(const std::vector<Tensor>& tensors, Re
     total += t.numel();
   }
   // One launch for all of them: inside ncclGroupStart/End NCCL fuses the operations.
-  return launch(fingerprint(CollectiveKind::all_reduce, tensors[0], total, op), call, tensors,
+  return launch(make_fingerprint(CollectiveKind::all_reduce, tensors[0], total, op), call, tensors,
                 [=, this](NcclComm c, CudaStream s) {
                   for (const Tensor& t : tensors) {
                     NcclResult r = nccl_.all_reduce(ptr(t), ptr(t), size_t(t.numel()), t.dtype(), op, c, s);
@@ -586,7 +575,7 @@ WorkPtr NcclBackend::all_reduce_coalesced(const std::vector<Tensor>& tensors, Re
 WorkPtr NcclBackend::broadcast(const Tensor& t, int root, const CallOptions& call) {
   check_tensor(t, "broadcast", "tensor");
   check_root(root, "broadcast");
-  return launch(fingerprint(CollectiveKind::broadcast, t, t.numel(), std::nullopt, root), call, {t},
+  return launch(make_fingerprint(CollectiveKind::broadcast, t, t.numel(), std::nullopt, root), call, {t},
                 [=, this](NcclComm c, CudaStream s) {
                   return nccl_.broadcast(ptr(t), ptr(t), size_t(t.numel()), t.dtype(), root, c, s);
                 });
@@ -597,7 +586,7 @@ WorkPtr NcclBackend::all_gather(const Tensor& out, const Tensor& in, const CallO
   check_tensor(in, "all_gather", "input");
   TINYDDP_CHECK(out.dtype() == in.dtype() && out.numel() == in.numel() * size(), "all_gather: output ", out.describe(),
                 " must hold world size (", size(), ") x input ", in.describe(), "; hint: size the output accordingly");
-  return launch(fingerprint(CollectiveKind::all_gather, in, in.numel(), std::nullopt), call, {out, in},
+  return launch(make_fingerprint(CollectiveKind::all_gather, in, in.numel(), std::nullopt), call, {out, in},
                 [=, this](NcclComm c, CudaStream s) {
                   return nccl_.all_gather(ptr(in), ptr(out), size_t(in.numel()), in.dtype(), c, s);
                 });
@@ -608,7 +597,7 @@ WorkPtr NcclBackend::reduce_scatter(const Tensor& out, const Tensor& in, ReduceO
   check_tensor(in, "reduce_scatter", "input");
   TINYDDP_CHECK(out.dtype() == in.dtype() && in.numel() == out.numel() * size(), "reduce_scatter: input ", in.describe(),
                 " must hold world size (", size(), ") x output ", out.describe(), "; hint: size the input accordingly");
-  return launch(fingerprint(CollectiveKind::reduce_scatter, out, out.numel(), op), call, {out, in},
+  return launch(make_fingerprint(CollectiveKind::reduce_scatter, out, out.numel(), op), call, {out, in},
                 [=, this](NcclComm c, CudaStream s) {
                   return nccl_.reduce_scatter(ptr(in), ptr(out), size_t(out.numel()), in.dtype(), op, c, s);
                 });
@@ -617,7 +606,7 @@ WorkPtr NcclBackend::reduce_scatter(const Tensor& out, const Tensor& in, ReduceO
 WorkPtr NcclBackend::barrier(const CallOptions& call) {
   // A one-element all-reduce on the device; the Work completes when every rank has joined.
   Tensor token = Tensor::zeros({1}, DType::i32, Device::cuda(device_));
-  return launch(fingerprint(CollectiveKind::barrier, Tensor(), 0, std::nullopt), call, {token},
+  return launch(make_fingerprint(CollectiveKind::barrier, Tensor(), 0, std::nullopt), call, {token},
                 [=, this](NcclComm c, CudaStream s) {
                   return nccl_.all_reduce(ptr(token), ptr(token), 1, DType::i32, ReduceOp::sum, c, s);
                 });

@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <linux/futex.h>
-#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -16,7 +15,10 @@
 #include <fstream>
 #include <new>
 
+#include "core/env.h"
 #include "core/error.h"
+#include "core/hash.h"
+#include "core/process.h"
 
 namespace tinyddp::comm {
 
@@ -25,12 +27,9 @@ namespace {
 constexpr uint64_t kMagic = 0x4d48535044445454ull;  // "TTDDPSHM"
 constexpr uint32_t kVersion = 1;
 constexpr uint32_t kOpen = 0, kClosed = 1, kAborted = 2;
-// 1 MiB per ring: half an L2 of the reference host (2 MiB per core), so a ring being filled and
-// drained stays in cache. 256 KiB and 4 MiB measured the same within the (large) noise there.
-constexpr size_t kDefaultRingBytes = 1 << 20;
 constexpr size_t kPage = 4096;
-// Rings smaller than this keep every byte (see align_send).
-constexpr size_t kMinAlignedRing = 16 * kPage;
+// Fifos smaller than this keep every byte (see align_send).
+constexpr size_t kMinAlignedFifo = 16 * kPage;
 // How long a rank may wait on a peer that closed cleanly before that counts as a failure.
 constexpr auto kClosedGrace = std::chrono::milliseconds(1000);
 
@@ -39,8 +38,8 @@ struct ControlBlock {
   uint32_t version;
   int32_t rank;
   int32_t pid;
-  uint32_t rings;
-  uint64_t ring_bytes;
+  uint32_t fifos;
+  uint64_t fifo_bytes;
   alignas(64) std::atomic<uint32_t> doorbell;  // bumped by a peer after it sent to us or freed room
   alignas(64) std::atomic<uint32_t> sleepers;  // > 0 while this rank sleeps on the doorbell
   std::atomic<uint32_t> state;                 // kOpen, kClosed, kAborted
@@ -48,7 +47,7 @@ struct ControlBlock {
 };
 
 // The two counters live on separate cache lines: each is written by one side only.
-struct RingHeader {
+struct FifoHeader {
   alignas(64) std::atomic<uint64_t> written;  // bytes ever sent (the sender's)
   alignas(64) std::atomic<uint64_t> read;     // bytes ever consumed (the receiver's)
 };
@@ -73,22 +72,11 @@ void futex_wake_all(std::atomic<uint32_t>* word) {
 // fence orders the counter's store before the look at `sleepers`; sleep_once orders its
 // announcement before its last look at the counters the same way, so one of the two always sees
 // the other (a sleeper that missed the counter is woken, a waker that missed the sleeper is seen).
-void ring_doorbell(ControlBlock* control) {
+void wake(ControlBlock* control) {
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (control->sleepers.load(std::memory_order_relaxed) == 0) return;
   control->doorbell.fetch_add(1, std::memory_order_seq_cst);
   futex_wake_all(&control->doorbell);
-}
-
-bool process_alive(int pid) {
-  if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
-  // A killed child stays a zombie until its parent reaps it, and kill() still finds zombies.
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(stat, line)) return true;  // no /proc: trust kill()
-  auto close_paren = line.rfind(')');
-  char state = close_paren != std::string::npos && close_paren + 2 < line.size() ? line[close_paren + 2] : 'R';
-  return state != 'Z' && state != 'X';
 }
 
 std::string read_first_line(const char* path) {
@@ -96,12 +84,6 @@ std::string read_first_line(const char* path) {
   std::string line;
   std::getline(in, line);
   return line;
-}
-
-uint64_t fnv1a(const std::string& text) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
-  return h;
 }
 
 }  // namespace
@@ -128,28 +110,28 @@ struct ShmTransport::Segment {
     if (base) ::munmap(base, bytes);
   }
   ControlBlock* control() const { return static_cast<ControlBlock*>(base); }
-  size_t ring_bytes() const { return control()->ring_bytes; }
+  size_t fifo_bytes() const { return control()->fifo_bytes; }
   static size_t headers_offset() { return round_up(sizeof(ControlBlock), kPage); }
-  size_t data_offset() const { return headers_offset() + round_up(control()->rings * sizeof(RingHeader), kPage); }
-  RingHeader* header(int ring) const {
-    return reinterpret_cast<RingHeader*>(static_cast<char*>(base) + headers_offset()) + ring;
+  size_t data_offset() const { return headers_offset() + round_up(control()->fifos * sizeof(FifoHeader), kPage); }
+  FifoHeader* header(int fifo) const {
+    return reinterpret_cast<FifoHeader*>(static_cast<char*>(base) + headers_offset()) + fifo;
   }
-  std::byte* data(int ring) const {
-    return static_cast<std::byte*>(base) + data_offset() + size_t(ring) * ring_bytes();
+  std::byte* data(int fifo) const {
+    return static_cast<std::byte*>(base) + data_offset() + size_t(fifo) * fifo_bytes();
   }
 };
 
-// The connection to one local peer: our ring to it (in our segment) and its ring to us (in its).
-class ShmTransport::Peer : public Connection {
+// The connection to one local peer: our fifo to it (in our segment) and its fifo to us (in its).
+class ShmTransport::ShmConnection : public Connection {
  public:
-  Peer(ShmTransport& transport, int peer, const Segment& own, int out_ring, const Segment& theirs, int in_ring)
+  ShmConnection(ShmTransport& transport, int peer, const Segment& own, int out_fifo, const Segment& theirs, int in_fifo)
       : Connection(transport, peer),
-        out_(own.header(out_ring)),
-        out_data_(own.data(out_ring)),
-        in_(theirs.header(in_ring)),
-        in_data_(theirs.data(in_ring)),
-        capacity_(own.ring_bytes()),
-        in_capacity_(theirs.ring_bytes()),
+        out_(own.header(out_fifo)),
+        out_data_(own.data(out_fifo)),
+        in_(theirs.header(in_fifo)),
+        in_data_(theirs.data(in_fifo)),
+        capacity_(own.fifo_bytes()),
+        in_capacity_(theirs.fifo_bytes()),
         peer_control_(theirs.control()),
         written_(out_->written.load(std::memory_order_relaxed)),
         read_(in_->read.load(std::memory_order_relaxed)),
@@ -186,7 +168,7 @@ class ShmTransport::Peer : public Connection {
     std::memcpy(out_data_, static_cast<const std::byte*>(data) + first, n - first);
     written_ += n;
     out_->written.store(written_, std::memory_order_release);  // publish the bytes, then wake
-    ring_doorbell(peer_control_);
+    wake(peer_control_);
     return n;
   }
 
@@ -217,28 +199,28 @@ class ShmTransport::Peer : public Connection {
   void release(size_t n) override {
     read_ += n;
     in_->read.store(read_, std::memory_order_release);  // the room is free for the sender again
-    ring_doorbell(peer_control_);
+    wake(peer_control_);
   }
 
-  size_t segment_bytes() const override { return static_cast<const ShmTransport&>(transport()).segment_bytes_; }
+  size_t bytes_per_turn() const override { return static_cast<const ShmTransport&>(transport()).bytes_per_turn_; }
 
   // Both ends compute the same skip: at the start of a collective the sender's count of bytes
-  // written equals the receiver's count of bytes read. The ring's data starts on a page.
-  // A ring of a few pages is left as it is: the skip could leave no room for an element.
+  // written equals the receiver's count of bytes read. The fifo's data starts on a page.
+  // A fifo of a few pages is left as it is: the skip could leave no room for an element.
   void align_send(size_t phase) override {
-    if (capacity_ >= kMinAlignedRing) send_pad_ += skip_to_phase(written_ + send_pad_, phase);
+    if (capacity_ >= kMinAlignedFifo) send_pad_ += skip_to_phase(written_ + send_pad_, phase);
   }
   void align_recv(size_t phase) override {
-    if (in_capacity_ >= kMinAlignedRing) recv_skip_ += skip_to_phase(read_ + recv_skip_, phase);
+    if (in_capacity_ >= kMinAlignedFifo) recv_skip_ += skip_to_phase(read_ + recv_skip_, phase);
   }
 
  private:
-  RingHeader* out_;
+  FifoHeader* out_;
   std::byte* out_data_;
-  RingHeader* in_;
+  FifoHeader* in_;
   const std::byte* in_data_;
-  size_t capacity_;     // of our ring to the peer
-  size_t in_capacity_;  // of the peer's ring to us (its TINYDDP_SHM_RING_BYTES may differ from ours)
+  size_t capacity_;     // of our fifo to the peer
+  size_t in_capacity_;  // of the peer's fifo to us (its TINYDDP_SHM_FIFO_BYTES may differ from ours)
   ControlBlock* peer_control_;
   uint64_t written_;  // our copy of out_->written (we are its only writer)
   uint64_t read_;     // our copy of in_->read (we are its only writer)
@@ -252,28 +234,78 @@ class ShmTransport::Peer : public Connection {
   }
 };
 
+namespace {
+
+// Where rank `r` stands among the sorted local ranks.
+int position_of(const std::vector<int>& local_ranks, int r) {
+  return int(std::find(local_ranks.begin(), local_ranks.end(), r) - local_ranks.begin());
+}
+
+// The fifo that `owner` keeps for `target` in its segment: target's place among owner's peers.
+int fifo_index(const std::vector<int>& local_ranks, int owner, int target) {
+  const int t = position_of(local_ranks, target);
+  return t - (t > position_of(local_ranks, owner) ? 1 : 0);
+}
+
+// Opens and maps rank `r`'s published segment `name`, and checks that it is one of this group.
+std::unique_ptr<ShmTransport::Segment> map_segment(const std::string& name, int rank, int r, uint32_t fifos) {
+  auto segment = std::make_unique<ShmTransport::Segment>();
+  segment->name = name;
+  int fd = ::shm_open(name.c_str(), O_RDWR, 0600);
+  TINYDDP_CHECK(fd >= 0, "shm transport: rank ", rank, " cannot open rank ", r, "'s segment ", name, ": ",
+                std::strerror(errno), "; hint: ranks that share memory must run on one host, as one user, and see the same /dev/shm");
+  struct stat st {};
+  ::fstat(fd, &st);
+  segment->bytes = size_t(st.st_size);
+  segment->base = ::mmap(nullptr, segment->bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  ::close(fd);
+  if (segment->base == MAP_FAILED) segment->base = nullptr;
+  TINYDDP_CHECK(segment->base && segment->control()->magic == kMagic && segment->control()->version == kVersion &&
+                    segment->control()->rank == r && segment->control()->fifos == fifos,
+                "shm transport: rank ", r, "'s segment ", name,
+                " is not a tinyddp segment of this version and group; hint: every rank must run the same tinyddp build");
+  return segment;
+}
+
+}  // namespace
+
 ShmTransport::ShmTransport(Store& store, const std::string& prefix, int rank, const std::vector<int>& local_ranks,
                            std::chrono::milliseconds timeout, ShmTransportOptions options)
-    : rank_(rank), segment_bytes_(options.segment_bytes), local_ranks_(local_ranks), own_(std::make_unique<Segment>()) {
-  size_t ring_bytes = options.ring_bytes;
-  if (ring_bytes == 0) {
-    const char* env = std::getenv("TINYDDP_SHM_RING_BYTES");
-    ring_bytes = env && *env ? size_t(std::stoull(env)) : kDefaultRingBytes;
+    : rank_(rank), bytes_per_turn_(options.bytes_per_turn), local_ranks_(local_ranks), own_(std::make_unique<Segment>()) {
+  TINYDDP_CHECK(position_of(local_ranks, rank) < int(local_ranks.size()), "shm transport: rank ", rank,
+                " is not among the local ranks; hint: this is a bug in the caller");
+  size_t fifo_bytes = options.fifo_bytes;
+  if (fifo_bytes == 0)
+    fifo_bytes = env::unsigned_integer("TINYDDP_SHM_FIFO_BYTES", 0, size_t(1) << 40).value_or(tuning::kShmFifoBytes);
+  create_own_segment(prefix, round_up(std::max<size_t>(fifo_bytes, kPage), kPage));
+  try {
+    map_peer_segments(store, prefix, timeout);
+  } catch (...) {
+    ::shm_unlink(own_->name.c_str());
+    throw;
   }
-  ring_bytes = round_up(std::max<size_t>(ring_bytes, kPage), kPage);
-  const int n_local = int(local_ranks.size());
-  auto position = [&](int r) { return int(std::find(local_ranks.begin(), local_ranks.end(), r) - local_ranks.begin()); };
-  // The ring that `owner` keeps for `target` in its segment: target's place among owner's peers.
-  auto ring_index = [&](int owner, int target) { return position(target) - (position(target) > position(owner) ? 1 : 0); };
-  TINYDDP_CHECK(position(rank) < n_local, "shm transport: rank ", rank, " is not among the local ranks; hint: this is a bug in the caller");
+  // Every rank of this host has mapped every segment: the names can go. The mappings stay valid,
+  // and nothing is left in /dev/shm if a rank is killed later.
+  ::shm_unlink(own_->name.c_str());
 
-  // 1. Create, size and map this rank's segment. The name is unique per job, group, rank and
-  // process, so a crashed earlier run can never be mistaken for this one.
+  connections_.resize(size_t(*std::max_element(local_ranks.begin(), local_ranks.end())) + 1);
+  for (int r : local_ranks) {
+    if (r == rank) continue;
+    const Segment& theirs = *mapped_[position_of(local_ranks, r)];
+    connections_[r] = std::make_unique<ShmConnection>(*this, r, *own_, fifo_index(local_ranks, rank, r), theirs,
+                                                      fifo_index(local_ranks, r, rank));
+  }
+}
+
+// Creates, sizes and maps this rank's segment: a control block and one fifo per local peer. The
+// name is unique per job, group, rank and process, so a crashed earlier run can never be mistaken
+// for this one.
+void ShmTransport::create_own_segment(const std::string& prefix, size_t fifo_bytes) {
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(fnv1a(prefix)));
-  own_->name = "/tinyddp-" + std::string(hex) + "-" + std::to_string(rank) + "-" + std::to_string(::getpid());
-  const uint32_t rings = uint32_t(n_local - 1);
-  own_->bytes = Segment::headers_offset() + round_up(rings * sizeof(RingHeader), kPage) + rings * ring_bytes;
+  own_->name = "/tinyddp-" + std::string(hex) + "-" + std::to_string(rank_) + "-" + std::to_string(::getpid());
+  const uint32_t fifos = uint32_t(local_ranks_.size() - 1);
+  own_->bytes = Segment::headers_offset() + round_up(fifos * sizeof(FifoHeader), kPage) + fifos * fifo_bytes;
   int fd = ::shm_open(own_->name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   TINYDDP_CHECK(fd >= 0, "shm transport: shm_open(", own_->name, ") failed: ", std::strerror(errno),
                 "; hint: /dev/shm must be a writable tmpfs (in Docker: --ipc=host or --shm-size), or use the tcp transport");
@@ -282,7 +314,7 @@ ShmTransport::ShmTransport(Store& store, const std::string& prefix, int rank, co
     ::close(fd);
     ::shm_unlink(own_->name.c_str());
     TINYDDP_FAIL("shm transport: could not reserve ", own_->bytes, " bytes in /dev/shm: ", std::strerror(err),
-                 "; hint: enlarge /dev/shm (Docker: --shm-size=1g), lower TINYDDP_SHM_RING_BYTES, or use the tcp transport");
+                 "; hint: enlarge /dev/shm (Docker: --shm-size=1g), lower TINYDDP_SHM_FIFO_BYTES, or use the tcp transport");
   }
   own_->base = ::mmap(nullptr, own_->bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   ::close(fd);
@@ -294,56 +326,29 @@ ShmTransport::ShmTransport(Store& store, const std::string& prefix, int rank, co
   auto* control = new (own_->base) ControlBlock{};
   control->magic = kMagic;
   control->version = kVersion;
-  control->rank = rank;
+  control->rank = rank_;
   control->pid = ::getpid();
-  control->rings = rings;
-  control->ring_bytes = ring_bytes;
-  for (uint32_t i = 0; i < rings; ++i) new (own_->header(int(i))) RingHeader{};
+  control->fifos = fifos;
+  control->fifo_bytes = fifo_bytes;
+  for (uint32_t i = 0; i < fifos; ++i) new (own_->header(int(i))) FifoHeader{};
+}
 
-  try {
-    // 2. Publish it, map every peer's.
-    store.set(prefix + "shm/" + std::to_string(rank), own_->name);
-    mapped_.resize(n_local);
-    for (int r : local_ranks) {
-      if (r == rank) continue;
-      std::string key = prefix + "shm/" + std::to_string(r);
-      store.wait({key}, timeout);
-      auto segment = std::make_unique<Segment>();
-      segment->name = store.get(key);
-      int peer_fd = ::shm_open(segment->name.c_str(), O_RDWR, 0600);
-      TINYDDP_CHECK(peer_fd >= 0, "shm transport: rank ", rank, " cannot open rank ", r, "'s segment ", segment->name, ": ",
-                    std::strerror(errno), "; hint: ranks that share memory must run on one host, as one user, and see the same /dev/shm");
-      struct stat st {};
-      ::fstat(peer_fd, &st);
-      segment->bytes = size_t(st.st_size);
-      segment->base = ::mmap(nullptr, segment->bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, peer_fd, 0);
-      ::close(peer_fd);
-      if (segment->base == MAP_FAILED) segment->base = nullptr;
-      TINYDDP_CHECK(segment->base && segment->control()->magic == kMagic && segment->control()->version == kVersion &&
-                        segment->control()->rank == r && segment->control()->rings == rings,
-                    "shm transport: rank ", r, "'s segment ", segment->name,
-                    " is not a tinyddp segment of this version and group; hint: every rank must run the same tinyddp build");
-      mapped_[position(r)] = std::move(segment);
-    }
-    // 3. Once every rank has mapped every segment, the names can go: the mappings stay valid and
-    // nothing is left behind if a rank is killed later.
-    // The count is this host's own: the ranks of every host share the store, and a count over all
-    // of them would let one host's ranks unlink before a slower rank of another host has mapped.
-    const std::string host_key = prefix + "shm/host-" + std::to_string(local_ranks.front()) + "/";
-    if (store.add(host_key + "mapped", 1) == n_local) store.set(host_key + "all_mapped", "1");
-    store.wait({host_key + "all_mapped"}, timeout);
-  } catch (...) {
-    ::shm_unlink(own_->name.c_str());
-    throw;
+// Publishes this rank's segment, maps every local peer's, and waits until every rank of this host
+// has mapped every segment of it.
+void ShmTransport::map_peer_segments(Store& store, const std::string& prefix, std::chrono::milliseconds timeout) {
+  store.set(prefix + "shm/" + std::to_string(rank_), own_->name);
+  mapped_.resize(local_ranks_.size());
+  for (int r : local_ranks_) {
+    if (r == rank_) continue;
+    std::string key = prefix + "shm/" + std::to_string(r);
+    store.wait({key}, timeout);
+    mapped_[position_of(local_ranks_, r)] = map_segment(store.get(key), rank_, r, own_->control()->fifos);
   }
-  ::shm_unlink(own_->name.c_str());
-
-  peers_.resize(size_t(*std::max_element(local_ranks.begin(), local_ranks.end())) + 1);
-  for (int r : local_ranks) {
-    if (r == rank) continue;
-    const Segment& theirs = *mapped_[position(r)];
-    peers_[r] = std::make_unique<Peer>(*this, r, *own_, ring_index(rank, r), theirs, ring_index(r, rank));
-  }
+  // The count is this host's own: the ranks of every host share the store, and a count over all
+  // of them would let one host's ranks unlink before a slower rank of another host has mapped.
+  const std::string host_key = prefix + "shm/host-" + std::to_string(local_ranks_.front()) + "/";
+  if (store.add(host_key + "mapped", 1) == int64_t(local_ranks_.size())) store.set(host_key + "all_mapped", "1");
+  store.wait({host_key + "all_mapped"}, timeout);
 }
 
 ShmTransport::~ShmTransport() {
@@ -352,13 +357,13 @@ ShmTransport::~ShmTransport() {
     uint32_t open = kOpen;
     control->state.compare_exchange_strong(open, kClosed, std::memory_order_acq_rel);
     for (auto& segment : mapped_)
-      if (segment) ring_doorbell(segment->control());
+      if (segment) wake(segment->control());
   }
-  peers_.clear();
+  connections_.clear();
 }
 
 Connection* ShmTransport::connection(int peer) {
-  return peer >= 0 && peer < int(peers_.size()) ? peers_[peer].get() : nullptr;
+  return peer >= 0 && peer < int(connections_.size()) ? connections_[peer].get() : nullptr;
 }
 
 void ShmTransport::sleep_once(std::span<const WaitFor> waits, std::chrono::microseconds max_sleep) {
@@ -366,11 +371,11 @@ void ShmTransport::sleep_once(std::span<const WaitFor> waits, std::chrono::micro
   // Announce the sleep before the last look: a peer that changes something after our look sees
   // sleepers > 0 and wakes us, or changed the doorbell first and the futex returns at once.
   me->sleepers.fetch_add(1, std::memory_order_seq_cst);
-  std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with ring_doorbell's fence
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with wake's fence
   uint32_t bell = me->doorbell.load(std::memory_order_seq_cst);
   bool ready = false;
   for (const WaitFor& w : waits) {
-    auto* peer = static_cast<Peer*>(w.connection);
+    auto* peer = static_cast<ShmConnection*>(w.connection);
     ready |= (w.send && peer->send_room() > 0) || (w.recv && peer->recv_available() > 0);
   }
   if (!ready) futex_wait(&me->doorbell, bell, max_sleep);
@@ -389,12 +394,12 @@ void ShmTransport::check_peers(std::chrono::milliseconds stalled_for) {
     }
   }
   // A peer that is gone (or closed) is a failure only once everything it sent us has been read: a
-  // rank may send its last bytes and exit at once, and those bytes stay in its ring, readable,
+  // rank may send its last bytes and exit at once, and those bytes stay in its fifo, readable,
   // after the process has left. The order matters: whether it is gone first, the unread bytes
   // after; every byte it wrote before it went is visible by then, so none is missed in between.
   for (int r : local_ranks_) {
     if (r == rank_) continue;
-    const Peer& peer = *peers_[r];
+    const ShmConnection& peer = *connections_[r];
     ControlBlock* c = peer.peer_control();
     const bool gone = c->pid != ::getpid() && !process_alive(c->pid);
     const bool closed = c->state.load(std::memory_order_acquire) == kClosed;
@@ -417,7 +422,7 @@ void ShmTransport::abort(const std::string& reason) {
   me->reason[n] = 0;
   me->state.store(kAborted, std::memory_order_release);
   for (auto& segment : mapped_)
-    if (segment) ring_doorbell(segment->control());
+    if (segment) wake(segment->control());
 }
 
 }  // namespace tinyddp::comm

@@ -1,12 +1,12 @@
 // ShmTransport: ranks on one host exchange bytes through shared memory.
 //
-// Each rank creates one segment (shm_open + mmap) holding a control block and one ring buffer per
-// local peer, for the bytes it sends to that peer. Peers map it and read their ring in place: a
-// reduction reads the sender's bytes straight out of its segment, so a byte crosses from one
-// core to the other once, through the shared cache, with no socket copies on the way.
+// Each rank creates one segment (shm_open + mmap) holding a control block and one fifo (a circular
+// byte buffer) per local peer, for the bytes it sends to that peer. Peers map it and read their
+// fifo in place: a reduction reads the sender's bytes straight out of its segment, so a byte
+// crosses from one core to the other once, through the shared cache, with no socket copies.
 //
-//   rank r's segment:  [control: pid, state, doorbell] [ring r->a] [ring r->b] ...
-//   a ring:            written (sender's counter)  read (receiver's counter)  data[capacity]
+//   rank r's segment:  [control: pid, state, doorbell] [fifo r->a] [fifo r->b] ...
+//   a fifo:            written (sender's counter)  read (receiver's counter)  data[capacity]
 //
 // The counters are std::atomic with release/acquire ordering: the sender copies data and then
 // publishes `written` with release; the receiver loads it with acquire and only then reads the
@@ -16,7 +16,7 @@
 // Liveness: a peer killed with SIGKILL cannot say goodbye, so a sleeping rank checks every peer's
 // pid (kill(pid, 0) and /proc/<pid>/stat for zombies) between sleeps, and reads the peer's state
 // word: an aborting rank writes its reason there, so everyone can name the rank that failed first.
-// A peer that is gone counts as failed only once its ring to us is empty: a rank may send its last
+// A peer that is gone counts as failed only once its fifo to us is empty: a rank may send its last
 // bytes and exit at once, and what it sent stays readable in its (still mapped) segment.
 // The segments are unlinked as soon as every rank has mapped them: nothing is left in /dev/shm
 // even when a rank is killed.
@@ -33,11 +33,11 @@
 namespace tinyddp::comm {
 
 struct ShmTransportOptions {
-  // Bytes of each ring. Large enough that a sender rarely waits for room, small enough that the
-  // ring stays in the shared cache. 0: TINYDDP_SHM_RING_BYTES, else the default in shm_transport.cpp.
-  size_t ring_bytes = 0;
-  // The most bytes the ring engine moves per turn on these connections (Connection::segment_bytes).
-  size_t segment_bytes = size_t(128) << 10;
+  // Bytes of each fifo. Large enough that a sender rarely waits for room, small enough that the
+  // fifo stays in the shared cache. 0: TINYDDP_SHM_FIFO_BYTES, else tuning::kShmFifoBytes.
+  size_t fifo_bytes = 0;
+  // The most bytes the algorithms move per turn on these connections (Connection::bytes_per_turn).
+  size_t bytes_per_turn = tuning::kBytesPerTurn;
 };
 
 // What identifies "the same host" for shared memory: the boot id (one kernel), and the /dev/shm
@@ -59,15 +59,18 @@ class ShmTransport : public Transport {
   void abort(const std::string& reason) override;
 
   struct Segment;
-  class Peer;
+  class ShmConnection;
 
  private:
+  void create_own_segment(const std::string& prefix, size_t fifo_bytes);
+  void map_peer_segments(Store& store, const std::string& prefix, std::chrono::milliseconds timeout);
+
   int rank_;
-  size_t segment_bytes_;
+  size_t bytes_per_turn_;
   std::vector<int> local_ranks_;
   std::unique_ptr<Segment> own_;
-  std::vector<std::unique_ptr<Segment>> mapped_;  // peers' segments, by position in local_ranks_
-  std::vector<std::unique_ptr<Peer>> peers_;      // by rank (nullptr: not local)
+  std::vector<std::unique_ptr<Segment>> mapped_;           // peers' segments, by position in local_ranks_
+  std::vector<std::unique_ptr<ShmConnection>> connections_;  // by rank (nullptr: not local)
 };
 
 }  // namespace tinyddp::comm

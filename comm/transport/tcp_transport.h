@@ -1,19 +1,17 @@
 // TcpTransport: a full mesh of TCP connections between the ranks of a group.
 //
-// Every rank listens on a free port of one address (loopback when every peer shares its host, else
-// the interface that faces the other hosts, see TcpTransportOptions) and publishes "address:port"
+// Setup (tcp_setup.h): every rank listens on a free port of one address (loopback when every peer
+// shares its host, else the interface that faces the other hosts, tcp_address.h) and publishes it
 // in the store; the higher rank of each pair connects to the lower one, twice: one socket per
-// direction. Each new connection opens with a handshake (magic, protocol version, both ranks, a
-// digest of the group and of the job token TINYDDP_TOKEN): a stranger, a stale rank of an earlier
-// job or a connection meant for another group is refused and the reason
-// logged, so a crowded port never mixes two jobs' bytes.
+// direction. A handshake with digests of the group and of the job token TINYDDP_TOKEN keeps
+// strangers, stale ranks of earlier jobs and other groups out.
 //
-// The sockets are tuned for bulk transfer between two cores: TCP_NODELAY (a ring step's last
-// segment must not wait for Nagle's timer), optionally fixed large kernel buffers, one socket per
-// direction. The communication thread sends with non-blocking send(); a receiver thread per peer
-// drains the incoming socket into a ring the algorithms read in place, so both directions move at
-// once (see TcpTransport::Peer in the .cpp for the measurement behind that). Bytes that are only
-// to be copied somewhere (a posted receive, Connection::post_recv) go there directly instead.
+// The data path (this file's .cpp): the sockets are tuned for bulk transfer between two cores:
+// TCP_NODELAY (a step's last bytes must not wait for Nagle's timer), optionally fixed large kernel
+// buffers, one socket per direction. The communication thread sends with non-blocking send(); a
+// receiver thread per peer drains the incoming socket into an inbox (a circular buffer) the
+// algorithms read in place, so both directions move at once. Bytes that are only to be copied
+// somewhere (a posted receive, Connection::post_recv) go there directly instead.
 //
 // Failure detection: a peer that dies closes its sockets (the kernel does it), so the next read
 // returns EOF, or the next write EPIPE, and the rank names it at once. A neighbour that aborts
@@ -39,10 +37,9 @@ struct TcpTransportOptions {
   // SO_SNDBUF / SO_RCVBUF in bytes; 0 keeps the kernel's auto-tuning (which grows to tcp_rmem's max).
   size_t socket_buffer_bytes = 0;
   // The address peers on other hosts connect to, and the only one this rank listens on. Empty:
-  // TINYDDP_SOCKET_ADDR, else the interface TINYDDP_IFNAME names, else the one the route to
-  // `route_to` leaves through, else the first IPv4 address of this host's name, else the first
-  // interface that is up. A rank whose peers all share its host listens on 127.0.0.1 instead; a
-  // peer on this host dials whatever address the rank published, like every other peer.
+  // found as tcp_address.h says (TINYDDP_SOCKET_ADDR, TINYDDP_IFNAME, the route to `route_to`, ...).
+  // A rank whose peers all share its host listens on 127.0.0.1 instead; a peer on this host dials
+  // whatever address the rank published, like every other peer.
   std::string advertise_address;
   // A host the ranks all reach (the store's): the interface toward it is the one that faces them.
   std::string route_to;
@@ -71,14 +68,14 @@ class TcpTransport : public Transport {
   [[noreturn]] void fail_connection(int peer, const std::string& what);
 
  private:
-  class Peer;
+  class TcpConnection;
   struct HangUp {
     int rank;
     std::chrono::steady_clock::time_point when;
   };
   void record_hangups(std::chrono::microseconds max_wait);
   void record_hangup(int peer);  // from a receiver thread
-  void ring_doorbell();          // from a receiver thread: bytes arrived
+  void wake();                   // from a receiver thread: bytes arrived
   std::string hangup_summary() const;
   // Peers on this host whose process is gone, as "2, 3" ("" when none); with `skip_unread`, not
   // those whose bytes are still waiting to be read.
@@ -89,8 +86,8 @@ class TcpTransport : public Transport {
   std::vector<HangUp> hangups_;
   std::mutex hangups_mutex_;
   std::atomic<bool> waiting_{false};  // the communication thread sleeps in sleep_once
-  std::vector<std::unique_ptr<Peer>> peers_;  // in rank order; after what their receivers use
-  int wakeup_fd_ = -1;                         // eventfd the receivers ring
+  std::vector<std::unique_ptr<TcpConnection>> connections_;  // by rank; after what their receivers use
+  int wakeup_fd_ = -1;                                        // eventfd the receivers write to wake this rank
 };
 
 }  // namespace tinyddp::comm

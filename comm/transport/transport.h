@@ -7,28 +7,24 @@
 //
 // Two implementations:
 //   TcpConnection (tcp_transport.h)  any two hosts; the kernel copies the bytes twice
-//   ShmConnection (shm_transport.h)  ranks on one host; a ring buffer in shared memory, and the
-//                                    receiver reduces straight out of the sender's buffer
+//   ShmConnection (shm_transport.h)  ranks on one host; a fifo in shared memory, and the receiver
+//                                    reduces straight out of the sender's fifo
 //
 // Receiving has two forms because the two transports are good at different things:
 //   try_recv(dst, n)   copies into the destination
 //   try_peek / release looks at the bytes where they already are (shared memory: in the peer's
-//                      ring; TCP: in the ring its receiver thread fills), so a reduction reads
+//                      fifo; TCP: in the inbox its receiver thread fills), so a reduction reads
 //                      them in place.
 // and a copy region can be posted first (post_recv), so a transport with a receiver thread puts
 // the bytes there itself and try_recv only counts them.
 #pragma once
 
-#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <span>
 #include <string>
-#include <vector>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#endif
+#include "comm/tuning.h"
 
 namespace tinyddp::comm {
 
@@ -58,19 +54,19 @@ class Connection {
   virtual void release(size_t n) = 0;
 
   // Where the next collective's bytes start in a transport's buffer. A transport that keeps the
-  // stream in a ring of its own (shared memory) may skip ahead so that they start at
-  // `phase` bytes past a 4 KiB boundary; both ends call these at the same point of the stream
-  // (the start of a large collective), so they skip the same bytes. Why: a ring position that
-  // trails the caller's buffer by a few dozen bytes modulo 4 KiB makes every reduction's loads
-  // wait on its own earlier stores (4K aliasing), and the position otherwise depends on every
-  // small collective that went before (see kStreamPhase in ring_algorithms.cpp).
+  // stream in a fifo of its own (shared memory) may skip ahead so that they start at `phase` bytes
+  // past a 4 KiB boundary; both ends call these at the same point of the stream (the start of a
+  // large collective), so they skip the same bytes. Why: a fifo position that trails the caller's
+  // buffer by a few dozen bytes modulo 4 KiB makes every reduction's loads wait on its own earlier
+  // stores (4K aliasing), and the position otherwise depends on every small collective that went
+  // before (tuning::kStreamPhase).
   virtual void align_send(size_t /*phase*/) {}
   virtual void align_recv(size_t /*phase*/) {}
 
   // The `n` bytes of the stream that follow its next `skip` unreleased bytes are for `dst`, and
   // will be taken with try_recv(dst + i, ...) in order. A transport that receives on a thread of
   // its own (TCP) may then put them there itself, as they arrive, sparing try_recv a copy out of
-  // its ring. Posting ahead (skip > 0, while the bytes before are still being reduced) lets the
+  // its inbox. Posting ahead (skip > 0, while the bytes before are still being reduced) lets the
   // peer's early bytes go straight there too. One post at a time; it ends by itself once try_recv
   // has taken its last byte. cancel_recv() ends it early; after it returns nothing is written to
   // `dst` any more (call it before `dst` may go away).
@@ -78,9 +74,8 @@ class Connection {
   virtual void cancel_recv() {}
 
   // The most bytes the algorithms move on this connection in one turn: one send, or one receive
-  // and reduce, before they look at the other direction. By default small enough that the segment
-  // just reduced is still in L1/L2 when it is sent on, large enough to amortise the calls.
-  virtual size_t segment_bytes() const { return size_t(128) << 10; }
+  // and reduce, before they look at the other direction (tuning::kBytesPerTurn and its siblings).
+  virtual size_t bytes_per_turn() const { return tuning::kBytesPerTurn; }
 
  private:
   Transport* transport_;
@@ -107,44 +102,6 @@ class Transport {
   virtual void check_peers(std::chrono::milliseconds stalled_for) = 0;
   // Marks this rank failed so that every peer's next wait ends with an error naming `reason`.
   virtual void abort(const std::string& reason) = 0;
-};
-
-// The wait policy shared by every blocking loop of the runtime: spin for a moment (the answer
-// usually comes within microseconds, much sooner than a sleeping thread is woken), then sleep.
-// When ranks outnumber cores the spin is cut short: spinning there only steals the core from the
-// rank being waited for, which is how oversubscribed collectives collapse.
-class SpinThenSleep {
- public:
-  // The process-wide spin budget; the ring backend shortens it when it finds oversubscription.
-  static std::chrono::nanoseconds budget() { return std::chrono::nanoseconds(budget_ns().load(std::memory_order_relaxed)); }
-  static void set_budget(std::chrono::nanoseconds ns) { budget_ns().store(ns.count(), std::memory_order_relaxed); }
-  // Whether a spinning thread should yield its core between checks: yes unless every rank of the
-  // host has a core of its own (then the peer being waited for is running elsewhere already).
-  static bool yield_while_spinning() { return yield_flag().load(std::memory_order_relaxed); }
-  static void set_yield_while_spinning(bool yield) { yield_flag().store(yield, std::memory_order_relaxed); }
-
-  SpinThenSleep() : start_(std::chrono::steady_clock::now()), budget_(budget()) {}
-  // True while the spin budget lasts; after it, callers sleep.
-  bool keep_spinning() { return std::chrono::steady_clock::now() - start_ < budget_; }
-  // Progress was made: the next wait starts a fresh spin.
-  void reset() { start_ = std::chrono::steady_clock::now(); }
-  static void pause() {
-#if defined(__x86_64__) || defined(__i386__)
-    for (int i = 0; i < 16; ++i) _mm_pause();
-#endif
-  }
-
- private:
-  static std::atomic<long long>& budget_ns() {
-    static std::atomic<long long> ns{50'000};  // 50 us: a loopback round trip is 10-30 us
-    return ns;
-  }
-  static std::atomic<bool>& yield_flag() {
-    static std::atomic<bool> yield{true};
-    return yield;
-  }
-  std::chrono::steady_clock::time_point start_;
-  std::chrono::nanoseconds budget_;
 };
 
 }  // namespace tinyddp::comm

@@ -12,7 +12,9 @@
 //
 // At the end the result is checked against the closed form (i+1)*(1+10+...+10^(n-1)), the observed
 // schedule against the chunk formula in ring_algorithms.h, and the same inputs are all-reduced once
-// more through a real "ring" ProcessGroup (shared memory between threads), which must agree.
+// more through a real "ring" ProcessGroup (shared memory between threads), and once through the
+// textbook step loop of textbook_ring.h (read it first: it is the algorithm without the engine's
+// optimisations); both must agree.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <string>
@@ -26,6 +28,7 @@
 #include "core/error.h"
 #include "core/tensor.h"
 #include "lockstep_transport.h"
+#include "textbook_ring.h"
 
 using namespace tinyddp;
 using examples::LockstepConnection;
@@ -248,5 +251,10 @@ int main(int argc, char** argv) {
   bool same = via_group == buffers;
   std::printf("ProcessGroup(\"ring\").all_reduce of the same inputs: %s\n",
               same ? "the same result on every rank" : "DIFFERENT");
-  return wrong == 0 && consistent && same ? 0 : 1;
+  std::vector<std::vector<float>> textbook = inputs;
+  examples::textbook_ring_all_reduce(textbook);
+  bool same_as_textbook = textbook == buffers;
+  std::printf("the textbook step loop (textbook_ring.h) on the same inputs: %s\n",
+              same_as_textbook ? "the same result on every rank" : "DIFFERENT");
+  return wrong == 0 && consistent && same && same_as_textbook ? 0 : 1;
 }

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/trace.h"
+#include "nn/ddp/bucket_timeline.h"
 
 namespace tinyddp::nn {
 
@@ -91,6 +92,8 @@ void DistributedDataParallel::initialize() {
   check_replicas_match();
   if (options_.broadcast_parameters) broadcast_parameters();
   reducer_ = std::make_unique<Reducer>(module_->named_parameters(), group_, reducer_options);
+  // The buckets on the trace's communication lane, whenever tracing is on (TINYDDP_TRACE).
+  reducer_->set_observer(std::make_shared<BucketTimeline>(group_->rank()));
 }
 
 void DistributedDataParallel::check_replicas_match() {

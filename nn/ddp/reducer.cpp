@@ -1,16 +1,12 @@
 #include "nn/ddp/reducer.h"
 
 #include <algorithm>
-#include <cctype>
-#include <cstdlib>
-#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <utility>
 
 #include "core/error.h"
 #include "core/log.h"
-#include "core/trace.h"
 
 namespace tinyddp::nn {
 
@@ -26,13 +22,7 @@ struct ReadyHook {
 
 // TINYDDP_DEBUG=INFO (or DETAIL, which includes it) prints the bucket layout, as
 // TORCH_DISTRIBUTED_DEBUG=INFO makes PyTorch's DDP log its buckets.
-bool debug_info_enabled() {
-  const char* level = std::getenv("TINYDDP_DEBUG");
-  if (!level) return false;
-  std::string text(level);
-  for (char& c : text) c = char(std::toupper(static_cast<unsigned char>(c)));
-  return text == "INFO" || text == "DETAIL";
-}
+bool debug_info_enabled() { return debug_level() >= DebugLevel::info; }
 
 // describe_buckets() without its final newline, for one log message.
 std::string trimmed(std::string text) {
@@ -132,12 +122,12 @@ void Reducer::prepare_for_backward() {
   for (size_t b = 0; b < buckets_.size(); ++b) {
     buckets_[b].pending = specs_[b].parameters.size();
     buckets_[b].work = nullptr;
-    buckets_[b].completion_recorded = false;
   }
   marked_.assign(parameters_.size(), false);
   ready_order_.clear();
   next_to_launch_ = 0;
   armed_ = true;
+  if (observer_) observer_->iteration_started(buckets_.size());
 }
 
 void Reducer::mark_ready(size_t index) {
@@ -156,12 +146,10 @@ void Reducer::mark(size_t index, bool observed) {
   if (observed) ready_order_.push_back(index);
   const size_t b = locations_[index].bucket;
   if (--buckets_[b].pending == 0) {
-    if (trace::enabled())
-      trace::record_instant("bucket " + std::to_string(b) + " ready", "ddp", trace::Lane::comm,
-                            nlohmann::json{{"rank", group_->rank()}, {"bucket", b}}.dump());
+    if (observer_) observer_->bucket_ready(b);
     launch_ready_buckets();
   }
-  observe_completions();
+  if (observer_) observer_->gradient_marked();
 }
 
 void Reducer::launch_ready_buckets() {
@@ -170,29 +158,11 @@ void Reducer::launch_ready_buckets() {
   // issue its collectives in the same sequence.
   while (next_to_launch_ < buckets_.size() && buckets_[next_to_launch_].pending == 0) {
     Bucket& bucket = buckets_[next_to_launch_];
-    bucket.launched_us = trace::enabled() ? trace::now_us() : 0;
     // avg = sum over the ranks, then one division by the world size (in the backend, after the sum).
     bucket.work = group_->all_reduce(bucket.buffer, comm::ReduceOp::avg);
+    if (observer_) observer_->bucket_launched(next_to_launch_, specs_[next_to_launch_], bucket.work);
     ++next_to_launch_;
   }
-}
-
-void Reducer::observe_completions() {
-  if (!trace::enabled()) return;
-  for (size_t b = 0; b < next_to_launch_; ++b)
-    if (!buckets_[b].completion_recorded && buckets_[b].work && buckets_[b].work->is_completed()) record_completion(b);
-}
-
-void Reducer::record_completion(size_t b) {
-  Bucket& bucket = buckets_[b];
-  bucket.completion_recorded = true;
-  if (!trace::enabled()) return;
-  // The span runs from the launch to the first moment this thread saw the all-reduce complete (the
-  // backend does not call back), so its end is an upper bound on the true completion time.
-  trace::record_span("all_reduce bucket " + std::to_string(b), "ddp", trace::Lane::comm, bucket.launched_us,
-                     trace::now_us(),
-                     nlohmann::json{{"rank", group_->rank()}, {"bucket", b}, {"bytes", specs_[b].bytes},
-                                    {"parameters", specs_[b].parameters.size()}}.dump());
 }
 
 void Reducer::finalize() {
@@ -231,7 +201,7 @@ void Reducer::finalize() {
       abandon_iteration();
       throw;
     }
-    if (!buckets_[b].completion_recorded) record_completion(b);
+    if (observer_) observer_->bucket_finished(b);
   }
   for (Bucket& bucket : buckets_) bucket.work = nullptr;
   armed_ = false;

@@ -46,6 +46,10 @@
 //
 // Threads: hooks run on the thread that runs backward, so the Reducer's state has one writer. The
 // all-reduces themselves run on the process group's communication thread.
+//
+// An Observer sees each iteration's moments (a bucket ready, its all-reduce launched, found
+// finished): that is how the trace shows the overlap (bucket_timeline.h), without the Reducer
+// knowing of traces.
 #pragma once
 
 #include <cstddef>
@@ -71,6 +75,22 @@ struct ReducerOptions {
 
 class Reducer {
  public:
+  // Watches the Reducer's iterations; every call comes from the thread that runs backward.
+  class Observer {
+   public:
+    virtual ~Observer() = default;
+    // prepare_for_backward(): an iteration with `buckets` buckets begins.
+    virtual void iteration_started(size_t buckets) = 0;
+    // The bucket's last gradient was marked ready.
+    virtual void bucket_ready(size_t bucket) = 0;
+    // The bucket's all-reduce was launched; `work` completes when it is done.
+    virtual void bucket_launched(size_t bucket, const BucketSpec& spec, const comm::WorkPtr& work) = 0;
+    // A gradient was marked ready (between layers of backward): a moment to look at the launched work.
+    virtual void gradient_marked() = 0;
+    // finalize() has waited for the bucket's all-reduce.
+    virtual void bucket_finished(size_t bucket) = 0;
+  };
+
   // Plans the buckets in reverse registration order, allocates their flat buffers on the parameters'
   // device, copies each current gradient into its place and rebinds param.grad to that view, and
   // hooks every parameter. The parameters must outlive the Reducer.
@@ -108,14 +128,14 @@ class Reducer {
   const Tensor& bucket_buffer(size_t b) const;
   const std::vector<NamedParameter>& parameters() const { return parameters_; }
   comm::ProcessGroup& process_group() { return *group_; }
+  // The observer of the iterations to come (nullptr: none). Shared: it may outlive the Reducer.
+  void set_observer(std::shared_ptr<Observer> observer) { observer_ = std::move(observer); }
 
  private:
   struct Bucket {
     Tensor buffer;          // the flat buffer; every parameter's grad is a view into it
     size_t pending = 0;     // gradients still to be marked ready in this iteration
     comm::WorkPtr work;     // the all-reduce of this iteration, once started
-    int64_t launched_us = 0;
-    bool completion_recorded = false;
   };
   struct Location {
     size_t bucket = 0;
@@ -126,9 +146,6 @@ class Reducer {
   void install(std::vector<BucketSpec> specs);
   void mark(size_t index, bool observed);
   void launch_ready_buckets();
-  // Records, on the trace's comm lane, the end of every started all-reduce found complete.
-  void observe_completions();
-  void record_completion(size_t b);
   void wait_for_abandoned_work();
   void rebuild_from_observed_order();
   const std::string& name(size_t index) const { return parameters_[index].name; }
@@ -149,6 +166,7 @@ class Reducer {
 
   int64_t iterations_ = 0;
   bool rebuilt_ = false;
+  std::shared_ptr<Observer> observer_;
 };
 
 }  // namespace tinyddp::nn

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "kernels/ops.h"
 #include "nn/optim/optimizer.h"
 
 namespace tinyddp::nn {
@@ -28,9 +29,9 @@ class Adam : public Optimizer {
   // "exp_avg.<name>" and "exp_avg_sq.<name>", parameter by parameter.
   std::vector<std::pair<std::string, Tensor>> state_tensors() override;
 
-  std::pair<double, double> betas() const { return {beta1_, beta2_}; }
-  double eps() const { return eps_; }
-  double weight_decay() const { return weight_decay_; }
+  std::pair<double, double> betas() const { return {config_.beta1, config_.beta2}; }
+  double eps() const { return config_.eps; }
+  double weight_decay() const { return config_.weight_decay; }
 
  protected:
   Adam(std::vector<NamedParameter> params, double lr, std::pair<double, double> betas, double eps,
@@ -39,8 +40,7 @@ class Adam : public Optimizer {
  private:
   void create_state();
 
-  double beta1_, beta2_, eps_, weight_decay_;
-  bool decoupled_weight_decay_;
+  kernels::AdamConfig config_;  // checked once, at construction; step() sets only its lr
   std::vector<Tensor> exp_avg_, exp_avg_sq_;  // one each per parameter, created on the first use
 };
 

@@ -28,7 +28,7 @@
 #include "core/safetensors.h"
 #include "nn/module.h"
 #include "nn/optim/optimizer.h"
-#include "nn/optim/scheduler.h"
+#include "nn/optim/schedulers.h"
 
 namespace tinyddp::nn {
 

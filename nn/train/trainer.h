@@ -58,7 +58,7 @@
 #include "nn/loss.h"
 #include "nn/module.h"
 #include "nn/optim/optimizer.h"
-#include "nn/optim/scheduler.h"
+#include "nn/optim/schedulers.h"
 
 namespace tinyddp::nn {
 

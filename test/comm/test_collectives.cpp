@@ -153,12 +153,12 @@ TEST_CASE("a 64 MiB all-reduce is exact over each transport") {
   }
 }
 
-TEST_CASE("tcp: copies straight into the caller's buffer (posted receives) mix with ring bytes and stay exact") {
+TEST_CASE("tcp: copies straight into the caller's buffer (posted receives) mix with inbox bytes and stay exact") {
   // Over tcp the receiver thread puts a large copy region (an all-gather's or a broadcast's, the
   // all-gather half of an all-reduce) straight into place once it is posted, while the bytes that
-  // arrived before the post wait in its ring. An all-reduce posts its all-gather half ahead, while
+  // arrived before the post wait in its inbox. An all-reduce posts its all-gather half ahead, while
   // it still reduces. Sizes from 1 to 10 MiB, with small collectives in between so the posts start
-  // at every kind of position (after an odd number of words, f64 elements straddle the ring's end
+  // at every kind of position (after an odd number of words, f64 elements straddle the inbox's end
   // in the reduction before a posted region), every element checked.
   auto groups = make_groups(2, options_for("tcp"));
   std::vector<std::string> errors(2);

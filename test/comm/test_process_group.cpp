@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "comm/ring_backend.h"
+#include "comm/tuning.h"
 #include "core/cuda_runtime.h"
 #include "core/error.h"
 #include "test/comm/test_collectives_support.h"
@@ -247,6 +248,8 @@ TEST_CASE("all_reduce_coalesced reduces every tensor") {
 TEST_CASE("backend selection") {
   auto store = std::make_shared<HashStore>();
   CHECK_THROWS_WITH_AS(create_process_group("mpi", store, 0, 1), doctest::Contains("unknown process group backend 'mpi'"), Error);
+  // "ring" is the one name of the hand-written backend (it is not Gloo, and does not pose as it).
+  CHECK_THROWS_WITH_AS(create_process_group("gloo", store, 0, 1), doctest::Contains("unknown process group backend 'gloo'"), Error);
   CHECK_THROWS_WITH_AS(create_process_group("ring", store, 0, 1, [] {
                          ProcessGroupOptions o;
                          o.transport = "udp";
@@ -259,6 +262,48 @@ TEST_CASE("backend selection") {
   CHECK(backends.size() == 1);
   CHECK_THROWS_WITH_AS(create_process_group("nccl", store, 0, 1), doctest::Contains("not in this build"), Error);
 #endif
+}
+
+TEST_CASE("each group waits by its own policy: the spin follows its own ranks per core, not the last group made") {
+  // Two groups alive in one process, of 2 and of 4 ranks on this host. A group whose ranks outnumber
+  // the cores spins longer (yielding); the other keeps the short spin. The policy used to be one
+  // process-wide setting, which the last group created overwrote for both.
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  auto pair = make_groups(2, options("policy-pair"));
+  auto quad = make_groups(4, options("policy-quad"));
+  auto spin_of = [](const std::shared_ptr<ProcessGroup>& g) { return dynamic_cast<RingBackend&>(*g).wait_policy().spin; };
+  auto expected = [&](unsigned ranks) {
+    return ranks > cores ? std::chrono::nanoseconds(tuning::kSpinBudgetOversubscribed) : std::chrono::nanoseconds(tuning::kSpinBudget);
+  };
+  for (auto& g : pair) CHECK(spin_of(g) == expected(2));
+  for (auto& g : quad) CHECK(spin_of(g) == expected(4));
+  // Both still work side by side.
+  run_ranks(4, [&](int r) {
+    Tensor t = Tensor::from_vector(std::vector<int32_t>{r + 1});
+    quad[size_t(r)]->all_reduce(t)->wait();
+    CHECK(t.item<int32_t>(0) == 10);
+    if (r < 2) {
+      Tensor u = Tensor::from_vector(std::vector<int32_t>{r + 1});
+      pair[size_t(r)]->all_reduce(u)->wait();
+      CHECK(u.item<int32_t>(0) == 3);
+    }
+  });
+}
+
+TEST_CASE("the ring backend's environment variables: a bad value is refused, naming the variable") {
+  auto store = std::make_shared<HashStore>();
+  struct Case {
+    const char* name;
+    const char* value;
+  };
+  for (Case c : {Case{"TINYDDP_SMALL_MESSAGE_BYTES", "32K"}, Case{"TINYDDP_SPIN_US", "-5"}, Case{"TINYDDP_BIND", "yes"}}) {
+    CAPTURE(c.name);
+    ::setenv(c.name, c.value, 1);
+    const std::string expected = std::string(c.name) + "='" + c.value + "'";
+    CHECK_THROWS_WITH_AS(create_process_group("ring", store, 0, 1, options(std::string("env-") + c.name)),
+                         doctest::Contains(expected.c_str()), Error);
+    ::unsetenv(c.name);
+  }
 }
 
 TEST_CASE("CUDA tensors go through pinned host staging on the ring backend") {

@@ -9,9 +9,9 @@
 // is for: bucket 0's all-reduce running on the communication lane while the backward pass of the
 // earlier layers is still going on the compute lane.
 //
-// Recording itself is core/trace.h (the Trainer, the layers and the reducer record their spans there
-// whenever tracing is on). This add-on starts it for the run, and at the end has every rank write its
-// events and rank 0 merge them into the one file.
+// Recording itself is core/trace.h (the Trainer and the layers record their spans there whenever
+// tracing is on, and DDP's buckets go there through nn/ddp/bucket_timeline.h). This add-on starts it
+// for the run, and at the end has every rank write its events and rank 0 merge them into the one file.
 #pragma once
 
 #include <string>

@@ -1,7 +1,8 @@
-// A reduction reads incoming bytes in place, out of the transport's ring, one whole element at a
-// time. After traffic in a smaller dtype (here one i32 each way) the stream's position in that ring
-// is no multiple of 8, so some f64 element of a later reduction starts before the ring's end and
-// finishes at its start: no look at the ring shows it whole. Found by bench/collective_soak (4 ranks,
+// A reduction reads incoming bytes in place, out of the transport's circular buffer (the shm fifo,
+// the tcp inbox), one whole element at a time. After traffic in a smaller dtype (here one i32 each
+// way) the stream's position in that buffer is no multiple of 8, so some f64 element of a later
+// reduction starts before the buffer's end and finishes at its start: no look at the buffer shows it
+// whole. Found by bench/collective_soak (4 ranks,
 // a reduce_scatter of f64 after odd i32 counts: every rank waited for the next until the timeout).
 #include <doctest/doctest.h>
 
@@ -17,19 +18,19 @@ using namespace tinyddp;
 using namespace tinyddp::comm;
 using namespace tinyddp::testing;
 
-TEST_CASE("an f64 reduction whose elements straddle the end of the transport's ring (after an odd i32 count) is exact") {
+TEST_CASE("an f64 reduction whose elements straddle the end of the transport's buffer (after an odd i32 count) is exact") {
   const int world = 2;
-  // Over shared memory the ring is made small (32 KiB, below the size from which a large
+  // Over shared memory the fifo is made small (32 KiB, below the size from which a large
   // collective's stream is aligned to a place in a page, which would take the straddle away); over
-  // TCP it is the transport's 4 MiB, so 1 Mi f64 (8 MiB: 4 MiB reduced on each rank, then 4 MiB
-  // gathered) wraps it.
+  // TCP the inbox is the transport's 4 MiB, so 1 Mi f64 (8 MiB: 4 MiB reduced on each rank, then
+  // 4 MiB gathered) wraps it.
   for (std::string transport : {"shm", "tcp"}) {
     CAPTURE(transport);
     ProcessGroupOptions options;
     options.transport = transport;
     options.group_name = "straddle-" + transport;
     options.timeout = std::chrono::seconds(20);
-    options.shm_ring_bytes = 32 << 10;
+    options.shm_fifo_bytes = 32 << 10;
     auto groups = make_groups(world, options);
     const int64_t count = int64_t(1) << 20;
     std::vector<std::string> errors(world);
@@ -57,14 +58,14 @@ TEST_CASE("an f64 reduction whose elements straddle the end of the transport's r
 }
 
 TEST_CASE("two ranks' small all-reduces fold f64s that straddle the ring's end, and agree bitwise on NaNs") {
-  // The two-rank direct path folds the peer's bytes where they lie in the shared-memory ring. After
-  // one i32 each way the stream is 4 past a multiple of 8, and a 32 KiB ring is wrapped every few
+  // The two-rank direct path folds the peer's bytes where they lie in the shared-memory fifo. After
+  // one i32 each way the stream is 4 past a multiple of 8, and a 32 KiB fifo is wrapped every few
   // calls, so f64 elements are cut by its end again and again.
   ProcessGroupOptions options;
   options.transport = "shm";
   options.group_name = "pair-straddle";
   options.timeout = std::chrono::seconds(20);
-  options.shm_ring_bytes = 32 << 10;
+  options.shm_fifo_bytes = 32 << 10;
   auto groups = make_groups(2, options);
   std::vector<std::string> errors(2);
   std::vector<std::vector<double>> maxima(2), minima(2);

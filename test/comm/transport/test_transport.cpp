@@ -1,5 +1,5 @@
 // Transports on their own terms: the TCP handshake refuses strangers and wrong tokens, the shared
-// memory ring wraps correctly when it is far smaller than a message, no segment is left in
+// memory fifo wraps correctly when it is far smaller than a message, no segment is left in
 // /dev/shm once a group is up, a peer that sends and exits at once is read to the end before it
 // counts as dead, and a multi-host group listens on one interface, not on every address.
 #include <doctest/doctest.h>
@@ -117,7 +117,7 @@ std::string listening_address(int port) {
 
 TEST_CASE("shm: a peer that sends its last bytes and exits at once is read to the end before it counts as dead") {
   TINYDDP_SKIP_UNDER_TSAN();
-  constexpr size_t kBytes = 256 << 10;  // fits the ring: the sender never waits for room
+  constexpr size_t kBytes = 256 << 10;  // fits the fifo: the sender never waits for room
   for (bool goodbye : {false, true}) {
     CAPTURE(goodbye);
     TcpStoreOptions store_options;
@@ -133,7 +133,7 @@ TEST_CASE("shm: a peer that sends its last bytes and exits at once is read to th
         return 1;
       }
       if (goodbye) sender.reset();  // a clean close: the state word says so
-      _exit(0);                     // at once, with the bytes still in the ring
+      _exit(0);                     // at once, with the bytes still in the fifo
     });
     ChildGuard guard{child};
     ShmTransport receiver(store, prefix, 0, {0, 1}, 20s);
@@ -149,7 +149,7 @@ TEST_CASE("shm: a peer that sends its last bytes and exits at once is read to th
 
 TEST_CASE("tcp: a peer that sends its last bytes and exits at once is read to the end before it counts as dead") {
   TINYDDP_SKIP_UNDER_TSAN();
-  constexpr size_t kBytes = 1 << 20;  // fits the receiver's ring
+  constexpr size_t kBytes = 1 << 20;  // fits the receiver's inbox
   TcpStoreOptions store_options;
   store_options.timeout = 20s;
   TcpStore store("127.0.0.1", 0, true, store_options);
@@ -252,12 +252,12 @@ TEST_CASE("tcp: ranks with different job tokens refuse each other") {
   CHECK_MESSAGE(errors[0].find("waiting for rank(s) 1 to connect") != std::string::npos, errors[0]);
 }
 
-TEST_CASE("shm: a ring far smaller than the message wraps around correctly") {
+TEST_CASE("shm: a fifo far smaller than the message wraps around correctly") {
   auto store = std::make_shared<HashStore>();
   ProcessGroupOptions o;
   o.transport = "shm";
-  o.shm_ring_bytes = 4096;  // one page: a 400 KB all-reduce wraps it a hundred times
-  o.group_name = "tiny-ring";
+  o.shm_fifo_bytes = 4096;  // one page: a 400 KB all-reduce wraps it a hundred times
+  o.group_name = "tiny-fifo";
   o.timeout = 20s;
   std::vector<std::shared_ptr<ProcessGroup>> groups(3);
   run_ranks(3, [&](int r) { groups[size_t(r)] = create_process_group("ring", store, r, 3, o); });
@@ -276,7 +276,7 @@ TEST_CASE("shm: a ring far smaller than the message wraps around correctly") {
 TEST_CASE("shm: a large collective's bytes start at the same place in a page whatever came before") {
   // Why this matters: see Connection::align_send. Here rank 1 first sends a few bytes, which moves
   // the stream off any boundary, then both ends align, and the next bytes must start exactly
-  // `phase` past a page boundary of the ring and arrive intact.
+  // `phase` past a page boundary of the fifo and arrive intact.
   auto store = std::make_shared<HashStore>();
   std::vector<std::unique_ptr<ShmTransport>> transports(2);
   run_ranks(2, [&](int r) { transports[size_t(r)] = std::make_unique<ShmTransport>(*store, "align/", r, std::vector<int>{0, 1}, 20s); });
@@ -313,20 +313,20 @@ TEST_CASE("shm: a large collective's bytes start at the same place in a page wha
   }
 }
 
-TEST_CASE("shm: ranks whose rings differ in size still read each other's bytes in the right places") {
+TEST_CASE("shm: ranks whose fifos differ in size still read each other's bytes in the right places") {
   auto store = std::make_shared<HashStore>();
   std::vector<std::shared_ptr<ProcessGroup>> groups(2);
   run_ranks(2, [&](int r) {
     ProcessGroupOptions o;
     o.transport = "shm";
-    o.group_name = "mixed-rings";
+    o.group_name = "mixed-fifos";
     o.timeout = 20s;
-    o.shm_ring_bytes = r == 0 ? (64 << 10) : (1 << 20);  // TINYDDP_SHM_RING_BYTES set differently per rank
+    o.shm_fifo_bytes = r == 0 ? (64 << 10) : (1 << 20);  // TINYDDP_SHM_FIFO_BYTES set differently per rank
     groups[size_t(r)] = create_process_group("ring", store, r, 2, o);
   });
   std::vector<std::string> failures(2);
   run_ranks(2, [&](int r) {
-    for (int64_t count : {int64_t(1000), int64_t(300001)}) {  // 1.2 MB: wraps both rings
+    for (int64_t count : {int64_t(1000), int64_t(300001)}) {  // 1.2 MB: wraps both fifos
       Tensor t = make_input<float>(ReduceOp::sum, r, count);
       groups[size_t(r)]->all_reduce(t)->wait();
       if (t.to_vector<float>() != reference_reduce<float>(ReduceOp::sum, 2, count))

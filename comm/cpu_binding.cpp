@@ -1,0 +1,39 @@
+#include "comm/cpu_binding.h"
+
+#include <pthread.h>
+
+#include <vector>
+
+#include "core/env.h"
+
+namespace tinyddp::comm {
+
+int pick_communication_cpu(int local_index, int local_count) {
+  enum class Bind { automatic, none };
+  if (env::choice<Bind>("TINYDDP_BIND", {{"auto", Bind::automatic}, {"none", Bind::none}}) == Bind::none) return -1;
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return -1;
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+  if (local_count < 2 || int(cpus.size()) < local_count) return -1;
+  return cpus[size_t(local_index) % cpus.size()];
+}
+
+void bind_this_thread(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+}
+
+ScopedCpuBinding::ScopedCpuBinding(int cpu) {
+  bound_ = pthread_getaffinity_np(pthread_self(), sizeof before_, &before_) == 0;
+  if (bound_) bind_this_thread(cpu);
+}
+
+ScopedCpuBinding::~ScopedCpuBinding() {
+  if (bound_) pthread_setaffinity_np(pthread_self(), sizeof before_, &before_);
+}
+
+}  // namespace tinyddp::comm

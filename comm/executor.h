@@ -1,0 +1,105 @@
+// Executor: a process group's communication thread, and the queue of collectives it runs.
+//
+// Collectives run one at a time, in call order, by one runner at a time, claimed under the queue's
+// mutex: the communication thread, or a caller waiting on a collective nobody has started (Work's
+// helper). Ownership changes hands through that claim, never by blocking on a lock, because on a
+// busy 2-core host every blocked-then-woken hand-off costs tens of microseconds.
+//
+// Two ways to start a collective, chosen per call from what the caller did before:
+//   - eager (the default): submit wakes the communication thread at once, so the collective runs
+//     while the caller goes on computing (DDP's bucket all-reduces behind the backward pass).
+//   - a blocking caller's: when the last few collectives were small and each was waited for before
+//     the next was called (a loss averaged every step, a barrier, an MPI-style loop), submit does
+//     not wake the thread: the caller is about to wait, and then runs the collective itself on its
+//     own core. A wake-up, and the core the woken thread takes from the caller, cost far more than
+//     such a collective itself. So that a collective nobody waits for still starts, the sleeping
+//     thread then looks at the queue every tuning::kBlockingCallerPoll.
+//
+// The Executor does not know what a collective does: it hands each task to the runner it was given
+// (the process group's), and completes the task's Work with the outcome.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "comm/debug_check.h"
+#include "comm/wait_policy.h"
+#include "comm/work.h"
+
+namespace tinyddp::comm {
+
+struct CollectiveContext;
+
+class Executor : public Work::Helper, public std::enable_shared_from_this<Executor> {
+ public:
+  // What a collective does once it runs, given the call's context (name, deadline, transports, ...).
+  using Body = std::function<void(const CollectiveContext&)>;
+  // A queued collective: its Work, its fingerprint, its timeout and its body, held as they are (no
+  // wrapping closure, so queueing a small collective allocates as little as possible).
+  struct Task {
+    WorkPtr work;
+    Fingerprint fingerprint;
+    std::chrono::milliseconds timeout{0};
+    Body body;
+    bool small = false;  // few enough bytes that the blocking caller's way may apply
+    std::chrono::steady_clock::time_point queued_at{};
+  };
+  // Runs one task on the calling thread; a collective's failure is thrown.
+  using Runner = std::function<void(const Task&)>;
+  // How many collectives ran on the communication thread, and how many on a waiting caller's.
+  struct RunCounts {
+    uint64_t by_thread = 0;
+    uint64_t by_caller = 0;
+  };
+
+  // Starts the communication thread. `cpu` >= 0: it runs on that CPU only (cpu_binding.h) and,
+  // having a core of its own, polls for the next collective for a moment (wait.spin) before it
+  // sleeps: back-to-back collectives then start without a wake-up. Held by a shared_ptr (its Works
+  // hold it weakly).
+  Executor(Runner run, int cpu, WaitPolicy wait);
+  ~Executor() override;  // shutdown()
+
+  // Queues `task` (queued_at is set here) and makes this executor its Work's helper.
+  void submit(Task task);
+  // Work::wait() calls this first; see the header comment.
+  void help(Work& target) override;
+  RunCounts counts();
+  // Runs what is still queued (the peers expect those collectives), then ends the thread.
+  void shutdown();
+
+ private:
+  void run_front(std::unique_lock<std::mutex>& lock, uint64_t* counter);
+  void loop();
+  void poll_for_work(std::unique_lock<std::mutex>& lock);
+  bool sleep_until_work(std::unique_lock<std::mutex>& lock);
+
+  const Runner run_;
+  const WaitPolicy wait_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<Task> queue_;
+  std::atomic<size_t> queued_{0};  // queue_.size(), readable without the lock (the poll)
+  bool running_ = false;
+  bool stopping_ = false;
+  bool sleeping_ = false;     // the thread waits on changed_ (else it polls or runs)
+  bool timed_sleep_ = false;  // ... and will look at the queue again by itself
+  // The blocking caller's bookkeeping (see the header comment).
+  bool blocking_caller_ = false;
+  int blocking_streak_ = 0;
+  bool last_small_ = false, last_awaited_ = false;
+  const Work* last_work_ = nullptr;
+  std::chrono::steady_clock::time_point last_submit_{};
+  RunCounts counts_;
+  const int cpu_;
+  const bool spin_for_work_;
+  std::thread thread_;  // last: it starts after the members it uses exist
+};
+
+}  // namespace tinyddp::comm

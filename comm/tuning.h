@@ -1,0 +1,103 @@
+// Tuning: every number the collective runtime was tuned with, in one place.
+//
+// The code that uses a constant says what the knob does; this file says what it is set to and why,
+// and links the section of bench/allreduce_results.md where the measurement that chose it is
+// written up. They were chosen on the 2-core reference host (loopback TCP, one shared L3): on
+// another machine, measure before changing one (bench/allreduce_perf side by side with the build
+// before, alternating runs). Where an environment variable overrides a constant, it is there for
+// such measurements.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+
+namespace tinyddp::comm::tuning {
+
+using namespace std::chrono_literals;
+
+// ---- which algorithm ----------------------------------------------------------------------------
+// ../bench/allreduce_results.md#small-message-algorithm-or-ring-the-crossover
+
+// All-reduces up to this size take the one-round direct exchange instead of the ring: below it the
+// ring's 2(n-1) dependent steps cost more than the direct exchange's n-1 times the bytes.
+// (TINYDDP_SMALL_MESSAGE_BYTES, ProcessGroupOptions::small_message_bytes.)
+inline constexpr size_t kSmallMessageBytes = 32 << 10;
+// Two ranks over tcp: there both algorithms send each rank's buffer once, and the direct exchange
+// does it in one step instead of two dependent ones.
+inline constexpr size_t kSmallMessageBytesTcpPair = 512 << 10;
+
+// ---- the blocking caller (comm/executor.h) ---------------------------------------------------------
+// ../bench/allreduce_results.md#blocking-callers
+
+// Collectives up to this size may run on a waiting caller's own thread: above it the thread
+// hand-off is small beside the transfer, and a collective nobody waits for must start at once.
+inline constexpr size_t kBlockingCallerBytes = 64 << 10;
+// Small collectives, each awaited before the next call, before a caller counts as blocking.
+inline constexpr int kBlockingStreak = 3;
+// How often the sleeping thread looks for a blocking caller's collective that nobody came to wait
+// for: it takes one that waited a whole period, so such a collective starts within two.
+inline constexpr auto kBlockingCallerPoll = 200us;
+// After this long without a collective the thread stops looking and sleeps until woken.
+inline constexpr auto kBlockingCallerIdle = 20ms;
+
+// ---- bytes per turn (Connection::bytes_per_turn) ---------------------------------------------------
+// ../bench/allreduce_results.md#bytes-per-turn
+
+// The default: small enough that the piece just reduced is still in L1/L2 when it is sent on,
+// large enough to amortise the calls. Shared memory keeps it while ranks share cores.
+inline constexpr size_t kBytesPerTurn = 128 << 10;
+// tcp: a receiver thread drains the socket whatever the engine does, so the engine need not come
+// back to receiving often, and every turn costs a send() and a pass through its loop.
+inline constexpr size_t kBytesPerTurnTcp = 1 << 20;
+// Shared memory while every rank of the host has a core of its own: fewer, longer turns.
+inline constexpr size_t kBytesPerTurnShmOwnCores = 1 << 20;
+
+// ---- waiting (comm/wait_policy.h) -------------------------------------------------------------------
+// ../bench/allreduce_results.md#waiting-spin-yield-sleep
+
+// How long a blocked thread spins before it sleeps: a loopback round trip is 10-30 us, and the
+// answer usually comes sooner than a sleeping thread is woken.
+inline constexpr auto kSpinBudget = 50us;
+// The spin when ranks outnumber cores: every retry then yields the core, so the rank being waited
+// for gets to run, and spinning on costs less than a futex wake-up per hand-off.
+inline constexpr auto kSpinBudgetOversubscribed = 500us;
+// Retries that spin without yielding before the spin starts to yield (about a microsecond).
+inline constexpr int kPureSpins = 32;
+// The longest sleep, and so the cadence of the liveness checks and of retries: loopback TCP now
+// and then stalls until a retransmission timer fires (~10 ms), and a retry ends that stall sooner.
+inline constexpr auto kSleepSlice = 1000us;
+// The sleep on each transport when a collective waits on two (shm and tcp): neither can wake the
+// thread out of the other's sleep.
+inline constexpr auto kMixedSleepSlice = 500us;
+// The longest a Work::wait spins before it sleeps: while it spins it takes a core from the thread
+// that runs the collective.
+inline constexpr auto kWorkWaitSpin = 5us;
+
+// ---- buffer sizes -----------------------------------------------------------------------------------
+// ../bench/allreduce_results.md#buffer-sizes
+
+// Each shared-memory fifo: half an L2 of the reference host, so a fifo being filled and drained stays
+// in cache (TINYDDP_SHM_FIFO_BYTES, ProcessGroupOptions::shm_fifo_bytes).
+inline constexpr size_t kShmFifoBytes = 1 << 20;
+// The tcp receiver thread's inbox: room for the peer to run ahead by a few turns.
+inline constexpr size_t kTcpInboxBytes = 4 << 20;
+// At most this much per recv() into the inbox, so that a receive posted meanwhile takes over soon.
+inline constexpr size_t kTcpInboxChunk = 256 << 10;
+// Posted receives (Connection::post_recv) shorter than this are copied out of the inbox instead:
+// a copy of a few hundred KiB costs less than the bookkeeping.
+inline constexpr size_t kTcpPostBytes = 1 << 20;
+// The direct exchange's gathered inputs are kept between calls up to this size: every default direct
+// exchange fits (2 ranks x 512 KiB over tcp, up to 128 ranks x 32 KiB).
+inline constexpr size_t kDirectExchangeKeptBytes = 4 << 20;
+
+// ---- where a stream starts in a page (Connection::align_send) --------------------------------------
+// ../bench/allreduce_results.md#the-fifos-position-in-a-page-shm
+
+// Streams of at least this many bytes start kStreamPhase bytes past a page boundary of a transport's
+// buffer, so that a reduction's loads from there never trail its stores to the caller's buffer by a
+// few dozen bytes modulo 4 KiB (4K aliasing).
+inline constexpr size_t kAlignedStreamBytes = 64 << 10;
+// Half a page from where large buffers start: far from that window (TINYDDP_STREAM_PHASE).
+inline constexpr size_t kStreamPhase = 2048;
+
+}  // namespace tinyddp::comm::tuning

@@ -1,0 +1,68 @@
+#include "core/env.h"
+
+#include <cctype>
+#include <charconv>
+#include <cstdlib>
+
+#include "core/error.h"
+
+namespace tinyddp::env {
+
+namespace {
+
+bool same_word(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::toupper(static_cast<unsigned char>(a[i])) != std::toupper(static_cast<unsigned char>(b[i]))) return false;
+  return true;
+}
+
+}  // namespace
+
+std::optional<std::string> text(std::string_view name) {
+  const char* value = std::getenv(std::string(name).c_str());
+  if (value == nullptr || *value == '\0') return std::nullopt;
+  return std::string(value);
+}
+
+uint64_t parse_unsigned_integer(std::string_view name, std::string_view text, uint64_t min, uint64_t max) {
+  uint64_t value = 0;
+  const char* end = text.data() + text.size();
+  auto [stop, error] = std::from_chars(text.data(), end, value);
+  TINYDDP_CHECK(!text.empty() && error == std::errc() && stop == end && value >= min && value <= max, name, "='", text,
+                "' is not a whole number from ", min, " to ", max, "; hint: write the number in decimal digits only ",
+                "(no sign, no unit), or unset ", name, " for the default");
+  return value;
+}
+
+std::optional<uint64_t> unsigned_integer(std::string_view name, uint64_t min, uint64_t max) {
+  std::optional<std::string> value = text(name);
+  if (!value) return std::nullopt;
+  return parse_unsigned_integer(name, *value, min, max);
+}
+
+bool parse_flag(std::string_view name, std::string_view text) {
+  for (std::string_view yes : {"1", "true", "yes", "on"})
+    if (same_word(text, yes)) return true;
+  for (std::string_view no : {"0", "false", "no", "off"})
+    if (same_word(text, no)) return false;
+  TINYDDP_FAIL(name, "='", text, "' is neither on nor off; hint: write 1, true, yes or on to turn it on, 0, false, ",
+               "no or off to turn it off, or unset ", name);
+}
+
+std::optional<bool> flag(std::string_view name) {
+  std::optional<std::string> value = text(name);
+  if (!value) return std::nullopt;
+  return parse_flag(name, *value);
+}
+
+size_t parse_choice_index(std::string_view name, std::string_view text, std::span<const std::string_view> words) {
+  for (size_t i = 0; i < words.size(); ++i)
+    if (same_word(text, words[i])) return i;
+  std::string allowed;
+  for (size_t i = 0; i < words.size(); ++i) allowed += (i == 0 ? "" : i + 1 == words.size() ? " or " : ", ") + std::string(words[i]);
+  TINYDDP_FAIL(name, "='", text, "' is not one of ", allowed, "; hint: set ", name, " to one of those (any case), ",
+               "or unset it");
+}
+
+}  // namespace tinyddp::env
