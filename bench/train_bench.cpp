@@ -145,8 +145,7 @@ DataParallelResult data_parallel(int world, int64_t in, int64_t hidden, int64_t 
   Generator init(1);
   auto model = make_mlp(in, hidden, out, init);
   nn::Adam optimizer(model->named_parameters(), 1e-3);
-  int64_t steps_per_rank = (samples / world + batch - 1) / batch;
-  nn::CosineAnnealing scheduler(optimizer, epochs * steps_per_rank);
+  nn::CosineAnnealing scheduler(optimizer, nn::length_of_run);  // each rank's batches, as the anchor's T_max
   nn::WithAddOns<BenchTrainer, nn::MultiDevice, nn::Trace> trainer(*model, std::vector<Device>(size_t(world), Device::cpu()),
                                                          optimizer, &scheduler,
                                                          {.log_bar = false, .scheduler_step_on_batch = true});
