@@ -3,7 +3,7 @@
 # As root it runs apt-get itself; otherwise it prints the one line to run.
 # usage: scripts/deps.sh [extra packages...]
 set -euo pipefail
-packages=(cmake g++ make libasio-dev doctest-dev libopenblas-dev libdnnl-dev nlohmann-json3-dev libcli11-dev zlib1g-dev "$@")
+packages=(cmake g++ make pkg-config libasio-dev doctest-dev libopenblas-dev libdnnl-dev nlohmann-json3-dev libcli11-dev zlib1g-dev "$@")
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
