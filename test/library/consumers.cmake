@@ -9,6 +9,7 @@
 #
 #   cmake -DSOURCE_DIR=... -DBUILD_DIR=... -DWORK_DIR=... -DCXX=... [-DLAUNCHER=ccache] [-DCUDA_LAUNCHER=ccache]
 #         -DBUILD_TYPE=Release -DGENERATOR="Unix Makefiles" -DCONFIGURE_ARGS="-DTINYDDP_CUDA=ON|..."
+#         [-DCUDA_ARCHITECTURES=80,90] [-DSHORT_INCLUDES=OFF]
 #         -P test/library/consumers.cmake
 #
 # The third way compiles tinyddp again. Through the main build's compiler cache (LAUNCHER) that takes
@@ -68,6 +69,10 @@ endforeach()
 
 string(REPLACE "|" ";" CONFIGURE_ARGS "${CONFIGURE_ARGS}")  # the main build's options, so the libraries match
 set(common_args -G "${GENERATOR}" -DCMAKE_BUILD_TYPE=${BUILD_TYPE} -DCMAKE_CXX_COMPILER=${CXX} ${CONFIGURE_ARGS})
+if(CUDA_ARCHITECTURES)  # "80,90": one argument, its list separators escaped
+  string(REPLACE "," "\\;" CUDA_ARCHITECTURES "${CUDA_ARCHITECTURES}")
+  list(APPEND common_args "-DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHITECTURES}")
+endif()
 set(user_include_args "")
 set(user_cxx_flags "")
 if(DEFINED SHORT_INCLUDES AND NOT SHORT_INCLUDES)
@@ -98,6 +103,9 @@ if(PKG_CONFIG)
   set(ENV{PKG_CONFIG_PATH} ${prefix}/lib/pkgconfig)
   run("pkg-config" ${PKG_CONFIG} --cflags --libs tinyddp)
   separate_arguments(flags UNIX_COMMAND "${output}")
+  if("-DTINYDDP_SHARED=ON" IN_LIST CONFIGURE_ARGS)
+    list(APPEND flags -Wl,-rpath,${prefix}/lib)  # where the program finds libtinyddp_*.so when it runs
+  endif()
   run("pkg-config: compile" ${LAUNCHER} ${CXX} -std=c++20 -O2 ${user_include_args} ${example}/main.cpp ${flags}
     -o ${WORK_DIR}/sine_fit_pc)
   check_sine_fit("pkg-config" ${WORK_DIR}/sine_fit_pc)
