@@ -43,7 +43,7 @@ endif()
 function(tinyddp_pkg_config_libs out)
   set(libs ${TINYDDP_OPENBLAS_LIB})
   if(TINYDDP_WITH_ONEDNN)
-    list(APPEND libs ${TINYDDP_ONEDNN_LIB} ${OpenMP_CXX_FLAGS})
+    list(APPEND libs -l${CMAKE_DL_LIBS})  # oneDNN itself is loaded at run time
   endif()
   list(APPEND libs -lz -pthread)
   if(TINYDDP_WITH_CUDA)

@@ -8,7 +8,6 @@
 #include <utility>
 
 #include "kernels/argument_checks.h"
-#include "kernels/cpu_gemm.h"
 #include "kernels/cpu_gemm_libraries.h"
 #include "kernels/ops.h"
 
@@ -64,17 +63,15 @@ void gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, 
     detail::cuda_not_built(op);
 #endif
   }
-  switch (cpu_gemm()) {
 #ifdef TINYDDP_WITH_ONEDNN
-    case CpuGemm::onednn:
-      detail::onednn_sgemm(transpose_a, transpose_b, m, n, k, alpha, a.data<float>(), lda, b.data<float>(), ldb, beta,
-                           c.data<float>(), ldc);
-      return;
-#endif
-    default:
-      detail::openblas_sgemm(transpose_a, transpose_b, m, n, k, alpha, a.data<float>(), lda, b.data<float>(), ldb, beta,
-                             c.data<float>(), ldc);
+  if (detail::use_onednn_for(m, n, k)) {
+    detail::onednn_sgemm(transpose_a, transpose_b, m, n, k, alpha, a.data<float>(), lda, b.data<float>(), ldb, beta,
+                         c.data<float>(), ldc);
+    return;
   }
+#endif
+  detail::openblas_sgemm(transpose_a, transpose_b, m, n, k, alpha, a.data<float>(), lda, b.data<float>(), ldb, beta,
+                         c.data<float>(), ldc);
 }
 
 }  // namespace tinyddp::kernels
