@@ -1,7 +1,9 @@
 // train_bench: samples per second of one MLP training step (Linear-ReLU-Linear-ReLU-Linear, cross-entropy,
 // Adam, cosine schedule), and in the same run the GEMM-only bound: the same layers' forward and backward
-// GEMMs alone through the same BLAS, with nothing else. The ratio says how much the rest of the step
-// (bias, activations, loss, optimizer, data loading) costs on top of the unavoidable matrix products.
+// GEMMs alone through the same GEMM library (kernels::gemm, which picks oneDNN or OpenBLAS for this
+// CPU: kernels/cpu_gemm.h; --cpu-gemm overrides the choice for both), with nothing else. The ratio says
+// how much the rest of the step (bias, activations, loss, optimizer, data loading) costs on top of the
+// unavoidable matrix products.
 // It is given three ways: from the two phases' total times, from their median steps, and from
 // --interleaved steps taken in turns with GEMM-only steps (the one that a shared machine's load
 // disturbs least: both sides of each pair see the same neighbours).
@@ -9,11 +11,13 @@
 // With --world-size W > 1 it then trains the same model data-parallel on W CPU workers (the Trainer with
 // its MultiDevice add-on: W processes, DistributedDataParallel, batch --batch per rank), and prints the
 // global samples/s and the scaling efficiency: W-rank samples/s / (W x single-process samples/s).
-// --torch-anchor runs PyTorch's DDP on the same job in the same run and prints the ratio.
+// --torch-anchor runs PyTorch on the same job in the same run, in one process right after ours and
+// with DDP after our data-parallel part, and prints the ratios.
 //
 //   build/bin/train_bench                           # 784-1024-1024-10, batch 256, 16384 samples, 2 epochs
 //   build/bin/train_bench --in 10 --hidden 0 --out 2 --samples 1000 --batch 32 --epochs 10   # the seed job
 //   build/bin/train_bench --world-size 2 --torch-anchor ../shared/anchors/torch_ddp_train.py
+//   build/bin/train_bench --cpu-gemm openblas       # the fallback library, on any CPU
 //   build/bin/tinyddp-run -n 2 build/bin/train_bench --world-size 2   # the data-parallel part, launched
 //
 // The PyTorch figure for the same job: ../shared/anchors/torch_ddp_train.py 1 784 1024 10 16384 256 2
@@ -27,6 +31,7 @@
 #include <string>
 
 #include "examples/dummy_dataset.h"
+#include "kernels/cpu_gemm.h"
 #include "kernels/ops.h"
 #include "nn/activations.h"
 #include "nn/data/data_loader.h"
@@ -140,8 +145,7 @@ DataParallelResult data_parallel(int world, int64_t in, int64_t hidden, int64_t 
   Generator init(1);
   auto model = make_mlp(in, hidden, out, init);
   nn::Adam optimizer(model->named_parameters(), 1e-3);
-  int64_t steps_per_rank = (samples / world + batch - 1) / batch;
-  nn::CosineAnnealing scheduler(optimizer, epochs * steps_per_rank);
+  nn::CosineAnnealing scheduler(optimizer, nn::length_of_run);  // each rank's batches, as the anchor's T_max
   nn::WithAddOns<BenchTrainer, nn::MultiDevice, nn::Trace> trainer(*model, std::vector<Device>(size_t(world), Device::cpu()),
                                                          optimizer, &scheduler,
                                                          {.log_bar = false, .scheduler_step_on_batch = true});
@@ -154,7 +158,8 @@ DataParallelResult data_parallel(int world, int64_t in, int64_t hidden, int64_t 
   return result;
 }
 
-// Runs the PyTorch DDP anchor on the same job and returns its global samples/s (0 when it did not run).
+// Runs the PyTorch anchor (DDP when world > 1) on the same job and returns its global samples/s (0 when
+// it did not run).
 double torch_anchor(const std::string& script, int world, int64_t in, int64_t hidden, int64_t out, int64_t samples,
                     int64_t batch, int64_t epochs) {
   if (!std::filesystem::exists(script) || !std::filesystem::exists("/usr/bin/python3")) {
@@ -185,7 +190,7 @@ int main(int argc, char** argv) {
   int64_t in = 784, hidden = 1024, out = 10, samples = 16384, batch = 256, epochs = 2;
   int threads = 1, world_size = 1;
   int64_t interleaved = 64;
-  std::string anchor;
+  std::string anchor, cpu_gemm = "auto";
   app.add_option("--in", in)->capture_default_str();
   app.add_option("--hidden", hidden, "0 for a single Linear(in, out)")->capture_default_str();
   app.add_option("--out", out)->capture_default_str();
@@ -197,10 +202,14 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--interleaved", interleaved, "then this many training steps, each beside a GEMM-only step (0: none)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--torch-anchor", anchor, "torch_ddp_train.py: run PyTorch DDP on the same job and compare");
+  app.add_option("--torch-anchor", anchor, "torch_ddp_train.py: run PyTorch on the same job and compare");
+  app.add_option("--cpu-gemm", cpu_gemm, "the CPU GEMM library: auto (this machine's choice), openblas or onednn")
+      ->check(CLI::IsMember({"auto", "openblas", "onednn"}))->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   try {
+    // Before anything computes, in the spawned workers too (they run with the same arguments).
+    if (cpu_gemm != "auto") kernels::set_cpu_gemm(cpu_gemm == "onednn" ? kernels::CpuGemm::onednn : kernels::CpuGemm::openblas);
     // A worker of the data-parallel run (spawned by it, or started by tinyddp-run) does only that part.
     nn::ProcessRole role = nn::detect_process_role(size_t(world_size));
     if (role == nn::ProcessRole::spawned_worker || role == nn::ProcessRole::launched_worker) {
@@ -250,6 +259,7 @@ int main(int argc, char** argv) {
     double train_median = median(step_seconds), gemm_median = median(gemm_step_seconds);
     std::printf("tinyddp train_bench model=%lld-%lld-%lld n=%lld batch=%lld epochs=%lld threads=%d\n", (long long)in,
                 (long long)hidden, (long long)out, (long long)samples, (long long)batch, (long long)epochs, threads);
+    std::printf("  CPU GEMM      : %s\n", kernels::cpu_gemm_description().c_str());
     std::printf("  training      : %.3f s  %8.0f samples/s  (%lld steps, last loss %.4f)\n", train_s, train_rate,
                 (long long)steps, last_loss);
     std::printf("  GEMM-only     : %.3f s  %8.0f samples/s\n", gemm_s, bound_rate);
@@ -280,6 +290,10 @@ int main(int argc, char** argv) {
       }
       std::printf("  interleaved   : training / GEMM-only bound = %.1f%%  (median of %lld step pairs)\n",
                   100.0 * median(ratios), (long long)pairs);
+    }
+    if (!anchor.empty()) {
+      double torch_rate = torch_anchor(anchor, 1, in, hidden, out, samples, batch, epochs);
+      if (torch_rate > 0) std::printf("  tinyddp / PyTorch, 1 process = %.2fx\n", train_rate / torch_rate);
     }
 
     if (world_size > 1) {

@@ -1,6 +1,9 @@
 #include "core/tensor.h"
 
+#include <cmath>
+#include <limits>
 #include <sstream>
+#include <type_traits>
 
 #include "core/cuda_runtime.h"
 
@@ -112,6 +115,43 @@ Tensor Tensor::to(Device target) const {
   Tensor t = empty(shape_, dtype_, target);
   t.copy_from(*this);
   return t;
+}
+
+namespace {
+
+// Element-wise conversion of CPU memory. C++ leaves a floating-point value outside the target
+// integer's range undefined (PyTorch's result for one depends on the machine), so it is refused.
+template <typename From, typename To>
+void convert_elements(const From* in, To* out, int64_t n, const Tensor& source) {
+  for (int64_t i = 0; i < n; ++i) {
+    if constexpr (std::is_floating_point_v<From> && std::is_integral_v<To>) {
+      const double whole = std::trunc(double(in[i]));
+      const bool fits = std::isfinite(whole) && whole >= double(std::numeric_limits<To>::min()) &&
+                        whole < double(std::numeric_limits<To>::max()) + 1.0;
+      TINYDDP_CHECK(fits, "Tensor::to(", dtype_name(dtype_of<To>()), "): element ", i, " of ", source.describe(), " is ",
+                    double(in[i]), ", which ", dtype_name(dtype_of<To>()), " cannot hold",
+                    "; hint: clamp or clean the values before converting, or convert to a floating type");
+    }
+    out[i] = static_cast<To>(in[i]);
+  }
+}
+
+}  // namespace
+
+Tensor Tensor::to(DType target) const {
+  TINYDDP_CHECK(defined(), "to(", dtype_name(target), ") of an undefined tensor; hint: create it first");
+  if (target == dtype_) return *this;
+  // Converted on the CPU; a device tensor goes there and back.
+  const Tensor host = to(Device::cpu());
+  Tensor converted = empty(shape_, target);
+  dispatch_dtype(dtype_, [&](auto from_zero) {
+    using From = decltype(from_zero);
+    dispatch_dtype(target, [&](auto to_zero) {
+      using To = decltype(to_zero);
+      convert_elements(host.data<From>(), converted.data<To>(), numel_, *this);
+    });
+  });
+  return converted.to(device());
 }
 
 void Tensor::copy_from(const Tensor& src) {

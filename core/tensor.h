@@ -97,6 +97,11 @@ class Tensor {
 
   Tensor clone() const;  // a deep copy on the same device
   Tensor to(Device device) const;  // a copy on `device` (a shared handle if already there)
+  // A copy with elements of `dtype`, on the same device (a shared handle if already of that dtype),
+  // converted as PyTorch's .to(dtype) converts them: to a floating type by rounding to nearest, from a
+  // floating to an integer type by rounding toward zero, between integer types modulo 2^bits. A value
+  // the integer type cannot hold (NaN, an infinity, out of its range) is an error naming the element.
+  Tensor to(DType dtype) const;
   // Copies `src` into this tensor's memory; shapes must hold the same number of elements and the
   // dtypes must match. Either side may be on any device.
   void copy_from(const Tensor& src);

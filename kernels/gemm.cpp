@@ -2,13 +2,13 @@
 // y = x @ W^T, its backward dx = dy @ W and dW = dy^T @ x. All three are one call with different
 // transpose flags, so no tensor is ever transposed in memory.
 //
-// CPU: cblas_sgemm from OpenBLAS, row-major. CUDA: cublasSgemm (kernels/cuda/gemm.cpp).
-#include <cblas.h>
-
+// CPU: the machine's best GEMM library, oneDNN or OpenBLAS (kernels/cpu_gemm.h), row-major.
+// CUDA: cublasSgemm (kernels/cuda/gemm.cpp).
 #include <climits>
 #include <utility>
 
 #include "kernels/argument_checks.h"
+#include "kernels/cpu_gemm_libraries.h"
 #include "kernels/ops.h"
 
 #include "kernels/cuda_dispatch.h"
@@ -36,7 +36,7 @@ void gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, 
   TINYDDP_CHECK(c.size(0) == m && c.size(1) == n, "gemm: the result op(a) @ op(b) is [", m, ", ", n, "] but `c` is ",
                 c.describe(), "; hint: allocate c as [", m, ", ", n, "]");
   TINYDDP_CHECK(m <= INT_MAX && n <= INT_MAX && k <= INT_MAX, "gemm: dimensions [", m, ", ", n, ", ", k,
-                "] exceed what BLAS indexes with 32-bit integers; hint: split the product into row blocks");
+                "] exceed what BLAS libraries index with 32-bit integers; hint: split the product into row blocks");
   // BLAS reads a and b while it writes c: c overlapping either would read half-updated values.
   for (const auto& [name, operand] : {std::pair<const char*, const Tensor*>{"a", &a}, {"b", &b}}) {
     const bool overlap = c.shares_storage_with(*operand) && c.offset() < operand->offset() + operand->numel() &&
@@ -57,17 +57,15 @@ void gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, 
              beta, c.data<float>(), ldc);
     return;
   }
-  cblas_sgemm(CblasRowMajor, transpose_a ? CblasTrans : CblasNoTrans, transpose_b ? CblasTrans : CblasNoTrans, int(m),
-              int(n), int(k), alpha, a.data<float>(), int(lda), b.data<float>(), int(ldb), beta, c.data<float>(),
-              int(ldc));
-}
-
-void set_cpu_threads(int threads) {
-  TINYDDP_CHECK(threads >= 1, "set_cpu_threads(", threads, "): at least one thread is needed; hint: pass 1 to run "
-                "BLAS on the calling thread only");
-  // With several DDP processes on one host, each BLAS spawning one thread per core would oversubscribe
-  // the cores many times over; one thread per process is what torch.distributed users set too.
-  openblas_set_num_threads(threads);
+#ifdef TINYDDP_WITH_ONEDNN
+  if (detail::use_onednn_for(m, n, k)) {
+    detail::onednn_sgemm(transpose_a, transpose_b, m, n, k, alpha, a.data<float>(), lda, b.data<float>(), ldb, beta,
+                         c.data<float>(), ldc);
+    return;
+  }
+#endif
+  detail::openblas_sgemm(transpose_a, transpose_b, m, n, k, alpha, a.data<float>(), lda, b.data<float>(), ldb, beta,
+                         c.data<float>(), ldc);
 }
 
 }  // namespace tinyddp::kernels

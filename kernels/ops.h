@@ -17,10 +17,10 @@ namespace tinyddp::kernels {
 
 // ---- linear algebra ----------------------------------------------------------------------------
 // c = alpha * op(a) @ op(b) + beta * c, op(x) = x or x^T; a, b, c are 2-D f32.
-// CPU: cblas_sgemm (OpenBLAS). CUDA: cublasSgemm.
+// CPU: oneDNN or OpenBLAS, whichever is faster on this CPU (kernels/cpu_gemm.h). CUDA: cublasSgemm.
 void gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, Tensor& c, float alpha = 1.f,
           float beta = 0.f);
-// Number of BLAS threads on the CPU (1 = one thread per process, what DDP on CPU wants).
+// Threads of the CPU GEMM libraries (1 = one thread per process, what DDP on CPU wants).
 void set_cpu_threads(int threads);
 
 // ---- bias ----------------------------------------------------------------------------------------

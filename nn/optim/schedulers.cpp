@@ -15,7 +15,26 @@ CosineAnnealing::CosineAnnealing(Optimizer& optimizer, int64_t total_iters, doub
   set_last_step(0);
 }
 
+CosineAnnealing::CosineAnnealing(Optimizer& optimizer, LengthOfRun, double eta_min)
+    : LRScheduler(optimizer), total_iters_(0), eta_min_(eta_min), sized_by_run_(true) {
+  set_last_step(0);
+}
+
+void CosineAnnealing::set_length_of_run(int64_t total_iters) {
+  TINYDDP_CHECK(sized_by_run_, "CosineAnnealing::set_length_of_run: this schedule was built with total_iters ",
+                total_iters_, "; hint: build it with nn::length_of_run to let the run size it");
+  TINYDDP_CHECK(total_iters > 0, "CosineAnnealing: the run it is sized by takes ", total_iters,
+                " steps; hint: give run() at least one epoch of a loader with at least one batch");
+  total_iters_ = total_iters;
+  optimizer_.set_lr(lr_at(last_step_));
+}
+
 double CosineAnnealing::lr_at(int64_t t) const {
+  if (total_iters_ == 0) {  // built with length_of_run, not sized yet: only the start is known
+    TINYDDP_CHECK(t == 0, "CosineAnnealing: step ", t, " of a schedule built with nn::length_of_run, before a ",
+                  "Trainer's run() gave it a length; hint: let the Trainer step it, or build it with total_iters");
+    return base_lr_;
+  }
   return eta_min_ + (base_lr_ - eta_min_) * (1 + std::cos(std::numbers::pi * double(t) / double(total_iters_))) / 2;
 }
 

@@ -17,6 +17,16 @@
 
 namespace tinyddp::nn {
 
+// Passed for total_iters: the schedule lasts exactly as long as the Trainer run that steps it, which
+// sets the length when run() starts -- the epochs times this rank's batches per epoch when it steps
+// per batch, the epochs when it steps per epoch. A length written as epochs * loader.size(), as
+// PyTorch users write it, is half of that under MultiDevice with 2 workers, each of which trains on
+// half of the loader; the Trainer refuses such a length (see Trainer::run), this one cannot be wrong.
+//
+//   nn::CosineAnnealing schedule(optimizer, nn::length_of_run);
+struct LengthOfRun {};
+inline constexpr LengthOfRun length_of_run{};
+
 // The base of every schedule: the step counter, and lr_at(t) written into the optimizer.
 class LRScheduler {
  public:
@@ -55,15 +65,22 @@ class LRScheduler {
 class CosineAnnealing : public LRScheduler {
  public:
   CosineAnnealing(Optimizer& optimizer, int64_t total_iters, double eta_min = 0);
+  // Sized by the Trainer's run (see length_of_run); stepping it before a run has sized it is an error.
+  CosineAnnealing(Optimizer& optimizer, LengthOfRun, double eta_min = 0);
   double lr_at(int64_t t) const override;
   std::string kind() const override { return "cosine"; }
 
+  // 0 while a schedule built with length_of_run has not been sized yet.
   int64_t total_iters() const { return total_iters_; }
   double eta_min() const { return eta_min_; }
+  bool sized_by_run() const { return sized_by_run_; }
+  // The Trainer's part: the number of steps of the run about to start. Only for length_of_run schedules.
+  void set_length_of_run(int64_t total_iters);
 
  private:
   int64_t total_iters_;
   double eta_min_;
+  bool sized_by_run_ = false;
 };
 
 // Linear warm-up: lr(t) = base * (start_factor + (1 - start_factor) * min(t, warmup_iters) / warmup_iters),

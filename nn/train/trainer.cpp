@@ -25,6 +25,7 @@ const std::string history = "trainer.history";
 const std::string best_epoch = "trainer.best_epoch";
 const std::string best_loss = "trainer.best_loss";
 const std::string global_step = "trainer.global_step";
+const std::string extra_state = "trainer.extra_state";
 }  // namespace key
 
 Batch to_device(const Batch& batch, Device device) {
@@ -153,8 +154,9 @@ void Trainer::backward(const Tensor& output_grad) {
 
 void Trainer::run(int64_t n_epoch, DataLoader& loader, DataLoader* valid_loader) {
   TINYDDP_CHECK(n_epoch >= 0, "Trainer::run: n_epoch is ", n_epoch, "; hint: pass the number of epochs to train");
+  // Before on_run_begin: a checkpoint restored there sets the schedule's step, which needs its length.
+  fit_schedule_to_run(n_epoch, loader.size(), world_size_);
   on_run_begin(n_epoch);  // an add-on may restore a checkpoint here, so epochs_done() is read after it
-  check_schedule_length(n_epoch, loader);
 
   std::optional<ProgressBar> bar;
   if (options_.log_bar && is_rank_zero()) bar.emplace();
@@ -193,6 +195,26 @@ InferenceResult Trainer::inference(DataLoader& loader) {
     for (const auto& [name, sum] : totals.metric_sums) result.metrics[name] = sum / totals.samples;
   }
   return result;
+}
+
+Tensor Trainer::predict(DataLoader& loader) {
+  std::vector<Tensor> outputs;
+  for (auto it = loader.begin(); !(it == loader.end()); ++it)
+    outputs.push_back(predict_step((*it).inputs.to(device_)).to(Device::cpu()));
+  return stack_rows(outputs);
+}
+
+Tensor Trainer::predict(const Tensor& inputs, int64_t batch_size) {
+  TINYDDP_CHECK(inputs.defined() && inputs.dim() >= 1, "Trainer::predict: the inputs are ", inputs.describe(),
+                "; hint: pass the inputs with the samples along the first dimension, [samples, features]");
+  TINYDDP_CHECK(batch_size >= 1, "Trainer::predict: batch_size is ", batch_size,
+                "; hint: pass the number of rows to run through the model at once, at least 1");
+  std::vector<Tensor> outputs;
+  for (int64_t begin = 0; begin < inputs.size(0); begin += batch_size) {
+    Tensor rows = inputs.slice_rows(begin, std::min(inputs.size(0), begin + batch_size));
+    outputs.push_back(predict_step(rows.to(device_)).to(Device::cpu()));
+  }
+  return stack_rows(outputs);
 }
 
 Trainer::Totals Trainer::run_pass(DataLoader& loader, bool training, bool keep_outputs, int64_t epoch, int64_t n_epoch,
@@ -274,15 +296,31 @@ std::map<std::string, double> Trainer::reduce_means(Totals& totals) {
   return means;
 }
 
-void Trainer::check_schedule_length(int64_t n_epoch, const DataLoader& loader) const {
+void Trainer::fit_schedule_to_run(int64_t n_epoch, int64_t batches_per_epoch, int world_size) {
+  auto* cosine = dynamic_cast<CosineAnnealing*>(scheduler_);
+  if (!cosine) return;
+  const bool per_batch = options_.scheduler_step_on_batch;
+  const int64_t steps = per_batch ? n_epoch * batches_per_epoch : n_epoch;
+  if (cosine->sized_by_run()) {
+    if (steps > 0) cosine->set_length_of_run(steps);
+    return;
+  }
+  // Stepped per epoch, any length goes (the seed anneals over 100 epochs and trains 10).
+  if (!per_batch) return;
   // The seed's _scheduler_step_check: a cosine schedule stepped per batch must cover every batch,
   // or past total_iters the learning rate climbs back up again.
-  auto* cosine = dynamic_cast<const CosineAnnealing*>(scheduler_);
-  if (!cosine || !options_.scheduler_step_on_batch) return;
-  int64_t needed = n_epoch * loader.size();
-  TINYDDP_CHECK(cosine->total_iters() >= needed, "Trainer::run: the cosine schedule has total_iters ",
-                cosine->total_iters(), " but ", n_epoch, " epochs of ", loader.size(), " batches step it ", needed,
-                " times; hint: build it with total_iters >= ", needed, ", or step it per epoch");
+  const int64_t total = cosine->total_iters();
+  TINYDDP_CHECK(total >= steps, "Trainer::run: the cosine schedule has total_iters ", total, " but ", n_epoch,
+                " epochs of ", batches_per_epoch, " batches step it ", steps, " times; hint: build it with total_iters >= ",
+                steps, ", or with nn::length_of_run, or step it per epoch");
+  // On several ranks each one steps through its share of the loader only: a length counted over the
+  // whole loader is never reached, and the decay would stop part-way without a word.
+  TINYDDP_CHECK(world_size == 1 || total == steps, "Trainer::run: the cosine schedule has total_iters ", total,
+                " but this run steps it ", steps, " times (", n_epoch, " epochs of ", batches_per_epoch,
+                " batches: each of the ", world_size, " ranks trains on its own share of the loader), so the ",
+                "learning rate would end at ", cosine->lr_at(steps), " instead of ", cosine->eta_min(),
+                "; hint: build the schedule with nn::length_of_run to let the run size it, or with total_iters = ",
+                steps);
 }
 
 void Trainer::keep_if_best(const EpochRecord& record) {
@@ -321,6 +359,7 @@ Metadata Trainer::progress_metadata() const {
                        {"lr", r.lr},
                        {"seconds", r.seconds}});
   Metadata out{{key::history, history.dump()}, {key::global_step, std::to_string(global_step_)}};
+  if (Metadata extra = get_extra_state(); !extra.empty()) out[key::extra_state] = json(extra).dump();
   if (best_epoch_) {
     out[key::best_epoch] = std::to_string(*best_epoch_);
     out[key::best_loss] = json(best_loss_).dump();  // shortest text that reads back exactly
@@ -335,6 +374,7 @@ void Trainer::restore_progress(const Metadata& metadata, int64_t epochs_done) {
   int64_t global_step = 0;
   std::optional<int64_t> best_epoch;
   double best_loss = 0;
+  std::optional<Metadata> extra_state;
   try {
     if (auto it = metadata.find(key::history); it != metadata.end()) {
       for (const json& r : json::parse(it->second)) {
@@ -352,9 +392,11 @@ void Trainer::restore_progress(const Metadata& metadata, int64_t epochs_done) {
       best_epoch = std::stoll(it->second);
       best_loss = json::parse(metadata.at(key::best_loss)).get<double>();
     }
+    if (auto it = metadata.find(key::extra_state); it != metadata.end())
+      extra_state = json::parse(it->second).get<Metadata>();
   } catch (const std::exception& e) {
     TINYDDP_FAIL("Trainer::restore_progress: the saved progress (", key::history, ", ", key::best_epoch, ", ",
-                 key::global_step, ") does not parse: ", e.what(),
+                 key::global_step, ", ", key::extra_state, ") does not parse: ", e.what(),
                  "; hint: the checkpoint was edited or written by another program; start without it");
   }
   history_ = std::move(history);
@@ -362,6 +404,7 @@ void Trainer::restore_progress(const Metadata& metadata, int64_t epochs_done) {
   global_step_ = global_step;
   best_epoch_ = best_epoch;
   best_loss_ = best_loss;
+  if (extra_state) set_extra_state(*extra_state);
 }
 
 namespace {

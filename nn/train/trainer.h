@@ -114,13 +114,33 @@ class Trainer {
 
   // Trains until `n_epoch` epochs are done in all: epochs are counted across calls (and across a
   // resumed checkpoint), so run(10) after a crash in epoch 7 runs epochs 7, 8 and 9.
+  //
+  // A cosine schedule stepped per batch is checked against the run before anything trains: one built
+  // with nn::length_of_run gets the run's length here; an explicit total_iters shorter than the run
+  // is refused (past its end the cosine climbs back up), and so is, on several ranks, one longer than
+  // the run -- that is the length written as epochs * loader.size() while each rank steps through its
+  // own share of the loader only, which would stop the decay half-way on 2 ranks without a word.
   virtual void run(int64_t n_epoch, DataLoader& loader, DataLoader* valid_loader = nullptr);
   // Runs test_step over `loader` in this process, on device(), and collects the outputs and metrics.
   InferenceResult inference(DataLoader& loader);
+  // The model's outputs for inputs that have no targets, in this process, on device(): predict_step
+  // on each batch of the loader (its targets, if any, are not read), or on `inputs` in row blocks of
+  // `batch_size`; the outputs stacked along the rows, on the CPU.
+  Tensor predict(DataLoader& loader);
+  Tensor predict(const Tensor& inputs, int64_t batch_size = 1024);
 
   // ---- what a subclass writes ----
   virtual StepOutput train_step(const Batch& batch) = 0;
   virtual StepOutput test_step(const Batch& batch) = 0;
+  // What predict() returns for one batch of inputs: the model's output unless overridden (to apply a
+  // softmax, say).
+  virtual Tensor predict_step(const Tensor& inputs) { return forward(inputs); }
+  // A subclass's own members that must outlive the process: saved with every training state
+  // (StateManager's checkpoints, and what a MultiDevice spawner gets back from rank 0) and handed back
+  // to set_extra_state when that state is loaded. PyTorch's Module.get_extra_state/set_extra_state,
+  // with named strings as the state. Default: nothing.
+  virtual Metadata get_extra_state() const { return {}; }
+  virtual void set_extra_state(const Metadata& state) { (void)state; }
 
   // ---- state ----
   Module& model() { return model_; }
@@ -141,6 +161,8 @@ class Trainer {
   void apply_best_weights();
 
   // ---- who this process is ----
+  // In a worker, its rank and the job's size; in a MultiDevice spawner after run(), rank 0 (whose
+  // state it holds) and the size of the job it ran.
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
   bool is_rank_zero() const { return rank_ == 0; }
@@ -173,7 +195,12 @@ class Trainer {
   virtual void all_reduce_sum(std::vector<double>& values) { (void)values; }
 
   void set_device(Device device);
+  // `group` may be null: a spawner records the job it ran, without taking part in it.
   void set_distributed(int rank, int world_size, std::shared_ptr<comm::ProcessGroup> group);
+  // Sizes a length_of_run schedule for `n_epoch` epochs of `batches_per_epoch` batches on each of
+  // `world_size` ranks, and refuses a per-batch cosine schedule of a length the run does not take
+  // (see run()). run() calls it; a MultiDevice spawner calls it before it starts its workers.
+  void fit_schedule_to_run(int64_t n_epoch, int64_t batches_per_epoch, int world_size);
   comm::ProcessGroup* process_group() { return group_.get(); }
   // Waits for every rank (nothing to wait for in a single process).
   void barrier();
@@ -183,7 +210,6 @@ class Trainer {
   Totals run_pass(DataLoader& loader, bool training, bool keep_outputs, int64_t epoch, int64_t n_epoch, ProgressBar* bar);
   void train_batch(const Batch& batch, Totals& totals);
   std::map<std::string, double> reduce_means(Totals& totals);
-  void check_schedule_length(int64_t n_epoch, const DataLoader& loader) const;
   void keep_if_best(const EpochRecord& record);
 
   Module& model_;

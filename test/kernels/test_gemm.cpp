@@ -1,55 +1,78 @@
-// gemm against PyTorch (a float64 product rounded once), in all four transpose layouts.
+// gemm against PyTorch (a float64 product rounded once), in all four transpose layouts, with every
+// CPU GEMM library this build has (kernels/cpu_gemm.h), whichever one this machine would choose.
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <limits>
 
+#include "core/random.h"
 #include "kernel_fixtures.h"
+#include "kernels/cpu_gemm.h"
 #include "kernels/ops.h"
 
 using namespace tinyddp;
 using namespace tinyddp::testing;
 
-TEST_CASE("gemm: all four transpose combinations, with alpha and beta, match PyTorch") {
-  SafetensorsFile f = kernel_fixture("gemm");
-  const Tensor& a = f.get("a");  // [37, 23]
-  const Tensor& b = f.get("b");  // [23, 19]
-  const float alpha = f.get("alpha_beta").item<float>(0), beta = f.get("alpha_beta").item<float>(1);
-  const float alpha0 = f.get("alpha0").item<float>(0);
-  const Tensor at = transposed(a), bt = transposed(b);
+namespace {
 
-  for (bool ta : {false, true}) {
-    for (bool tb : {false, true}) {
-      CAPTURE(ta);
-      CAPTURE(tb);
-      // op(ta ? at : a) is always a, op(tb ? bt : b) is always b: every layout computes the same product.
-      const Tensor& lhs = ta ? at : a;
-      const Tensor& rhs = tb ? bt : b;
-      Tensor c = f.get("c").clone();
-      kernels::gemm(lhs, ta, rhs, tb, c, alpha, beta);
-      check_close(c, f.get("out"), 1e-5, 1e-5, "alpha*op(a)@op(b) + beta*c");
-
-      // beta = 0 overwrites: c's old contents are never read, even when they are NaN.
-      Tensor nan_c = Tensor::empty({37, 19});
-      kernels::fill(nan_c, std::numeric_limits<float>::quiet_NaN());
-      kernels::gemm(lhs, ta, rhs, tb, nan_c, alpha0);
-      check_close(nan_c, f.get("out_beta0"), 1e-5, 1e-5, "alpha*op(a)@op(b), beta = 0");
-    }
+// Runs `check` once with each CPU GEMM library of this build, then restores the machine's choice.
+template <typename Check>
+void with_each_cpu_gemm(Check check) {
+  const kernels::CpuGemm chosen = kernels::cpu_gemm();
+  for (kernels::CpuGemm gemm : kernels::available_cpu_gemms()) {
+    CAPTURE(kernels::cpu_gemm_name(gemm));
+    kernels::set_cpu_gemm(gemm);
+    check();
   }
+  kernels::set_cpu_gemm(chosen);
+}
+
+}  // namespace
+
+TEST_CASE("gemm: all four transpose combinations, with alpha and beta, match PyTorch") {
+  with_each_cpu_gemm([] {
+    SafetensorsFile f = kernel_fixture("gemm");
+    const Tensor& a = f.get("a");  // [37, 23]
+    const Tensor& b = f.get("b");  // [23, 19]
+    const float alpha = f.get("alpha_beta").item<float>(0), beta = f.get("alpha_beta").item<float>(1);
+    const float alpha0 = f.get("alpha0").item<float>(0);
+    const Tensor at = transposed(a), bt = transposed(b);
+
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        CAPTURE(ta);
+        CAPTURE(tb);
+        // op(ta ? at : a) is always a, op(tb ? bt : b) is always b: every layout computes the same product.
+        const Tensor& lhs = ta ? at : a;
+        const Tensor& rhs = tb ? bt : b;
+        Tensor c = f.get("c").clone();
+        kernels::gemm(lhs, ta, rhs, tb, c, alpha, beta);
+        check_close(c, f.get("out"), 1e-5, 1e-5, "alpha*op(a)@op(b) + beta*c");
+
+        // beta = 0 overwrites: c's old contents are never read, even when they are NaN.
+        Tensor nan_c = Tensor::empty({37, 19});
+        kernels::fill(nan_c, std::numeric_limits<float>::quiet_NaN());
+        kernels::gemm(lhs, ta, rhs, tb, nan_c, alpha0);
+        check_close(nan_c, f.get("out_beta0"), 1e-5, 1e-5, "alpha*op(a)@op(b), beta = 0");
+      }
+    }
+  });
 }
 
 TEST_CASE("gemm writes into a view without touching the memory around it") {
-  SafetensorsFile f = kernel_fixture("gemm");
-  // c as rows [2, 39) of a larger buffer: as a gradient that is a view into a DDP bucket.
-  Tensor buffer = Tensor::empty({41, 19});
-  kernels::fill(buffer, 7.f);
-  Tensor c = buffer.slice_rows(2, 39);
-  c.copy_from(f.get("c"));
-  const float alpha = f.get("alpha_beta").item<float>(0), beta = f.get("alpha_beta").item<float>(1);
-  kernels::gemm(f.get("a"), false, f.get("b"), false, c, alpha, beta);
-  check_close(c, f.get("out"), 1e-5, 1e-5, "gemm into a view");
-  for (int64_t i : {int64_t(0), int64_t(2 * 19 - 1), int64_t(39 * 19), int64_t(41 * 19 - 1)})
-    CHECK(buffer.item<float>(i) == 7.f);
+  with_each_cpu_gemm([] {
+    SafetensorsFile f = kernel_fixture("gemm");
+    // c as rows [2, 39) of a larger buffer: as a gradient that is a view into a DDP bucket.
+    Tensor buffer = Tensor::empty({41, 19});
+    kernels::fill(buffer, 7.f);
+    Tensor c = buffer.slice_rows(2, 39);
+    c.copy_from(f.get("c"));
+    const float alpha = f.get("alpha_beta").item<float>(0), beta = f.get("alpha_beta").item<float>(1);
+    kernels::gemm(f.get("a"), false, f.get("b"), false, c, alpha, beta);
+    check_close(c, f.get("out"), 1e-5, 1e-5, "gemm into a view");
+    for (int64_t i : {int64_t(0), int64_t(2 * 19 - 1), int64_t(39 * 19), int64_t(41 * 19 - 1)})
+      CHECK(buffer.item<float>(i) == 7.f);
+  });
 }
 
 TEST_CASE("gemm with an empty inner dimension scales c by beta") {
@@ -75,10 +98,46 @@ TEST_CASE("gemm rejects operands whose shapes do not chain") {
 }
 
 TEST_CASE("set_cpu_threads accepts a thread count and refuses zero") {
-  kernels::set_cpu_threads(1);
-  SafetensorsFile f = kernel_fixture("gemm");
-  Tensor c = Tensor::empty({37, 19});
-  kernels::gemm(f.get("a"), false, f.get("b"), false, c, f.get("alpha0").item<float>(0));
-  check_close(c, f.get("out_beta0"), 1e-5, 1e-5, "single-threaded gemm");
+  with_each_cpu_gemm([] {
+    for (int threads : {2, 1}) {
+      CAPTURE(threads);
+      kernels::set_cpu_threads(threads);
+      SafetensorsFile f = kernel_fixture("gemm");
+      Tensor c = Tensor::empty({37, 19});
+      kernels::gemm(f.get("a"), false, f.get("b"), false, c, f.get("alpha0").item<float>(0));
+      check_close(c, f.get("out_beta0"), 1e-5, 1e-5, "gemm on the set number of threads");
+    }
+  });
   CHECK_THROWS_WITH_AS(kernels::set_cpu_threads(0), doctest::Contains("at least one thread"), Error);
+}
+
+TEST_CASE("a larger product agrees across the CPU GEMM libraries, and the choice names itself") {
+  // [256, 784] x [784, 1024]^T, the first layer of the benchmark MLP: the libraries block these sums
+  // differently, so they agree to rounding, not bit for bit. The reference is a double-precision sum.
+  Generator gen(5);
+  Tensor a = Tensor::empty({256, 784}), w = Tensor::empty({1024, 784});
+  fill_uniform(a, 0.f, 1.f, gen);
+  fill_uniform(w, -0.04f, 0.04f, gen);
+  std::vector<double> reference(256 * 1024);
+  const float* pa = a.data<float>();
+  const float* pw = w.data<float>();
+  for (int64_t i = 0; i < 256; i += 51)  // every 51st row: enough to see a wrong layout, quick
+    for (int64_t j = 0; j < 1024; ++j) {
+      double sum = 0;
+      for (int64_t l = 0; l < 784; ++l) sum += double(pa[i * 784 + l]) * double(pw[j * 784 + l]);
+      reference[size_t(i * 1024 + j)] = sum;
+    }
+  with_each_cpu_gemm([&] {
+    Tensor y = Tensor::empty({256, 1024});
+    kernels::gemm(a, false, w, true, y);
+    const float* py = y.data<float>();
+    double worst = 0;
+    for (int64_t i = 0; i < 256; i += 51)
+      for (int64_t j = 0; j < 1024; ++j)
+        worst = std::max(worst, std::abs(double(py[i * 1024 + j]) - reference[size_t(i * 1024 + j)]));
+    CHECK(worst < 1e-4);  // |y| is about 0.7 here; float32 sums of 784 terms are good to about 1e-6
+  });
+  const std::string description = kernels::cpu_gemm_description();
+  CHECK(description.find(kernels::cpu_gemm_name(kernels::cpu_gemm())) != std::string::npos);
+  MESSAGE("CPU GEMM on this machine: ", description);
 }

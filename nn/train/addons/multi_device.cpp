@@ -272,6 +272,11 @@ std::unique_ptr<DataLoader> shard_loader(DataLoader& loader, int rank, int world
   return std::make_unique<DataLoader>(dataset, options, sampler);
 }
 
+int64_t batches_per_rank(DataLoader& loader, int world_size) {
+  std::unique_ptr<DataLoader> share = shard_loader(loader, 0, world_size);
+  return share ? share->size() : loader.size();
+}
+
 void save_result(const std::string& dir, Trainer& trainer) {
   save_training_state(dir + "/" + kFinalState, trainer);
   if (!trainer.best_weights().empty()) save_safetensors(dir + "/" + kBestWeights, trainer.best_weights());

@@ -18,8 +18,9 @@
 //     torch.multiprocessing.spawn does with the "spawn" start method). It waits for them; when one
 //     fails, the others are stopped and run() throws an error naming the rank and how it ended.
 //     When they succeed, rank 0 has left its final state behind, and the spawner loads it: after
-//     run() this process holds rank 0's final weights (and optimizer, scheduler, history and best
-//     weights), so the seed's "save the model after run" works unchanged.
+//     run() this process holds rank 0's final weights (and optimizer, scheduler, history, best
+//     weights and the trainer's own get_extra_state), so the seed's "save the model after run" works
+//     unchanged, and world_size() says how many ranks the job had.
 //
 //   a spawned worker (it finds those variables): it joins the job (rendezvous, a process group:
 //     NCCL for CUDA devices when built, the ring otherwise), moves the model to devices[LOCAL_RANK],
@@ -113,6 +114,8 @@ std::shared_ptr<const std::string> spawn_workers(const std::vector<Device>& devi
 // the loader's shuffle and seed), or nullptr when the loader already has a DistributedSampler (it is
 // used as it is).
 std::unique_ptr<DataLoader> shard_loader(DataLoader& loader, int rank, int world_size);
+// The batches per epoch each rank's share of `loader` has (every rank the same: the sampler pads).
+int64_t batches_per_rank(DataLoader& loader, int world_size);
 // Rank 0 of a spawned job leaves its state in `dir`; the spawner reads it back into its own trainer.
 void save_result(const std::string& dir, Trainer& trainer);
 void load_result(const std::string& dir, Trainer& trainer);
@@ -149,8 +152,12 @@ class MultiDevice : public Base {
     switch (role()) {
       case ProcessRole::single: Base::run(n_epoch, loader, valid_loader); return;
       case ProcessRole::spawner: {
+        // The schedule checked (and sized) as every worker will, before any of them starts.
+        const int world = int(this->devices().size());
+        this->fit_schedule_to_run(n_epoch, multi_device::batches_per_rank(loader, world), world);
         auto result_dir = multi_device::spawn_workers(this->devices(), options_);
         multi_device::load_result(*result_dir, *this);
+        this->set_distributed(0, world, nullptr);
         return;
       }
       case ProcessRole::spawned_worker:

@@ -32,7 +32,6 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdio>
 #include <memory>
 #include <optional>
 #include <string>
@@ -40,6 +39,7 @@
 #include <vector>
 
 #include "core/fault_injection.h"
+#include "core/log.h"
 #include "nn/train/trainer.h"
 
 namespace tinyddp::nn {
@@ -92,8 +92,10 @@ class StateManager : public Base {
  public:
   using Base::Base;
 
-  // Turns checkpointing on (an empty directory turns it off). With resume, a run() that finds
-  // <dir>/last.safetensors continues from it.
+  // Turns checkpointing on (an empty directory turns it off). With resume (the default), a run() that
+  // finds <dir>/last.safetensors continues from it, and says so: "resuming from <dir>/last.safetensors:
+  // 7 of 10 epochs done" (or that all of them are, when the run has nothing left to train). With
+  // resume = false, run() starts from the model as it is and overwrites the directory's checkpoints.
   void set_checkpoint_dir(std::string directory, bool resume = true) {
     directory_ = std::move(directory);
     resume_ = resume;
@@ -117,10 +119,9 @@ class StateManager : public Base {
     if (resume_ && checkpoint_exists(last_checkpoint_path())) {
       resumed_from_ = load_training_state(last_checkpoint_path(), *this);
       restore_best_weights();
-      // Said where the progress bar speaks (stderr, rank 0), so nobody wonders why epoch 1 never shows.
-      if (this->options().log_bar && this->is_rank_zero())
-        std::fprintf(stderr, "resuming from %s: %lld of %lld epochs done\n", last_checkpoint_path().c_str(),
-                     (long long)*resumed_from_, (long long)n_epoch);
+      // Said whether or not a progress bar is drawn (by rank 0), so nobody wonders why epoch 1 never
+      // shows, or why a second run of the same command trains nothing.
+      if (this->is_rank_zero()) tell_resumed(n_epoch);
     }
     const double e = double(this->epochs_done()), s = double(this->global_step());
     std::vector<double> sums{1, e, e * e, s, s * s};
@@ -149,6 +150,16 @@ class StateManager : public Base {
   }
 
  private:
+  void tell_resumed(int64_t n_epoch) const {
+    const long long done = (long long)*resumed_from_;
+    std::string line = "resuming from " + last_checkpoint_path() + ": " + std::to_string(done) + " of " +
+                       std::to_string(n_epoch) + " epochs done";
+    if (done >= n_epoch)
+      line += ", nothing left to train; hint: pass more epochs, another directory, or set_checkpoint_dir(dir, "
+              "/*resume=*/false) to start over";
+    log_line(LogLevel::info, "checkpoint", line);
+  }
+
   // The best weights after resuming: from best.safetensors when it holds the epoch that last says was
   // best; from the weights just loaded when the best epoch is the last one done (a crash between the
   // two writes leaves best.safetensors behind, and rank 0 rewrites it).

@@ -343,3 +343,59 @@ TEST_CASE("shard_loader deals the loader's samples out among ranks: rank r gets 
   nn::DataLoader already(dataset, {.batch_size = 2}, std::make_shared<nn::DistributedSampler>(10, 2, 0));
   CHECK(nn::multi_device::shard_loader(already, 0, 2) == nullptr);
 }
+
+// ---- what a user's program sees of the job, from the spawner ----
+
+namespace {
+
+// A user's trainer with a member of its own (batches it trained on), handed on as its extra state.
+class CountingClassifier : public MlpTrainer {
+ public:
+  using MlpTrainer::MlpTrainer;
+  int64_t batches_seen = 0;
+  nn::StepOutput train_step(const nn::Batch& batch) override {
+    ++batches_seen;
+    return MlpTrainer::train_step(batch);
+  }
+  Metadata get_extra_state() const override { return {{"batches_seen", std::to_string(batches_seen)}}; }
+  void set_extra_state(const Metadata& state) override { batches_seen = std::stoll(state.at("batches_seen")); }
+};
+
+}  // namespace
+
+TEST_CASE("MultiDevice refuses a per-batch cosine sized over the whole loader, before any worker starts") {
+  Setup s;
+  nn::DataLoader loader = loader_for(100, 11, true);  // 10 batches; 5 on each of 2 ranks
+  // What a PyTorch user writes: epochs * len(loader). Each rank steps it 3 * 5 times only.
+  nn::CosineAnnealing schedule(*s.optimizer, 3 * loader.size());
+  Spawning trainer(*s.model, std::vector<Device>(2, Device::cpu()), *s.optimizer, &schedule,
+                   {.log_bar = false, .scheduler_step_on_batch = true});
+  configure_workers(trainer.multi_device_options(), "no worker may start");
+  CHECK_THROWS_WITH_AS(trainer.run(3, loader),
+                       doctest::Contains("has total_iters 30 but this run steps it 15 times (3 epochs of 5 batches: "
+                                         "each of the 2 ranks trains on its own share of the loader), so the learning "
+                                         "rate would end at 0.005 instead of 0"),
+                       Error);
+  CHECK_THROWS_WITH_AS(trainer.run(3, loader), doctest::Contains("nn::length_of_run"), Error);
+  CHECK(no_child_processes_left());
+}
+
+TEST_CASE("MultiDevice: a length_of_run schedule ends at 0 and the spawner gets world_size and the trainer's own state") {
+  Setup s;
+  nn::DataLoader loader = loader_for(100, 11, true);
+  nn::CosineAnnealing schedule(*s.optimizer, nn::length_of_run);
+  nn::WithAddOns<CountingClassifier, nn::MultiDevice> trainer(
+      *s.model, std::vector<Device>(2, Device::cpu()), *s.optimizer, &schedule,
+      {.log_bar = false, .scheduler_step_on_batch = true});
+  configure_workers(trainer.multi_device_options(),
+                    "MultiDevice: a length_of_run schedule ends at 0 and the spawner gets world_size and the trainer's own state");
+  trainer.run(3, loader);
+  if (in_spawned_worker()) return;
+
+  CHECK(trainer.world_size() == 2);
+  CHECK(trainer.rank() == 0);
+  CHECK(schedule.total_iters() == 3 * 5);
+  CHECK(schedule.last_step() == 3 * 5);
+  CHECK(s.optimizer->lr() == 0.0);
+  CHECK(trainer.batches_seen == 3 * 5);  // rank 0's count, carried back; the spawner trained nothing
+}

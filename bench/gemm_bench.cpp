@@ -1,0 +1,201 @@
+// gemm_bench: GFLOP/s of one CPU core's GEMM through each library tinyddp can use, side by side, and
+// oneDNN's bf16 GEMM beside its fp32 one. The shapes are the reference product and the GEMMs
+// of the 784-1024-1024-10 MLP step at batch 256 (train_bench's model), in the transposes Linear uses.
+//
+//   build/bin/gemm_bench                    # one thread, 3 rounds, each library in turn within a round
+//   build/bin/gemm_bench --threads 2 --rounds 5
+//
+// Each figure is the median over the rounds; within a round every library runs the same shape one
+// after another, so a neighbour's load on a shared machine falls on all of them alike.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/random.h"
+#include "core/tensor.h"
+#include "kernels/cpu_gemm.h"
+#include "kernels/ops.h"
+
+#ifdef TINYDDP_WITH_ONEDNN
+#include <omp.h>
+
+#include <oneapi/dnnl/dnnl.hpp>
+#endif
+
+using namespace tinyddp;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Shape3 {
+  const char* what;
+  int64_t m, n, k;
+  bool transpose_a, transpose_b;
+};
+
+const std::vector<Shape3> kShapes = {
+    {"sgemm 256x1024x1024, the reference product", 256, 1024, 1024, false, false},
+    {"layer 0 forward   y = x W^T", 256, 1024, 784, false, true},
+    {"layer 0 weight grad dW = dy^T x", 1024, 784, 256, true, false},
+    {"layer 1 input grad  dx = dy W", 256, 1024, 1024, false, false},
+};
+
+// Calls `run` until `seconds` have passed (at least 3 times, after one warm-up call); returns GFLOP/s.
+double gflops(const std::function<void()>& run, double flop, double seconds) {
+  run();
+  int64_t calls = 0;
+  auto start = Clock::now();
+  double elapsed = 0;
+  while (calls < 3 || elapsed < seconds) {
+    run();
+    ++calls;
+    elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  }
+  return flop * double(calls) / elapsed / 1e9;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// One way of computing a shape's product: a name and a function that sets it up and returns the call.
+struct Contender {
+  std::string name;
+  std::function<std::function<void()>(const Shape3&)> prepare;  // an empty function: not available
+};
+
+// tinyddp's own kernels::gemm with the given CPU library.
+Contender library_contender(kernels::CpuGemm gemm) {
+  return {std::string(kernels::cpu_gemm_name(gemm)) + " fp32 (kernels::gemm)", [gemm](const Shape3& s) {
+            Generator gen(1);
+            Tensor a = Tensor::empty(s.transpose_a ? Shape{s.k, s.m} : Shape{s.m, s.k});
+            Tensor b = Tensor::empty(s.transpose_b ? Shape{s.n, s.k} : Shape{s.k, s.n});
+            Tensor c = Tensor::zeros({s.m, s.n});
+            fill_uniform(a, -1.f, 1.f, gen);
+            fill_uniform(b, -1.f, 1.f, gen);
+            return std::function<void()>([=]() mutable {
+              kernels::set_cpu_gemm(gemm);
+              kernels::gemm(a, s.transpose_a, b, s.transpose_b, c);
+            });
+          }};
+}
+
+#ifdef TINYDDP_WITH_ONEDNN
+// bf16 from f32 by rounding to nearest even (what PyTorch's .to(torch.bfloat16) does for finite values).
+uint16_t to_bf16(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, 4);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return uint16_t(bits >> 16);
+}
+
+// oneDNN's matmul primitive, src and weights of `type`, the output f32 (the bf16 GEMM a bf16 training
+// step would use: products accumulated in f32). Returns an empty function where this CPU has no
+// implementation of it.
+Contender onednn_matmul_contender(dnnl::memory::data_type type, const char* name) {
+  return {name, [type](const Shape3& s) -> std::function<void()> {
+            using tag = dnnl::memory::format_tag;
+            using dt = dnnl::memory::data_type;
+            dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+            dnnl::memory::desc a_md({s.m, s.k}, type, s.transpose_a ? tag::ba : tag::ab);
+            dnnl::memory::desc b_md({s.k, s.n}, type, s.transpose_b ? tag::ba : tag::ab);
+            dnnl::memory::desc c_md({s.m, s.n}, dt::f32, tag::ab);
+            dnnl::matmul::primitive_desc pd;
+            try {
+              pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, c_md), engine);
+            } catch (const dnnl::error&) {
+              return {};
+            }
+            auto a = std::make_shared<dnnl::memory>(a_md, engine), b = std::make_shared<dnnl::memory>(b_md, engine);
+            auto c = std::make_shared<dnnl::memory>(c_md, engine);
+            Generator gen(1);
+            for (auto* m : {a.get(), b.get()}) {
+              const int64_t n = int64_t(m->get_desc().get_size() / (type == dt::f32 ? 4 : 2));
+              Tensor values = Tensor::empty({n});
+              fill_uniform(values, -1.f, 1.f, gen);
+              const float* v = values.data<float>();
+              if (type == dt::f32) {
+                std::memcpy(m->get_data_handle(), v, size_t(n) * 4);
+              } else {
+                auto* out = static_cast<uint16_t*>(m->get_data_handle());
+                for (int64_t i = 0; i < n; ++i) out[i] = to_bf16(v[i]);
+              }
+            }
+            auto stream = std::make_shared<dnnl::stream>(engine);
+            auto matmul = std::make_shared<dnnl::matmul>(pd);
+            return [=] {
+              matmul->execute(*stream, {{DNNL_ARG_SRC, *a}, {DNNL_ARG_WEIGHTS, *b}, {DNNL_ARG_DST, *c}});
+              stream->wait();
+            };
+          }};
+}
+
+const char* isa_name(dnnl::cpu_isa isa) {
+  switch (isa) {
+    case dnnl::cpu_isa::avx2: return "avx2";
+    case dnnl::cpu_isa::avx2_vnni: return "avx2_vnni";
+    case dnnl::cpu_isa::avx512_core: return "avx512_core";
+    case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
+    default: return "older than avx2";
+  }
+}
+#endif
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"tinyddp gemm_bench: one core's GEMM through each CPU library, fp32 and bf16"};
+  int threads = 1, rounds = 3;
+  double seconds = 0.3;
+  app.add_option("--threads", threads, "threads of every library")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--rounds", rounds, "rounds; each figure is their median")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--seconds", seconds, "time per measurement")->check(CLI::PositiveNumber)->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    kernels::set_cpu_threads(threads);
+    std::vector<Contender> contenders;
+    for (kernels::CpuGemm gemm : kernels::available_cpu_gemms()) contenders.push_back(library_contender(gemm));
+#ifdef TINYDDP_WITH_ONEDNN
+    omp_set_num_threads(threads);  // the matmul primitive's threads (kernels::gemm sets its own)
+    contenders.push_back(onednn_matmul_contender(dnnl::memory::data_type::f32, "oneDNN fp32 (matmul primitive)"));
+    contenders.push_back(onednn_matmul_contender(dnnl::memory::data_type::bf16, "oneDNN bf16 in, fp32 out (matmul)"));
+    std::printf("tinyddp gemm_bench, %d thread(s); oneDNN's ISA on this CPU: %s\n", threads,
+                isa_name(dnnl::get_effective_cpu_isa()));
+#else
+    std::printf("tinyddp gemm_bench, %d thread(s); this build has no oneDNN\n", threads);
+#endif
+    std::printf("tinyddp's choice here: %s\n", kernels::cpu_gemm_description().c_str());
+    const kernels::CpuGemm chosen = kernels::cpu_gemm();
+
+    for (const Shape3& shape : kShapes) {
+      const double flop = 2.0 * double(shape.m) * double(shape.n) * double(shape.k);
+      std::printf("\n%s: m=%lld n=%lld k=%lld%s%s  (GFLOP/s, median of %d)\n", shape.what, (long long)shape.m,
+                  (long long)shape.n, (long long)shape.k, shape.transpose_a ? " a^T" : "",
+                  shape.transpose_b ? " b^T" : "", rounds);
+      std::vector<std::function<void()>> calls;
+      for (const Contender& c : contenders) calls.push_back(c.prepare(shape));
+      std::vector<std::vector<double>> results(contenders.size());
+      for (int r = 0; r < rounds; ++r)
+        for (size_t i = 0; i < contenders.size(); ++i)
+          if (calls[i]) results[i].push_back(gflops(calls[i], flop, seconds));
+      for (size_t i = 0; i < contenders.size(); ++i) {
+        if (!calls[i]) std::printf("  %-40s  not implemented on this CPU\n", contenders[i].name.c_str());
+        else std::printf("  %-40s %7.1f\n", contenders[i].name.c_str(), median(results[i]));
+      }
+    }
+    kernels::set_cpu_gemm(chosen);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
