@@ -87,9 +87,9 @@ endif()
 # anything never meet.
 function(tinyddp_cuda_half target)
   add_library(${target} MODULE ${ARGN} ${TINYDDP_ROOT}/core/error.cpp)
-  target_include_directories(${target} PRIVATE ${TINYDDP_ROOT})
+  target_include_directories(${target} PRIVATE ${TINYDDP_ROOT} ${TINYDDP_BUILD_INCLUDE_DIR})
   set_target_properties(${target} PROPERTIES
-    LIBRARY_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/lib
+    LIBRARY_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/lib
     CUDA_RUNTIME_LIBRARY Shared          # one CUDA runtime for both modules: streams and events are shared
     CXX_VISIBILITY_PRESET hidden CUDA_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON
     POSITION_INDEPENDENT_CODE ON)
@@ -113,7 +113,7 @@ function(tinyddp_add_cuda_halves)
   string(REGEX MATCH "^([0-9]+)\\.([0-9]+)" _ "${CMAKE_CUDA_COMPILER_VERSION}")
   math(EXPR toolkit "${CMAKE_MATCH_1} * 1000 + ${CMAKE_MATCH_2} * 10")
   target_compile_definitions(tinyddp_core PUBLIC TINYDDP_WITH_CUDA=1 PRIVATE TINYDDP_CUDA_TOOLKIT_VERSION=${toolkit}
-    TINYDDP_PLUGIN_BUILD_DIR="${CMAKE_BINARY_DIR}/lib" TINYDDP_PLUGIN_INSTALL_DIR="${CMAKE_INSTALL_FULL_LIBDIR}")
+    TINYDDP_PLUGIN_BUILD_DIR="${PROJECT_BINARY_DIR}/lib" TINYDDP_PLUGIN_INSTALL_DIR="${CMAKE_INSTALL_FULL_LIBDIR}")
 
   if(TINYDDP_WITH_NCCL)
     file(GLOB_RECURSE sources CONFIGURE_DEPENDS ${TINYDDP_ROOT}/comm/nccl/plugin/*.cpp)

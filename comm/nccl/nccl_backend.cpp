@@ -318,7 +318,7 @@ WorkPtr NcclBackend::launch(Fingerprint f, const CallOptions& call, std::vector<
   const auto deadline = Clock::now() + timeout;
   if (debug_detail_ && size() > 1) check_fingerprints(f, deadline);
   auto work = std::make_shared<Work>(f);
-  work->set_helper(completer_);
+  work->set_helper(completer_, tuning::kWorkWaitSpin);  // the GPU runs the collective: no host core to give away
 
   // The collective waits for the compute (legacy default) stream's work so far, not the reverse.
   cuda_.set_device(device_);
