@@ -34,11 +34,11 @@
 #include <string>
 #include <vector>
 
-#include "comm/process_group.h"
-#include "comm/store/hash_store.h"
-#include "comm/store/rendezvous.h"
-#include "core/error.h"
-#include "core/tensor.h"
+#include "tinyddp/comm/process_group.h"
+#include "tinyddp/comm/store/hash_store.h"
+#include "tinyddp/comm/store/rendezvous.h"
+#include "tinyddp/core/error.h"
+#include "tinyddp/core/tensor.h"
 
 using namespace tinyddp;
 using namespace tinyddp::comm;

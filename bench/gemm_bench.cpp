@@ -16,10 +16,10 @@
 #include <string>
 #include <vector>
 
-#include "core/random.h"
-#include "core/tensor.h"
-#include "kernels/cpu_gemm.h"
-#include "kernels/ops.h"
+#include "tinyddp/core/random.h"
+#include "tinyddp/core/tensor.h"
+#include "tinyddp/kernels/cpu_gemm.h"
+#include "tinyddp/kernels/ops.h"
 
 #ifdef TINYDDP_WITH_ONEDNN
 #include <omp.h>

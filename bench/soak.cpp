@@ -35,9 +35,9 @@
 #include <thread>
 #include <vector>
 
-#include "core/error.h"
-#include "core/safetensors.h"
-#include "nn/train/addons/state_manager.h"
+#include "tinyddp/core/error.h"
+#include "tinyddp/core/safetensors.h"
+#include "tinyddp/nn/train/addons/state_manager.h"
 
 using namespace tinyddp;
 using Clock = std::chrono::steady_clock;

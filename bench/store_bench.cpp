@@ -20,9 +20,9 @@
 
 #include <CLI/CLI.hpp>
 
-#include "comm/store/store_server.h"
-#include "comm/store/tcp_store.h"
-#include "core/error.h"
+#include "tinyddp/comm/store/store_server.h"
+#include "tinyddp/comm/store/tcp_store.h"
+#include "tinyddp/core/error.h"
 
 namespace {
 

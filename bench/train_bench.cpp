@@ -31,18 +31,18 @@
 #include <string>
 
 #include "examples/dummy_dataset.h"
-#include "kernels/cpu_gemm.h"
-#include "kernels/ops.h"
-#include "nn/activations.h"
-#include "nn/data/data_loader.h"
-#include "nn/linear.h"
-#include "nn/loss.h"
-#include "nn/optim/adam.h"
-#include "nn/optim/schedulers.h"
-#include "nn/sequential.h"
-#include "nn/train/addons/multi_device.h"
-#include "nn/train/addons/trace.h"
-#include "nn/train/trainer.h"
+#include "tinyddp/kernels/cpu_gemm.h"
+#include "tinyddp/kernels/ops.h"
+#include "tinyddp/nn/activations.h"
+#include "tinyddp/nn/data/data_loader.h"
+#include "tinyddp/nn/linear.h"
+#include "tinyddp/nn/loss.h"
+#include "tinyddp/nn/optim/adam.h"
+#include "tinyddp/nn/optim/schedulers.h"
+#include "tinyddp/nn/sequential.h"
+#include "tinyddp/nn/train/addons/multi_device.h"
+#include "tinyddp/nn/train/addons/trace.h"
+#include "tinyddp/nn/train/trainer.h"
 
 using namespace tinyddp;
 using Clock = std::chrono::steady_clock;

@@ -6,11 +6,11 @@
 # own: a project with a core/ folder of its own keeps it. Inside this tree the same spelling works
 # through <build>/include/tinyddp/<folder>, a link to each source folder.
 #
-# TINYDDP_SHORT_INCLUDES: the headers themselves still include each other as "core/tensor.h", which
-# needs <prefix>/include/tinyddp on the include path too, where a user's own core/tensor.h could be
-# found instead. scripts/rewrite_includes.sh rewrites every such include as "tinyddp/core/tensor.h"
-# and turns this off, which takes include/tinyddp off the installed include path.
-set(TINYDDP_SHORT_INCLUDES ON)
+# TINYDDP_SHORT_INCLUDES: OFF, because every header includes its siblings in the installed spelling
+# ("tinyddp/core/tensor.h"; scripts/rewrite_includes.sh wrote them so and its --check keeps them so).
+# ON would put <prefix>/include/tinyddp on the installed include path too, for headers still written
+# "core/tensor.h", where a user's own core/tensor.h could be found instead.
+set(TINYDDP_SHORT_INCLUDES OFF)
 
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)

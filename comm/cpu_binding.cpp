@@ -1,10 +1,10 @@
-#include "comm/cpu_binding.h"
+#include "tinyddp/comm/cpu_binding.h"
 
 #include <pthread.h>
 
 #include <vector>
 
-#include "core/env.h"
+#include "tinyddp/core/env.h"
 
 namespace tinyddp::comm {
 

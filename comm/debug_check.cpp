@@ -1,11 +1,11 @@
-#include "comm/debug_check.h"
+#include "tinyddp/comm/debug_check.h"
 
 #include <map>
 #include <tuple>
 #include <vector>
 
-#include "core/dtype.h"
-#include "core/log.h"
+#include "tinyddp/core/dtype.h"
+#include "tinyddp/core/log.h"
 
 namespace tinyddp::comm {
 

@@ -12,8 +12,8 @@
 #include <span>
 #include <string>
 
-#include "comm/reduce_op.h"
-#include "core/tensor.h"
+#include "tinyddp/comm/reduce_op.h"
+#include "tinyddp/core/tensor.h"
 
 namespace tinyddp::comm {
 

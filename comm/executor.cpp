@@ -1,9 +1,9 @@
-#include "comm/executor.h"
+#include "tinyddp/comm/executor.h"
 
 #include <optional>
 
-#include "comm/cpu_binding.h"
-#include "comm/tuning.h"
+#include "tinyddp/comm/cpu_binding.h"
+#include "tinyddp/comm/tuning.h"
 
 namespace tinyddp::comm {
 

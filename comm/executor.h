@@ -29,9 +29,9 @@
 #include <mutex>
 #include <thread>
 
-#include "comm/debug_check.h"
-#include "comm/wait_policy.h"
-#include "comm/work.h"
+#include "tinyddp/comm/debug_check.h"
+#include "tinyddp/comm/wait_policy.h"
+#include "tinyddp/comm/work.h"
 
 namespace tinyddp::comm {
 

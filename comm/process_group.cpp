@@ -1,10 +1,10 @@
-#include "comm/process_group.h"
+#include "tinyddp/comm/process_group.h"
 
-#include "comm/ring_backend.h"
-#include "comm/store/rendezvous.h"
-#include "comm/store/tcp_store.h"
-#include "comm/nccl/nccl_api.h"
-#include "comm/nccl/nccl_backend.h"
+#include "tinyddp/comm/ring_backend.h"
+#include "tinyddp/comm/store/rendezvous.h"
+#include "tinyddp/comm/store/tcp_store.h"
+#include "tinyddp/comm/nccl/nccl_api.h"
+#include "tinyddp/comm/nccl/nccl_backend.h"
 
 namespace tinyddp::comm {
 

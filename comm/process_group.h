@@ -23,10 +23,10 @@
 #include <string>
 #include <vector>
 
-#include "comm/reduce_op.h"
-#include "comm/store/store.h"
-#include "comm/work.h"
-#include "core/tensor.h"
+#include "tinyddp/comm/reduce_op.h"
+#include "tinyddp/comm/store/store.h"
+#include "tinyddp/comm/work.h"
+#include "tinyddp/core/tensor.h"
 
 namespace tinyddp::comm {
 

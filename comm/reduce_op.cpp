@@ -1,11 +1,11 @@
-#include "comm/reduce_op.h"
+#include "tinyddp/comm/reduce_op.h"
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
 
-#include "core/error.h"
+#include "tinyddp/core/error.h"
 
 namespace tinyddp::comm {
 

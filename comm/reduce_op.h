@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <string>
 
-#include "core/dtype.h"
+#include "tinyddp/core/dtype.h"
 
 namespace tinyddp::comm {
 

@@ -1,4 +1,4 @@
-#include "comm/ring_backend.h"
+#include "tinyddp/comm/ring_backend.h"
 
 #include <unistd.h>
 
@@ -6,14 +6,14 @@
 #include <cstring>
 #include <thread>
 
-#include "comm/algorithms/small_message_allreduce.h"
-#include "comm/cpu_binding.h"
-#include "comm/store/prefix_store.h"
-#include "comm/store/tcp_store.h"
-#include "comm/transport/shm_transport.h"
-#include "comm/transport/tcp_transport.h"
-#include "comm/tuning.h"
-#include "core/env.h"
+#include "tinyddp/comm/algorithms/small_message_allreduce.h"
+#include "tinyddp/comm/cpu_binding.h"
+#include "tinyddp/comm/store/prefix_store.h"
+#include "tinyddp/comm/store/tcp_store.h"
+#include "tinyddp/comm/transport/shm_transport.h"
+#include "tinyddp/comm/transport/tcp_transport.h"
+#include "tinyddp/comm/tuning.h"
+#include "tinyddp/core/env.h"
 
 namespace tinyddp::comm {
 

@@ -20,10 +20,10 @@
 #include <string>
 #include <vector>
 
-#include "comm/algorithms/ring_algorithms.h"
-#include "comm/executor.h"
-#include "comm/process_group.h"
-#include "comm/wait_policy.h"
+#include "tinyddp/comm/algorithms/ring_algorithms.h"
+#include "tinyddp/comm/executor.h"
+#include "tinyddp/comm/process_group.h"
+#include "tinyddp/comm/wait_policy.h"
 
 namespace tinyddp::comm {
 

@@ -11,7 +11,7 @@
 
 #include <chrono>
 
-#include "comm/tuning.h"
+#include "tinyddp/comm/tuning.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>

@@ -1,6 +1,6 @@
-#include "comm/work.h"
+#include "tinyddp/comm/work.h"
 
-#include "comm/wait_policy.h"
+#include "tinyddp/comm/wait_policy.h"
 
 namespace tinyddp::comm {
 

@@ -26,8 +26,8 @@
 #include <optional>
 #include <string>
 
-#include "comm/debug_check.h"
-#include "comm/tuning.h"
+#include "tinyddp/comm/debug_check.h"
+#include "tinyddp/comm/tuning.h"
 
 namespace tinyddp::comm {
 

@@ -1,11 +1,11 @@
-#include "core/allocator.h"
+#include "tinyddp/core/allocator.h"
 
 #include <atomic>
 #include <cstdlib>
 #include <pthread.h>
 
-#include "core/cuda_runtime.h"
-#include "core/error.h"
+#include "tinyddp/core/cuda_runtime.h"
+#include "tinyddp/core/error.h"
 
 // Under AddressSanitizer every block goes back to the C library, so that a use after free is still
 // caught: a cached block would stay valid memory for ASan.

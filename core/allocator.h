@@ -21,7 +21,7 @@
 #include <mutex>
 #include <vector>
 
-#include "core/device.h"
+#include "tinyddp/core/device.h"
 
 namespace tinyddp {
 

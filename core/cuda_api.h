@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <string>
 
-#include "core/device.h"
+#include "tinyddp/core/device.h"
 
 namespace tinyddp {
 

@@ -5,7 +5,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "core/error.h"
+#include "tinyddp/core/error.h"
 
 #define CUDA_CHECK(call)                                                                             \
   do {                                                                                               \

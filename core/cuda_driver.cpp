@@ -1,4 +1,4 @@
-#include "core/cuda_driver.h"
+#include "tinyddp/core/cuda_driver.h"
 
 #include <dlfcn.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-#include "core/cuda_plugin.h"
+#include "tinyddp/core/cuda_plugin.h"
 
 #include <dlfcn.h>
 #include <unistd.h>
@@ -9,7 +9,7 @@
 #include <mutex>
 #include <vector>
 
-#include "core/error.h"
+#include "tinyddp/core/error.h"
 
 namespace tinyddp {
 

@@ -28,8 +28,8 @@
 
 #include <string>
 
-#include "core/cuda_api.h"
-#include "core/error.h"
+#include "tinyddp/core/cuda_api.h"
+#include "tinyddp/core/error.h"
 
 namespace tinyddp {
 

@@ -1,9 +1,9 @@
-#include "core/cuda_runtime.h"
+#include "tinyddp/core/cuda_runtime.h"
 
-#include "core/cuda_driver.h"
-#include "core/cuda_plugin.h"
-#include "core/error.h"
-#include "core/fake_cuda.h"
+#include "tinyddp/core/cuda_driver.h"
+#include "tinyddp/core/cuda_plugin.h"
+#include "tinyddp/core/error.h"
+#include "tinyddp/core/fake_cuda.h"
 
 namespace tinyddp {
 

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "core/cuda_api.h"
-#include "core/device.h"
+#include "tinyddp/core/cuda_api.h"
+#include "tinyddp/core/device.h"
 
 namespace tinyddp {
 

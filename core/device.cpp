@@ -1,9 +1,9 @@
-#include "core/device.h"
+#include "tinyddp/core/device.h"
 
 #include <algorithm>
 #include <cctype>
 
-#include "core/error.h"
+#include "tinyddp/core/error.h"
 
 namespace tinyddp {
 

@@ -1,6 +1,6 @@
-#include "core/dtype.h"
+#include "tinyddp/core/dtype.h"
 
-#include "core/error.h"
+#include "tinyddp/core/error.h"
 
 namespace tinyddp {
 

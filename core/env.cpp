@@ -1,10 +1,10 @@
-#include "core/env.h"
+#include "tinyddp/core/env.h"
 
 #include <cctype>
 #include <charconv>
 #include <cstdlib>
 
-#include "core/error.h"
+#include "tinyddp/core/error.h"
 
 namespace tinyddp::env {
 

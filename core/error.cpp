@@ -1,4 +1,4 @@
-#include "core/error.h"
+#include "tinyddp/core/error.h"
 
 namespace tinyddp {
 

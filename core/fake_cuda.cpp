@@ -1,4 +1,4 @@
-#include "core/fake_cuda.h"
+#include "tinyddp/core/fake_cuda.h"
 
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -8,10 +8,10 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "core/allocator.h"
-#include "core/error.h"
-#include "core/log.h"
-#include "core/philox.h"
+#include "tinyddp/core/allocator.h"
+#include "tinyddp/core/error.h"
+#include "tinyddp/core/log.h"
+#include "tinyddp/core/philox.h"
 
 namespace tinyddp {
 

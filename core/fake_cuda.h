@@ -28,7 +28,7 @@
 #include <string>
 #include <vector>
 
-#include "core/cuda_api.h"
+#include "tinyddp/core/cuda_api.h"
 
 namespace tinyddp {
 

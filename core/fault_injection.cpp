@@ -1,4 +1,4 @@
-#include "core/fault_injection.h"
+#include "tinyddp/core/fault_injection.h"
 
 #include <signal.h>
 #include <sys/resource.h>
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
+#include "tinyddp/core/error.h"
 
 namespace tinyddp::fault {
 

@@ -1,4 +1,4 @@
-#include "core/log.h"
+#include "tinyddp/core/log.h"
 
 #include <chrono>
 #include <cstdio>
@@ -7,7 +7,7 @@
 #include <mutex>
 #include <string>
 
-#include "core/env.h"
+#include "tinyddp/core/env.h"
 
 namespace tinyddp {
 

@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "core/hd.h"
+#include "tinyddp/core/hd.h"
 
 namespace tinyddp::philox {
 

@@ -1,4 +1,4 @@
-#include "core/process.h"
+#include "tinyddp/core/process.h"
 
 #include <signal.h>
 

@@ -1,9 +1,9 @@
-#include "core/random.h"
+#include "tinyddp/core/random.h"
 
 #include <numeric>
 
-#include "core/cuda_runtime.h"
-#include "core/philox.h"
+#include "tinyddp/core/cuda_runtime.h"
+#include "tinyddp/core/philox.h"
 
 namespace tinyddp {
 

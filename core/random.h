@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/tensor.h"
+#include "tinyddp/core/tensor.h"
 
 namespace tinyddp {
 

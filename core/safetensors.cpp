@@ -1,4 +1,4 @@
-#include "core/safetensors.h"
+#include "tinyddp/core/safetensors.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

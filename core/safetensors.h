@@ -23,7 +23,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/tensor.h"
+#include "tinyddp/core/tensor.h"
 
 namespace tinyddp {
 

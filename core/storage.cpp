@@ -1,4 +1,4 @@
-#include "core/storage.h"
+#include "tinyddp/core/storage.h"
 
 namespace tinyddp {
 

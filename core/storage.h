@@ -8,8 +8,8 @@
 #include <cstddef>
 #include <memory>
 
-#include "core/allocator.h"
-#include "core/device.h"
+#include "tinyddp/core/allocator.h"
+#include "tinyddp/core/device.h"
 
 namespace tinyddp {
 

@@ -1,11 +1,11 @@
-#include "core/tensor.h"
+#include "tinyddp/core/tensor.h"
 
 #include <cmath>
 #include <limits>
 #include <sstream>
 #include <type_traits>
 
-#include "core/cuda_runtime.h"
+#include "tinyddp/core/cuda_runtime.h"
 
 namespace tinyddp {
 

@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "core/device.h"
-#include "core/dtype.h"
-#include "core/error.h"
-#include "core/storage.h"
+#include "tinyddp/core/device.h"
+#include "tinyddp/core/dtype.h"
+#include "tinyddp/core/error.h"
+#include "tinyddp/core/storage.h"
 
 namespace tinyddp {
 

@@ -1,4 +1,4 @@
-#include "core/trace.h"
+#include "tinyddp/core/trace.h"
 
 #include <atomic>
 #include <cstdlib>
@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
-#include "core/error.h"
+#include "tinyddp/core/error.h"
 
 namespace tinyddp::trace {
 

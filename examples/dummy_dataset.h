@@ -5,8 +5,8 @@
 
 #include <memory>
 
-#include "core/random.h"
-#include "nn/data/dataset.h"
+#include "tinyddp/core/random.h"
+#include "tinyddp/nn/data/dataset.h"
 
 namespace tinyddp::examples {
 

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "core/cuda_runtime.h"
-#include "core/device.h"
-#include "core/error.h"
+#include "tinyddp/core/cuda_runtime.h"
+#include "tinyddp/core/device.h"
+#include "tinyddp/core/error.h"
 
 namespace tinyddp::examples {
 

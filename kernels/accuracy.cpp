@@ -1,9 +1,9 @@
 // Accuracy: how many rows of a batch the classifier got right (its largest logit is the label).
 // A metric, not a loss: no gradient, and the count is exact.
-#include "kernels/argument_checks.h"
-#include "kernels/ops.h"
+#include "tinyddp/kernels/argument_checks.h"
+#include "tinyddp/kernels/ops.h"
 
-#include "kernels/cuda_dispatch.h"
+#include "tinyddp/kernels/cuda_dispatch.h"
 
 namespace tinyddp::kernels {
 

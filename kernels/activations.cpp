@@ -1,11 +1,11 @@
 // ReLU and GELU, forward and backward: one element-wise loop each around kernels/elementwise.h.
 // Backward takes the layer's *input* x (what the layer saved in forward) and the gradient dy of its
 // output, and writes dx = dy * f'(x).
-#include "kernels/argument_checks.h"
-#include "kernels/elementwise.h"
-#include "kernels/ops.h"
+#include "tinyddp/kernels/argument_checks.h"
+#include "tinyddp/kernels/elementwise.h"
+#include "tinyddp/kernels/ops.h"
 
-#include "kernels/cuda_dispatch.h"
+#include "tinyddp/kernels/cuda_dispatch.h"
 
 namespace tinyddp::kernels {
 

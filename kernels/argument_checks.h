@@ -3,7 +3,7 @@
 // Internal to kernels/*.cpp.
 #pragma once
 
-#include "core/tensor.h"
+#include "tinyddp/core/tensor.h"
 
 namespace tinyddp::kernels::detail {
 

@@ -1,10 +1,10 @@
 // Bias of a Linear layer: added to every row in forward, its gradient is the column sum of dy
 // (every row of the batch used the same bias, so every row's gradient flows into it).
-#include "kernels/argument_checks.h"
-#include "kernels/elementwise.h"
-#include "kernels/ops.h"
+#include "tinyddp/kernels/argument_checks.h"
+#include "tinyddp/kernels/elementwise.h"
+#include "tinyddp/kernels/ops.h"
 
-#include "kernels/cuda_dispatch.h"
+#include "tinyddp/kernels/cuda_dispatch.h"
 
 namespace tinyddp::kernels {
 

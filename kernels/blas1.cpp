@@ -1,10 +1,10 @@
 // The vector operations of BLAS level 1 that training needs: fill (zeroing or constant init),
 // scale (dividing a gradient by the world size, clipping) and axpy (y += alpha x: accumulating).
-#include "kernels/argument_checks.h"
-#include "kernels/elementwise.h"
-#include "kernels/ops.h"
+#include "tinyddp/kernels/argument_checks.h"
+#include "tinyddp/kernels/elementwise.h"
+#include "tinyddp/kernels/ops.h"
 
-#include "kernels/cuda_dispatch.h"
+#include "tinyddp/kernels/cuda_dispatch.h"
 
 namespace tinyddp::kernels {
 

@@ -1,15 +1,15 @@
 // The choice of CPU GEMM library (kernels/cpu_gemm.h) and the CPU thread count of both libraries.
-#include "kernels/cpu_gemm.h"
+#include "tinyddp/kernels/cpu_gemm.h"
 
 #include <atomic>
 #include <cctype>
 #include <cstdlib>
 #include <mutex>
 
-#include "core/error.h"
-#include "core/log.h"
-#include "kernels/cpu_gemm_libraries.h"
-#include "kernels/ops.h"
+#include "tinyddp/core/error.h"
+#include "tinyddp/core/log.h"
+#include "tinyddp/kernels/cpu_gemm_libraries.h"
+#include "tinyddp/kernels/ops.h"
 
 namespace tinyddp::kernels {
 

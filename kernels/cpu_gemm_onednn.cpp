@@ -18,9 +18,9 @@
 #include <atomic>
 #include <mutex>
 
-#include "core/error.h"
-#include "core/log.h"
-#include "kernels/cpu_gemm_libraries.h"
+#include "tinyddp/core/error.h"
+#include "tinyddp/core/log.h"
+#include "tinyddp/kernels/cpu_gemm_libraries.h"
 
 namespace tinyddp::kernels::detail {
 

@@ -1,7 +1,7 @@
 // kernels::gemm on the CPU through OpenBLAS's CBLAS interface: the fallback that every build has.
 #include <cblas.h>
 
-#include "kernels/cpu_gemm_libraries.h"
+#include "tinyddp/kernels/cpu_gemm_libraries.h"
 
 namespace tinyddp::kernels::detail {
 

@@ -3,11 +3,11 @@
 // Computing softmax first and then the loss would store the probability matrix and take log() of
 // values that may have rounded to 0. Working from logsumexp instead is stable for any logits, and the
 // gradient softmax - onehot falls out of the same row pass (kernels/elementwise.h has the formulas).
-#include "kernels/argument_checks.h"
-#include "kernels/elementwise.h"
-#include "kernels/ops.h"
+#include "tinyddp/kernels/argument_checks.h"
+#include "tinyddp/kernels/elementwise.h"
+#include "tinyddp/kernels/ops.h"
 
-#include "kernels/cuda_dispatch.h"
+#include "tinyddp/kernels/cuda_dispatch.h"
 
 namespace tinyddp::kernels {
 

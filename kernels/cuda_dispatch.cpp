@@ -1,7 +1,7 @@
-#include "kernels/cuda_dispatch.h"
+#include "tinyddp/kernels/cuda_dispatch.h"
 
-#include "core/cuda_plugin.h"
-#include "core/cuda_runtime.h"
+#include "tinyddp/core/cuda_plugin.h"
+#include "tinyddp/core/cuda_runtime.h"
 
 namespace tinyddp::kernels {
 

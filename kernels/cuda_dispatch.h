@@ -3,8 +3,8 @@
 // tensors run the CPU loops, exactly the arithmetic the CPU tests check.
 #pragma once
 
-#include "core/tensor.h"
-#include "kernels/cuda/cuda_kernels.h"
+#include "tinyddp/core/tensor.h"
+#include "tinyddp/kernels/cuda/cuda_kernels.h"
 
 namespace tinyddp::kernels {
 

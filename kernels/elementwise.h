@@ -12,7 +12,7 @@
 
 #include <math.h>
 
-#include "core/hd.h"
+#include "tinyddp/core/hd.h"
 
 namespace tinyddp::kernels {
 

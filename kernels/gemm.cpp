@@ -7,11 +7,11 @@
 #include <climits>
 #include <utility>
 
-#include "kernels/argument_checks.h"
-#include "kernels/cpu_gemm_libraries.h"
-#include "kernels/ops.h"
+#include "tinyddp/kernels/argument_checks.h"
+#include "tinyddp/kernels/cpu_gemm_libraries.h"
+#include "tinyddp/kernels/ops.h"
 
-#include "kernels/cuda_dispatch.h"
+#include "tinyddp/kernels/cuda_dispatch.h"
 
 namespace tinyddp::kernels {
 

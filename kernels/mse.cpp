@@ -1,10 +1,10 @@
 // Mean squared error, the regression loss: its value and its gradient in one pass.
-#include "kernels/argument_checks.h"
-#include "kernels/cpu_sum.h"
-#include "kernels/elementwise.h"
-#include "kernels/ops.h"
+#include "tinyddp/kernels/argument_checks.h"
+#include "tinyddp/kernels/cpu_sum.h"
+#include "tinyddp/kernels/elementwise.h"
+#include "tinyddp/kernels/ops.h"
 
-#include "kernels/cuda_dispatch.h"
+#include "tinyddp/kernels/cuda_dispatch.h"
 
 namespace tinyddp::kernels {
 

@@ -11,7 +11,7 @@
 
 #include <cstdint>
 
-#include "core/tensor.h"
+#include "tinyddp/core/tensor.h"
 
 namespace tinyddp::kernels {
 

@@ -3,12 +3,12 @@
 // per-element formulas, PyTorch 1.13's).
 #include <cmath>
 
-#include "kernels/argument_checks.h"
-#include "kernels/cpu_vector_clones.h"
-#include "kernels/elementwise.h"
-#include "kernels/ops.h"
+#include "tinyddp/kernels/argument_checks.h"
+#include "tinyddp/kernels/cpu_vector_clones.h"
+#include "tinyddp/kernels/elementwise.h"
+#include "tinyddp/kernels/ops.h"
 
-#include "kernels/cuda_dispatch.h"
+#include "tinyddp/kernels/cuda_dispatch.h"
 
 namespace tinyddp::kernels {
 

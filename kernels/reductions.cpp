@@ -1,10 +1,10 @@
 // Reductions to one host number. sum_of_squares is what gradient clipping needs: the global norm of
 // all gradients is sqrt(sum over parameters of sum_of_squares(grad)).
-#include "kernels/argument_checks.h"
-#include "kernels/cpu_sum.h"
-#include "kernels/ops.h"
+#include "tinyddp/kernels/argument_checks.h"
+#include "tinyddp/kernels/cpu_sum.h"
+#include "tinyddp/kernels/ops.h"
 
-#include "kernels/cuda_dispatch.h"
+#include "tinyddp/kernels/cuda_dispatch.h"
 
 namespace tinyddp::kernels {
 

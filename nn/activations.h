@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "nn/module.h"
+#include "tinyddp/nn/module.h"
 
 namespace tinyddp::nn {
 

@@ -1,9 +1,9 @@
-#include "nn/linear.h"
+#include "tinyddp/nn/linear.h"
 
 #include <cmath>
 
-#include "core/error.h"
-#include "kernels/ops.h"
+#include "tinyddp/core/error.h"
+#include "tinyddp/kernels/ops.h"
 
 namespace tinyddp::nn {
 

@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <string>
 
-#include "core/random.h"
-#include "nn/module.h"
+#include "tinyddp/core/random.h"
+#include "tinyddp/nn/module.h"
 
 namespace tinyddp::nn {
 

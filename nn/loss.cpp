@@ -1,7 +1,7 @@
-#include "nn/loss.h"
+#include "tinyddp/nn/loss.h"
 
-#include "core/error.h"
-#include "kernels/ops.h"
+#include "tinyddp/core/error.h"
+#include "tinyddp/kernels/ops.h"
 
 namespace tinyddp::nn {
 

@@ -11,7 +11,7 @@
 
 #include <string>
 
-#include "core/tensor.h"
+#include "tinyddp/core/tensor.h"
 
 namespace tinyddp::nn {
 

@@ -1,8 +1,8 @@
-#include "nn/module.h"
+#include "tinyddp/nn/module.h"
 
 #include <sstream>
 
-#include "core/error.h"
+#include "tinyddp/core/error.h"
 
 namespace tinyddp::nn {
 

@@ -1,9 +1,9 @@
-#include "nn/sequential.h"
+#include "tinyddp/nn/sequential.h"
 
 #include <sstream>
 
-#include "core/error.h"
-#include "core/trace.h"
+#include "tinyddp/core/error.h"
+#include "tinyddp/core/trace.h"
 
 namespace tinyddp::nn {
 

@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "nn/module.h"
+#include "tinyddp/nn/module.h"
 
 namespace tinyddp::nn {
 

@@ -15,7 +15,7 @@
 
 #include <string>
 
-#include "comm/process_group.h"
+#include "tinyddp/comm/process_group.h"
 
 namespace tinyddp::bench {
 

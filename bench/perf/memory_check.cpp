@@ -7,7 +7,7 @@
 
 #include "bench/perf/perf_collective.h"
 #include "bench/perf/perf_options.h"
-#include "core/cuda_runtime.h"
+#include "tinyddp/core/cuda_runtime.h"
 
 namespace tinyddp::bench {
 namespace {

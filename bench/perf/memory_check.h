@@ -10,7 +10,7 @@
 #include <cstddef>
 #include <string>
 
-#include "core/device.h"
+#include "tinyddp/core/device.h"
 
 namespace tinyddp::bench {
 

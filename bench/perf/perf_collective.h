@@ -15,8 +15,8 @@
 #include <string>
 
 #include "bench/perf/test_values.h"
-#include "comm/process_group.h"
-#include "core/tensor.h"
+#include "tinyddp/comm/process_group.h"
+#include "tinyddp/core/tensor.h"
 
 namespace tinyddp::bench {
 

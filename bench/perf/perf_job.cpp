@@ -10,10 +10,10 @@
 #include "bench/perf/algorithm_choice.h"
 #include "bench/perf/perf_collective.h"
 #include "bench/perf/perf_options.h"
-#include "comm/launch/failure_report.h"
-#include "comm/ring_backend.h"
-#include "comm/store/hash_store.h"
-#include "core/cuda_runtime.h"
+#include "tinyddp/comm/launch/failure_report.h"
+#include "tinyddp/comm/ring_backend.h"
+#include "tinyddp/comm/store/hash_store.h"
+#include "tinyddp/core/cuda_runtime.h"
 
 namespace tinyddp::bench {
 namespace {

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "comm/process_group.h"
-#include "comm/store/rendezvous.h"
-#include "core/device.h"
+#include "tinyddp/comm/process_group.h"
+#include "tinyddp/comm/store/rendezvous.h"
+#include "tinyddp/core/device.h"
 
 namespace tinyddp::bench {
 

@@ -10,7 +10,7 @@
 
 #include "bench/perf/algorithm_choice.h"
 #include "bench/perf/perf_collective.h"
-#include "comm/process_group.h"
+#include "tinyddp/comm/process_group.h"
 
 namespace tinyddp::bench {
 namespace {

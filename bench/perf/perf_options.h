@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "comm/reduce_op.h"
-#include "core/dtype.h"
+#include "tinyddp/comm/reduce_op.h"
+#include "tinyddp/core/dtype.h"
 
 namespace tinyddp::bench {
 

@@ -11,8 +11,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "comm/reduce_op.h"
-#include "core/dtype.h"
+#include "tinyddp/comm/reduce_op.h"
+#include "tinyddp/core/dtype.h"
 
 namespace tinyddp::bench {
 

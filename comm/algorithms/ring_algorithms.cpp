@@ -1,4 +1,4 @@
-#include "comm/algorithms/ring_algorithms.h"
+#include "tinyddp/comm/algorithms/ring_algorithms.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -6,8 +6,8 @@
 #include <map>
 #include <thread>
 
-#include "core/env.h"
-#include "core/error.h"
+#include "tinyddp/core/env.h"
+#include "tinyddp/core/error.h"
 
 namespace tinyddp::comm {
 

@@ -26,11 +26,11 @@
 #include <string>
 #include <vector>
 
-#include "comm/reduce_op.h"
-#include "comm/transport/transport.h"
-#include "comm/wait_policy.h"
-#include "comm/work.h"
-#include "core/dtype.h"
+#include "tinyddp/comm/reduce_op.h"
+#include "tinyddp/comm/transport/transport.h"
+#include "tinyddp/comm/wait_policy.h"
+#include "tinyddp/comm/work.h"
+#include "tinyddp/core/dtype.h"
 
 namespace tinyddp::comm {
 

@@ -1,4 +1,4 @@
-#include "comm/algorithms/small_message_allreduce.h"
+#include "tinyddp/comm/algorithms/small_message_allreduce.h"
 
 #include <algorithm>
 #include <array>

@@ -14,7 +14,7 @@
 #include <cstddef>
 #include <span>
 
-#include "comm/algorithms/ring_algorithms.h"
+#include "tinyddp/comm/algorithms/ring_algorithms.h"
 
 namespace tinyddp::comm {
 

@@ -1,4 +1,4 @@
-#include "comm/launch/failure_report.h"
+#include "tinyddp/comm/launch/failure_report.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -14,9 +14,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "comm/launch/process_state.h"
-#include "comm/store/prefix_store.h"
-#include "core/error.h"
+#include "tinyddp/comm/launch/process_state.h"
+#include "tinyddp/comm/store/prefix_store.h"
+#include "tinyddp/core/error.h"
 
 namespace tinyddp::comm {
 

@@ -24,7 +24,7 @@
 #include <chrono>
 #include <string>
 
-#include "comm/store/store.h"
+#include "tinyddp/comm/store/store.h"
 
 namespace tinyddp::comm {
 

@@ -1,4 +1,4 @@
-#include "comm/launch/launcher.h"
+#include "tinyddp/comm/launch/launcher.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -17,11 +17,11 @@
 #include <sstream>
 #include <thread>
 
-#include "comm/launch/process_state.h"
-#include "comm/store/prefix_store.h"
-#include "comm/store/store_server.h"
-#include "comm/store/tcp_store.h"
-#include "core/error.h"
+#include "tinyddp/comm/launch/process_state.h"
+#include "tinyddp/comm/store/prefix_store.h"
+#include "tinyddp/comm/store/store_server.h"
+#include "tinyddp/comm/store/tcp_store.h"
+#include "tinyddp/core/error.h"
 
 namespace tinyddp::comm {
 

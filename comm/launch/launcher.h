@@ -45,7 +45,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/log.h"
+#include "tinyddp/core/log.h"
 
 namespace tinyddp::comm {
 

@@ -1,4 +1,4 @@
-#include "comm/launch/process_state.h"
+#include "tinyddp/comm/launch/process_state.h"
 
 #include <cstdio>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "comm/nccl/fake_nccl.h"
+#include "tinyddp/comm/nccl/fake_nccl.h"
 
 #include <unistd.h>
 
@@ -10,12 +10,12 @@
 #include <thread>
 #include <utility>
 
-#include "comm/process_group.h"
-#include "comm/store/prefix_store.h"
-#include "comm/store/tcp_store.h"
-#include "comm/transport/shm_transport.h"
-#include "core/cuda_runtime.h"
-#include "core/fake_cuda.h"
+#include "tinyddp/comm/process_group.h"
+#include "tinyddp/comm/store/prefix_store.h"
+#include "tinyddp/comm/store/tcp_store.h"
+#include "tinyddp/comm/transport/shm_transport.h"
+#include "tinyddp/core/cuda_runtime.h"
+#include "tinyddp/core/fake_cuda.h"
 
 namespace tinyddp::comm {
 

@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/nccl/nccl_api.h"
+#include "tinyddp/comm/nccl/nccl_api.h"
 
 namespace tinyddp::comm {
 

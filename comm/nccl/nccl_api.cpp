@@ -1,9 +1,9 @@
-#include "comm/nccl/nccl_api.h"
+#include "tinyddp/comm/nccl/nccl_api.h"
 
-#include "comm/nccl/fake_nccl.h"
-#include "core/cuda_plugin.h"
-#include "core/cuda_runtime.h"
-#include "core/error.h"
+#include "tinyddp/comm/nccl/fake_nccl.h"
+#include "tinyddp/core/cuda_plugin.h"
+#include "tinyddp/core/cuda_runtime.h"
+#include "tinyddp/core/error.h"
 
 namespace tinyddp::comm {
 

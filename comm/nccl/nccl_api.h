@@ -14,9 +14,9 @@
 #include <cstddef>
 #include <string>
 
-#include "comm/reduce_op.h"
-#include "core/cuda_api.h"
-#include "core/dtype.h"
+#include "tinyddp/comm/reduce_op.h"
+#include "tinyddp/core/cuda_api.h"
+#include "tinyddp/core/dtype.h"
 
 namespace tinyddp::comm {
 

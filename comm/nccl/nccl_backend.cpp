@@ -32,7 +32,7 @@
 // NCCL allows one thread at a time per communicator, ncclCommGetAsyncError included: every call on
 // comm_, from a launching thread or from the watchdog, is made under nccl_mutex_.
 // Lock order: launch_mutex_, then nccl_mutex_, then state_mutex_.
-#include "comm/nccl/nccl_backend.h"
+#include "tinyddp/comm/nccl/nccl_backend.h"
 
 #include <condition_variable>
 #include <cstring>
@@ -41,11 +41,11 @@
 #include <mutex>
 #include <thread>
 
-#include "comm/debug_check.h"
-#include "comm/nccl/nccl_api.h"
-#include "comm/store/rendezvous.h"
-#include "core/cuda_runtime.h"
-#include "core/log.h"
+#include "tinyddp/comm/debug_check.h"
+#include "tinyddp/comm/nccl/nccl_api.h"
+#include "tinyddp/comm/store/rendezvous.h"
+#include "tinyddp/core/cuda_runtime.h"
+#include "tinyddp/core/log.h"
 
 namespace tinyddp::comm {
 

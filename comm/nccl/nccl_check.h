@@ -5,7 +5,7 @@
 
 #include <nccl.h>
 
-#include "core/error.h"
+#include "tinyddp/core/error.h"
 
 #define NCCL_CHECK(call)                                                                                  \
   do {                                                                                                    \

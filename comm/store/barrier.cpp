@@ -1,10 +1,10 @@
-#include "comm/store/barrier.h"
+#include "tinyddp/comm/store/barrier.h"
 
 #include <chrono>
 #include <set>
 #include <sstream>
 
-#include "core/error.h"
+#include "tinyddp/core/error.h"
 
 namespace tinyddp::comm {
 

@@ -9,7 +9,7 @@
 #include <map>
 #include <mutex>
 
-#include "comm/store/store.h"
+#include "tinyddp/comm/store/store.h"
 
 namespace tinyddp::comm {
 

@@ -1,9 +1,9 @@
-#include "comm/store/launcher_address.h"
+#include "tinyddp/comm/store/launcher_address.h"
 
 #include <charconv>
 #include <cstdio>
 
-#include "core/error.h"
+#include "tinyddp/core/error.h"
 
 namespace tinyddp::comm {
 

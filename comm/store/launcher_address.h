@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/store/rendezvous.h"
+#include "tinyddp/comm/store/rendezvous.h"
 
 namespace tinyddp::comm {
 

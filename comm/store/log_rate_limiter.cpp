@@ -1,4 +1,4 @@
-#include "comm/store/log_rate_limiter.h"
+#include "tinyddp/comm/store/log_rate_limiter.h"
 
 #include <cstdio>
 #include <utility>

@@ -19,7 +19,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "core/log.h"
+#include "tinyddp/core/log.h"
 
 namespace tinyddp::comm {
 

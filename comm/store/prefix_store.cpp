@@ -1,6 +1,6 @@
-#include "comm/store/prefix_store.h"
+#include "tinyddp/comm/store/prefix_store.h"
 
-#include "core/error.h"
+#include "tinyddp/core/error.h"
 
 namespace tinyddp::comm {
 

@@ -1,4 +1,4 @@
-#include "comm/store/rendezvous.h"
+#include "tinyddp/comm/store/rendezvous.h"
 
 #include <netdb.h>
 #include <sys/socket.h>
@@ -11,12 +11,12 @@
 #include <set>
 #include <sstream>
 
-#include "comm/store/barrier.h"
-#include "comm/store/launcher_address.h"
-#include "comm/store/prefix_store.h"
-#include "comm/store/tcp_store.h"
-#include "comm/store/torch_tcp_store.h"
-#include "core/error.h"
+#include "tinyddp/comm/store/barrier.h"
+#include "tinyddp/comm/store/launcher_address.h"
+#include "tinyddp/comm/store/prefix_store.h"
+#include "tinyddp/comm/store/tcp_store.h"
+#include "tinyddp/comm/store/torch_tcp_store.h"
+#include "tinyddp/core/error.h"
 
 namespace tinyddp::comm {
 

@@ -33,7 +33,7 @@
 #include <optional>
 #include <string>
 
-#include "comm/store/store.h"
+#include "tinyddp/comm/store/store.h"
 
 namespace tinyddp::comm {
 

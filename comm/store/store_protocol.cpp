@@ -1,8 +1,8 @@
-#include "comm/store/store_protocol.h"
+#include "tinyddp/comm/store/store_protocol.h"
 
 #include <cstring>
 
-#include "core/error.h"
+#include "tinyddp/core/error.h"
 
 namespace tinyddp::comm::protocol {
 

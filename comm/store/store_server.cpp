@@ -1,4 +1,4 @@
-#include "comm/store/store_server.h"
+#include "tinyddp/comm/store/store_server.h"
 
 #include <algorithm>
 #include <array>
@@ -14,7 +14,7 @@
 
 #include <asio.hpp>
 
-#include "core/error.h"
+#include "tinyddp/core/error.h"
 
 namespace tinyddp::comm {
 

@@ -26,9 +26,9 @@
 #include <memory>
 #include <string>
 
-#include "comm/store/log_rate_limiter.h"
-#include "comm/store/store_protocol.h"
-#include "core/log.h"
+#include "tinyddp/comm/store/log_rate_limiter.h"
+#include "tinyddp/comm/store/store_protocol.h"
+#include "tinyddp/core/log.h"
 
 namespace tinyddp::comm {
 

@@ -1,4 +1,4 @@
-#include "comm/store/tcp_store.h"
+#include "tinyddp/comm/store/tcp_store.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -8,8 +8,8 @@
 
 #include <asio.hpp>
 
-#include "comm/store/store_server.h"
-#include "core/error.h"
+#include "tinyddp/comm/store/store_server.h"
+#include "tinyddp/core/error.h"
 
 namespace tinyddp::comm {
 

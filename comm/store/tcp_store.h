@@ -22,9 +22,9 @@
 #include <string>
 #include <vector>
 
-#include "comm/store/store.h"
-#include "comm/store/store_protocol.h"
-#include "core/log.h"
+#include "tinyddp/comm/store/store.h"
+#include "tinyddp/comm/store/store_protocol.h"
+#include "tinyddp/core/log.h"
 
 namespace tinyddp::comm {
 

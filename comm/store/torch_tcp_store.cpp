@@ -1,4 +1,4 @@
-#include "comm/store/torch_tcp_store.h"
+#include "tinyddp/comm/store/torch_tcp_store.h"
 
 #include <fcntl.h>
 #include <netdb.h>
@@ -14,7 +14,7 @@
 #include <cstring>
 #include <thread>
 
-#include "core/error.h"
+#include "tinyddp/core/error.h"
 
 namespace tinyddp::comm {
 

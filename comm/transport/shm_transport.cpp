@@ -1,4 +1,4 @@
-#include "comm/transport/shm_transport.h"
+#include "tinyddp/comm/transport/shm_transport.h"
 
 #include <fcntl.h>
 #include <linux/futex.h>
@@ -15,10 +15,10 @@
 #include <fstream>
 #include <new>
 
-#include "core/env.h"
-#include "core/error.h"
-#include "core/hash.h"
-#include "core/process.h"
+#include "tinyddp/core/env.h"
+#include "tinyddp/core/error.h"
+#include "tinyddp/core/hash.h"
+#include "tinyddp/core/process.h"
 
 namespace tinyddp::comm {
 

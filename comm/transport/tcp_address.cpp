@@ -1,4 +1,4 @@
-#include "comm/transport/tcp_address.h"
+#include "tinyddp/comm/transport/tcp_address.h"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -10,8 +10,8 @@
 
 #include <vector>
 
-#include "core/env.h"
-#include "core/error.h"
+#include "tinyddp/core/env.h"
+#include "tinyddp/core/error.h"
 
 namespace tinyddp::comm {
 

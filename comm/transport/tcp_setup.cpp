@@ -1,4 +1,4 @@
-#include "comm/transport/tcp_setup.h"
+#include "tinyddp/comm/transport/tcp_setup.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -16,9 +16,9 @@
 #include <thread>
 #include <utility>
 
-#include "core/error.h"
-#include "core/hash.h"
-#include "core/log.h"
+#include "tinyddp/core/error.h"
+#include "tinyddp/core/hash.h"
+#include "tinyddp/core/log.h"
 
 namespace tinyddp::comm {
 

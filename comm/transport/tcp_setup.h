@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/store/store.h"
+#include "tinyddp/comm/store/store.h"
 
 namespace tinyddp::comm {
 

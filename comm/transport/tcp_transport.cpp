@@ -1,4 +1,4 @@
-#include "comm/transport/tcp_transport.h"
+#include "tinyddp/comm/transport/tcp_transport.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -13,10 +13,10 @@
 #include <cstring>
 #include <thread>
 
-#include "comm/transport/tcp_address.h"
-#include "comm/transport/tcp_setup.h"
-#include "core/error.h"
-#include "core/process.h"
+#include "tinyddp/comm/transport/tcp_address.h"
+#include "tinyddp/comm/transport/tcp_setup.h"
+#include "tinyddp/core/error.h"
+#include "tinyddp/core/process.h"
 
 namespace tinyddp::comm {
 

@@ -27,8 +27,8 @@
 #include <string>
 #include <vector>
 
-#include "comm/store/store.h"
-#include "comm/transport/transport.h"
+#include "tinyddp/comm/store/store.h"
+#include "tinyddp/comm/transport/transport.h"
 
 namespace tinyddp::comm {
 

@@ -24,7 +24,7 @@
 #include <span>
 #include <string>
 
-#include "comm/tuning.h"
+#include "tinyddp/comm/tuning.h"
 
 namespace tinyddp::comm {
 

@@ -1,8 +1,8 @@
 // The real CudaApi (core/cuda_api.h): thin calls into the CUDA runtime, inside libtinyddp_cuda.so.
 #include <cuda_runtime_api.h>
 
-#include "core/cuda_api.h"
-#include "core/cuda_check.h"
+#include "tinyddp/core/cuda_api.h"
+#include "tinyddp/core/cuda_check.h"
 
 namespace tinyddp::cuda {
 

@@ -1,6 +1,6 @@
 // The CUDA side of fill_uniform: one thread per element, the same philox::uniform as the CPU loop.
-#include "core/cuda_check.h"
-#include "core/philox.h"
+#include "tinyddp/core/cuda_check.h"
+#include "tinyddp/core/philox.h"
 
 namespace tinyddp::cuda {
 

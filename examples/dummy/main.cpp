@@ -8,15 +8,15 @@
 #include <chrono>
 #include <cstdio>
 
-#include "core/cuda_runtime.h"
+#include "tinyddp/core/cuda_runtime.h"
 #include "examples/dummy_dataset.h"
-#include "kernels/ops.h"
-#include "nn/data/data_loader.h"
-#include "nn/linear.h"
-#include "nn/loss.h"
-#include "nn/optim/adam.h"
-#include "nn/optim/schedulers.h"
-#include "nn/train/checkpoint.h"
+#include "tinyddp/kernels/ops.h"
+#include "tinyddp/nn/data/data_loader.h"
+#include "tinyddp/nn/linear.h"
+#include "tinyddp/nn/loss.h"
+#include "tinyddp/nn/optim/adam.h"
+#include "tinyddp/nn/optim/schedulers.h"
+#include "tinyddp/nn/train/checkpoint.h"
 
 using namespace tinyddp;
 

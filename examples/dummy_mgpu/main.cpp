@@ -31,17 +31,17 @@
 
 #include "examples/dummy_dataset.h"
 #include "examples/example_cli.h"
-#include "kernels/ops.h"
-#include "nn/data/data_loader.h"
-#include "nn/linear.h"
-#include "nn/loss.h"
-#include "nn/optim/adam.h"
-#include "nn/optim/schedulers.h"
-#include "nn/train/addons/multi_device.h"
-#include "nn/train/addons/state_manager.h"
-#include "nn/train/addons/trace.h"
-#include "nn/train/checkpoint.h"
-#include "nn/train/trainer.h"
+#include "tinyddp/kernels/ops.h"
+#include "tinyddp/nn/data/data_loader.h"
+#include "tinyddp/nn/linear.h"
+#include "tinyddp/nn/loss.h"
+#include "tinyddp/nn/optim/adam.h"
+#include "tinyddp/nn/optim/schedulers.h"
+#include "tinyddp/nn/train/addons/multi_device.h"
+#include "tinyddp/nn/train/addons/state_manager.h"
+#include "tinyddp/nn/train/addons/trace.h"
+#include "tinyddp/nn/train/checkpoint.h"
+#include "tinyddp/nn/train/trainer.h"
 
 using namespace tinyddp;
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "core/error.h"
+#include "tinyddp/core/error.h"
 
 namespace tinyddp::examples {
 

@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/transport/transport.h"
+#include "tinyddp/comm/transport/transport.h"
 
 namespace tinyddp::examples {
 

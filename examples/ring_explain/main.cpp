@@ -21,12 +21,12 @@
 #include <thread>
 #include <vector>
 
-#include "comm/algorithms/ring_algorithms.h"
-#include "comm/process_group.h"
-#include "comm/store/hash_store.h"
-#include "comm/work.h"
-#include "core/error.h"
-#include "core/tensor.h"
+#include "tinyddp/comm/algorithms/ring_algorithms.h"
+#include "tinyddp/comm/process_group.h"
+#include "tinyddp/comm/store/hash_store.h"
+#include "tinyddp/comm/work.h"
+#include "tinyddp/core/error.h"
+#include "tinyddp/core/tensor.h"
 #include "lockstep_transport.h"
 #include "textbook_ring.h"
 

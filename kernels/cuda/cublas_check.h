@@ -5,7 +5,7 @@
 
 #include <cublas_v2.h>
 
-#include "core/error.h"
+#include "tinyddp/core/error.h"
 
 #define CUBLAS_CHECK(call)                                                                                 \
   do {                                                                                                     \

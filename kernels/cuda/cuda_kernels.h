@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "kernels/elementwise.h"
+#include "tinyddp/kernels/elementwise.h"
 
 namespace tinyddp::kernels::cuda {
 

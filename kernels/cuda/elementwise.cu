@@ -1,7 +1,7 @@
 // The element-wise CUDA kernels: activations, bias, fill/scale/axpy. Each is a grid-stride loop
 // around the same kernels/elementwise.h function the CPU loop calls.
-#include "kernels/cuda/cuda_kernels.h"
-#include "kernels/cuda/launch.cuh"
+#include "tinyddp/kernels/cuda/cuda_kernels.h"
+#include "tinyddp/kernels/cuda/launch.cuh"
 
 namespace tinyddp::kernels::cuda {
 

@@ -9,9 +9,9 @@
 #include <mutex>
 #include <vector>
 
-#include "core/cuda_check.h"
-#include "kernels/cuda/cublas_check.h"
-#include "kernels/cuda/cuda_kernels.h"
+#include "tinyddp/core/cuda_check.h"
+#include "tinyddp/kernels/cuda/cublas_check.h"
+#include "tinyddp/kernels/cuda/cuda_kernels.h"
 
 namespace tinyddp::kernels::cuda {
 

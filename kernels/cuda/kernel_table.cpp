@@ -1,6 +1,6 @@
 // The CUDA half's table of kernels (kernels/cuda/cuda_kernels.h), handed out by name after dlopen.
-#include "core/cuda_api.h"
-#include "kernels/cuda/cuda_kernels.h"
+#include "tinyddp/core/cuda_api.h"
+#include "tinyddp/kernels/cuda/cuda_kernels.h"
 
 namespace tinyddp::kernels::cuda {
 namespace {

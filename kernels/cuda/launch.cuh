@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "core/cuda_check.h"
+#include "tinyddp/core/cuda_check.h"
 
 namespace tinyddp::kernels::cuda::detail {
 

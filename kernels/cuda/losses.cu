@@ -7,8 +7,8 @@
 #include <climits>
 #include <math.h>
 
-#include "kernels/cuda/cuda_kernels.h"
-#include "kernels/cuda/reduce_to_host.cuh"
+#include "tinyddp/kernels/cuda/cuda_kernels.h"
+#include "tinyddp/kernels/cuda/reduce_to_host.cuh"
 
 namespace tinyddp::kernels::cuda {
 

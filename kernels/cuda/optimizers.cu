@@ -1,7 +1,7 @@
 // The optimizer updates on the GPU: one thread per element (grid-stride), each calling the same
 // sgd_update / adam_update as the CPU loop. The step's scalars arrive by value in kernel arguments.
-#include "kernels/cuda/cuda_kernels.h"
-#include "kernels/cuda/launch.cuh"
+#include "tinyddp/kernels/cuda/cuda_kernels.h"
+#include "tinyddp/kernels/cuda/launch.cuh"
 
 namespace tinyddp::kernels::cuda {
 

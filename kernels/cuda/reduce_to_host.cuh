@@ -10,8 +10,8 @@
 // which fuses "compute the gradient" and "sum the loss" into one pass.
 #pragma once
 
-#include "kernels/cuda/launch.cuh"
-#include "kernels/cuda/scratch.h"
+#include "tinyddp/kernels/cuda/launch.cuh"
+#include "tinyddp/kernels/cuda/scratch.h"
 
 namespace tinyddp::kernels::cuda::detail {
 

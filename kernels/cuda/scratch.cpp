@@ -1,11 +1,11 @@
-#include "kernels/cuda/scratch.h"
+#include "tinyddp/kernels/cuda/scratch.h"
 
 #include <cuda_runtime_api.h>
 
 #include <map>
 #include <utility>
 
-#include "core/cuda_check.h"
+#include "tinyddp/core/cuda_check.h"
 
 namespace tinyddp::kernels::cuda::detail {
 

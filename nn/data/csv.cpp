@@ -1,4 +1,4 @@
-#include "nn/data/csv.h"
+#include "tinyddp/nn/data/csv.h"
 
 #include <zlib.h>
 
@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/error.h"
+#include "tinyddp/core/error.h"
 
 namespace tinyddp::nn {
 

@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <string>
 
-#include "nn/data/dataset.h"
+#include "tinyddp/nn/data/dataset.h"
 
 namespace tinyddp::nn {
 

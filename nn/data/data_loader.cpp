@@ -1,4 +1,4 @@
-#include "nn/data/data_loader.h"
+#include "tinyddp/nn/data/data_loader.h"
 
 #include <algorithm>
 #include <condition_variable>
@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/error.h"
+#include "tinyddp/core/error.h"
 
 namespace tinyddp::nn {
 

@@ -21,8 +21,8 @@
 #include <iterator>
 #include <memory>
 
-#include "nn/data/dataset.h"
-#include "nn/data/sampler.h"
+#include "tinyddp/nn/data/dataset.h"
+#include "tinyddp/nn/data/sampler.h"
 
 namespace tinyddp::nn {
 

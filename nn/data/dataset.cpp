@@ -1,8 +1,8 @@
-#include "nn/data/dataset.h"
+#include "tinyddp/nn/data/dataset.h"
 
 #include <cstring>
 
-#include "core/error.h"
+#include "tinyddp/core/error.h"
 
 namespace tinyddp::nn {
 

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/tensor.h"
+#include "tinyddp/core/tensor.h"
 
 namespace tinyddp::nn {
 

@@ -26,7 +26,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "nn/data/sampler.h"
+#include "tinyddp/nn/data/sampler.h"
 
 namespace tinyddp::nn {
 

@@ -1,9 +1,9 @@
-#include "nn/data/sampler.h"
+#include "tinyddp/nn/data/sampler.h"
 
 #include <numeric>
 
-#include "core/error.h"
-#include "core/random.h"
+#include "tinyddp/core/error.h"
+#include "tinyddp/core/random.h"
 
 namespace tinyddp::nn {
 

@@ -1,9 +1,9 @@
-#include "nn/ddp/bucket_plan.h"
+#include "tinyddp/nn/ddp/bucket_plan.h"
 
 #include <cstdio>
 #include <sstream>
 
-#include "core/error.h"
+#include "tinyddp/core/error.h"
 
 namespace tinyddp::nn {
 

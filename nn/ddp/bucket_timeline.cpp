@@ -1,10 +1,10 @@
-#include "nn/ddp/bucket_timeline.h"
+#include "tinyddp/nn/ddp/bucket_timeline.h"
 
 #include <nlohmann/json.hpp>
 
 #include <string>
 
-#include "core/trace.h"
+#include "tinyddp/core/trace.h"
 
 namespace tinyddp::nn {
 

@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "nn/ddp/reducer.h"
+#include "tinyddp/nn/ddp/reducer.h"
 
 namespace tinyddp::nn {
 

@@ -1,4 +1,4 @@
-#include "nn/ddp/distributed_data_parallel.h"
+#include "tinyddp/nn/ddp/distributed_data_parallel.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,9 +6,9 @@
 #include <sstream>
 #include <utility>
 
-#include "core/error.h"
-#include "core/trace.h"
-#include "nn/ddp/bucket_timeline.h"
+#include "tinyddp/core/error.h"
+#include "tinyddp/core/trace.h"
+#include "tinyddp/nn/ddp/bucket_timeline.h"
 
 namespace tinyddp::nn {
 

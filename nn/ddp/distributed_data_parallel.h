@@ -37,9 +37,9 @@
 #include <string>
 #include <vector>
 
-#include "comm/process_group.h"
-#include "nn/ddp/reducer.h"
-#include "nn/module.h"
+#include "tinyddp/comm/process_group.h"
+#include "tinyddp/nn/ddp/reducer.h"
+#include "tinyddp/nn/module.h"
 
 namespace tinyddp::nn {
 

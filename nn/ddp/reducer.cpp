@@ -1,12 +1,12 @@
-#include "nn/ddp/reducer.h"
+#include "tinyddp/nn/ddp/reducer.h"
 
 #include <algorithm>
 #include <set>
 #include <sstream>
 #include <utility>
 
-#include "core/error.h"
-#include "core/log.h"
+#include "tinyddp/core/error.h"
+#include "tinyddp/core/log.h"
 
 namespace tinyddp::nn {
 

@@ -58,9 +58,9 @@
 #include <string>
 #include <vector>
 
-#include "comm/process_group.h"
-#include "nn/ddp/bucket_plan.h"
-#include "nn/module.h"
+#include "tinyddp/comm/process_group.h"
+#include "tinyddp/nn/ddp/bucket_plan.h"
+#include "tinyddp/nn/module.h"
 
 namespace tinyddp::nn {
 

@@ -13,9 +13,9 @@
 #include <utility>
 #include <vector>
 
-#include "core/tensor.h"
-#include "kernels/ops.h"
-#include "nn/optim/optimizer.h"
+#include "tinyddp/core/tensor.h"
+#include "tinyddp/kernels/ops.h"
+#include "tinyddp/nn/optim/optimizer.h"
 
 namespace tinyddp::nn {
 

@@ -1,9 +1,9 @@
-#include "nn/optim/clip.h"
+#include "tinyddp/nn/optim/clip.h"
 
 #include <cmath>
 
-#include "core/error.h"
-#include "kernels/ops.h"
+#include "tinyddp/core/error.h"
+#include "tinyddp/kernels/ops.h"
 
 namespace tinyddp::nn {
 

@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "nn/module.h"
+#include "tinyddp/nn/module.h"
 
 namespace tinyddp::nn {
 

@@ -1,8 +1,8 @@
-#include "nn/optim/optimizer.h"
+#include "tinyddp/nn/optim/optimizer.h"
 
 #include <cmath>
 
-#include "core/error.h"
+#include "tinyddp/core/error.h"
 
 namespace tinyddp::nn {
 

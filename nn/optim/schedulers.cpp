@@ -1,10 +1,10 @@
-#include "nn/optim/schedulers.h"
+#include "tinyddp/nn/optim/schedulers.h"
 
 #include <algorithm>
 #include <cmath>
 #include <numbers>
 
-#include "core/error.h"
+#include "tinyddp/core/error.h"
 
 namespace tinyddp::nn {
 

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "nn/optim/optimizer.h"
+#include "tinyddp/nn/optim/optimizer.h"
 
 namespace tinyddp::nn {
 

@@ -1,7 +1,7 @@
-#include "nn/optim/sgd.h"
+#include "tinyddp/nn/optim/sgd.h"
 
-#include "core/error.h"
-#include "kernels/ops.h"
+#include "tinyddp/core/error.h"
+#include "tinyddp/kernels/ops.h"
 
 namespace tinyddp::nn {
 

@@ -10,8 +10,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/tensor.h"
-#include "nn/optim/optimizer.h"
+#include "tinyddp/core/tensor.h"
+#include "tinyddp/nn/optim/optimizer.h"
 
 namespace tinyddp::nn {
 

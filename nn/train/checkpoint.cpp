@@ -1,4 +1,4 @@
-#include "nn/train/checkpoint.h"
+#include "tinyddp/nn/train/checkpoint.h"
 
 #include <charconv>
 #include <map>
@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/error.h"
+#include "tinyddp/core/error.h"
 
 namespace tinyddp::nn {
 

@@ -25,10 +25,10 @@
 #include <cstdint>
 #include <string>
 
-#include "core/safetensors.h"
-#include "nn/module.h"
-#include "nn/optim/optimizer.h"
-#include "nn/optim/schedulers.h"
+#include "tinyddp/core/safetensors.h"
+#include "tinyddp/nn/module.h"
+#include "tinyddp/nn/optim/optimizer.h"
+#include "tinyddp/nn/optim/schedulers.h"
 
 namespace tinyddp::nn {
 

@@ -1,4 +1,4 @@
-#include "nn/train/progress_bar.h"
+#include "tinyddp/nn/train/progress_bar.h"
 
 #include <unistd.h>
 

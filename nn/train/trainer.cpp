@@ -1,4 +1,4 @@
-#include "nn/train/trainer.h"
+#include "tinyddp/nn/train/trainer.h"
 
 #include <cmath>
 #include <cstring>
@@ -6,12 +6,12 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "core/error.h"
-#include "core/trace.h"
-#include "kernels/ops.h"
-#include "nn/optim/clip.h"
-#include "nn/optim/schedulers.h"
-#include "nn/train/progress_bar.h"
+#include "tinyddp/core/error.h"
+#include "tinyddp/core/trace.h"
+#include "tinyddp/kernels/ops.h"
+#include "tinyddp/nn/optim/clip.h"
+#include "tinyddp/nn/optim/schedulers.h"
+#include "tinyddp/nn/train/progress_bar.h"
 
 namespace tinyddp::nn {
 

@@ -51,14 +51,14 @@
 #include <type_traits>
 #include <vector>
 
-#include "comm/process_group.h"
-#include "core/safetensors.h"
-#include "core/tensor.h"
-#include "nn/data/data_loader.h"
-#include "nn/loss.h"
-#include "nn/module.h"
-#include "nn/optim/optimizer.h"
-#include "nn/optim/schedulers.h"
+#include "tinyddp/comm/process_group.h"
+#include "tinyddp/core/safetensors.h"
+#include "tinyddp/core/tensor.h"
+#include "tinyddp/nn/data/data_loader.h"
+#include "tinyddp/nn/loss.h"
+#include "tinyddp/nn/module.h"
+#include "tinyddp/nn/optim/optimizer.h"
+#include "tinyddp/nn/optim/schedulers.h"
 
 namespace tinyddp::nn {
 

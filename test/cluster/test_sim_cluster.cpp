@@ -14,7 +14,7 @@
 #include <memory>
 #include <regex>
 
-#include "core/safetensors.h"
+#include "tinyddp/core/safetensors.h"
 #include "test/cluster/cluster_support.h"
 #include "test/test_support.h"
 

@@ -5,7 +5,7 @@
 
 #include <sstream>
 
-#include "comm/ring_backend.h"
+#include "tinyddp/comm/ring_backend.h"
 #include "test/comm/test_collectives_support.h"
 
 using namespace tinyddp;

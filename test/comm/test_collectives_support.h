@@ -13,8 +13,8 @@
 #include <thread>
 #include <vector>
 
-#include "comm/process_group.h"
-#include "comm/store/hash_store.h"
+#include "tinyddp/comm/process_group.h"
+#include "tinyddp/comm/store/hash_store.h"
 
 namespace tinyddp::testing {
 

@@ -8,10 +8,10 @@
 #include <chrono>
 #include <thread>
 
-#include "comm/nccl/fake_nccl.h"
-#include "comm/process_group.h"
-#include "core/cuda_runtime.h"
-#include "core/fake_cuda.h"
+#include "tinyddp/comm/nccl/fake_nccl.h"
+#include "tinyddp/comm/process_group.h"
+#include "tinyddp/core/cuda_runtime.h"
+#include "tinyddp/core/fake_cuda.h"
 #include "test/comm/test_collectives_support.h"
 #include "test/gpu/gpu_test_support.h"
 

@@ -5,10 +5,10 @@
 #include <future>
 #include <thread>
 
-#include "comm/ring_backend.h"
-#include "comm/tuning.h"
-#include "core/cuda_runtime.h"
-#include "core/error.h"
+#include "tinyddp/comm/ring_backend.h"
+#include "tinyddp/comm/tuning.h"
+#include "tinyddp/core/cuda_runtime.h"
+#include "tinyddp/core/error.h"
 #include "test/comm/test_collectives_support.h"
 
 using namespace tinyddp;

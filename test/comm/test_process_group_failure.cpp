@@ -6,8 +6,8 @@
 #include <csignal>
 #include <thread>
 
-#include "comm/process_group.h"
-#include "comm/store/tcp_store.h"
+#include "tinyddp/comm/process_group.h"
+#include "tinyddp/comm/store/tcp_store.h"
 #include "test/comm/helpers/child_process.h"
 
 using namespace tinyddp;

@@ -2,7 +2,7 @@
 // under tinyddp-run are tested in test/bench.
 #include <doctest/doctest.h>
 
-#include "comm/process_group.h"
+#include "tinyddp/comm/process_group.h"
 #include "test/comm/helpers/child_process.h"
 
 using namespace tinyddp;

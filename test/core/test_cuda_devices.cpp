@@ -9,13 +9,13 @@
 #include <fstream>
 #include <thread>
 
-#include "core/allocator.h"
-#include "core/cuda_driver.h"
-#include "core/cuda_plugin.h"
-#include "core/cuda_runtime.h"
-#include "core/fake_cuda.h"
-#include "core/random.h"
-#include "core/tensor.h"
+#include "tinyddp/core/allocator.h"
+#include "tinyddp/core/cuda_driver.h"
+#include "tinyddp/core/cuda_plugin.h"
+#include "tinyddp/core/cuda_runtime.h"
+#include "tinyddp/core/fake_cuda.h"
+#include "tinyddp/core/random.h"
+#include "tinyddp/core/tensor.h"
 #include "test/test_support.h"
 
 using namespace tinyddp;

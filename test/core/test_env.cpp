@@ -7,11 +7,11 @@
 
 #include <cstdlib>
 
-#include "core/env.h"
-#include "core/error.h"
-#include "core/hash.h"
-#include "core/log.h"
-#include "core/process.h"
+#include "tinyddp/core/env.h"
+#include "tinyddp/core/error.h"
+#include "tinyddp/core/hash.h"
+#include "tinyddp/core/log.h"
+#include "tinyddp/core/process.h"
 
 using namespace tinyddp;
 

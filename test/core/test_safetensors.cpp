@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "core/random.h"
-#include "core/safetensors.h"
+#include "tinyddp/core/random.h"
+#include "tinyddp/core/safetensors.h"
 #include "test/test_support.h"
 // The libFuzzer entry point itself, so the mutation test below runs exactly what the fuzzer runs.
 #include "test/fuzz/fuzz_safetensors.cpp"

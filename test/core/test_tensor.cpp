@@ -3,10 +3,10 @@
 #include <cmath>
 #include <vector>
 
-#include "core/cuda_runtime.h"
-#include "core/philox.h"
-#include "core/random.h"
-#include "core/tensor.h"
+#include "tinyddp/core/cuda_runtime.h"
+#include "tinyddp/core/philox.h"
+#include "tinyddp/core/random.h"
+#include "tinyddp/core/tensor.h"
 
 using namespace tinyddp;
 

@@ -14,12 +14,12 @@
 #include <string>
 #include <vector>
 
-#include "core/safetensors.h"
-#include "core/trace.h"
+#include "tinyddp/core/safetensors.h"
+#include "tinyddp/core/trace.h"
 #include "examples/dummy_dataset.h"
-#include "nn/linear.h"
-#include "nn/loss.h"
-#include "nn/train/checkpoint.h"
+#include "tinyddp/nn/linear.h"
+#include "tinyddp/nn/loss.h"
+#include "tinyddp/nn/train/checkpoint.h"
 #include "test/comm/helpers/child_process.h"
 #include "test/test_support.h"
 

@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "core/error.h"
-#include "core/safetensors.h"
-#include "nn/train/addons/state_manager.h"
+#include "tinyddp/core/error.h"
+#include "tinyddp/core/safetensors.h"
+#include "tinyddp/nn/train/addons/state_manager.h"
 #include "test/comm/helpers/child_process.h"
 #include "test/test_support.h"
 

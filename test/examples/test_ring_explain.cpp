@@ -9,8 +9,8 @@
 #include <thread>
 #include <vector>
 
-#include "comm/process_group.h"
-#include "comm/store/hash_store.h"
+#include "tinyddp/comm/process_group.h"
+#include "tinyddp/comm/store/hash_store.h"
 #include "examples/ring_explain/textbook_ring.h"
 
 using namespace tinyddp;

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "core/cuda_plugin.h"
-#include "core/cuda_runtime.h"
+#include "tinyddp/core/cuda_plugin.h"
+#include "tinyddp/core/cuda_runtime.h"
 #include "test/comm/helpers/child_process.h"
 #include "test/test_support.h"
 

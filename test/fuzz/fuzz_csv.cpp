@@ -23,8 +23,8 @@
 #include <string_view>
 #include <vector>
 
-#include "core/error.h"
-#include "nn/data/csv.h"
+#include "tinyddp/core/error.h"
+#include "tinyddp/nn/data/csv.h"
 
 using tinyddp::nn::CsvOptions;
 

@@ -13,8 +13,8 @@
 #include <cstdint>
 #include <string>
 
-#include "core/error.h"
-#include "core/safetensors.h"
+#include "tinyddp/core/error.h"
+#include "tinyddp/core/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {

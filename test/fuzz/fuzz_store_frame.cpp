@@ -20,8 +20,8 @@
 #include <string_view>
 #include <vector>
 
-#include "comm/store/store_protocol.h"
-#include "core/error.h"
+#include "tinyddp/comm/store/store_protocol.h"
+#include "tinyddp/core/error.h"
 
 using namespace tinyddp::comm::protocol;
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "core/cuda_runtime.h"
+#include "tinyddp/core/cuda_runtime.h"
 
 namespace tinyddp::testing {
 

@@ -3,8 +3,8 @@
 // reference loop the CPU tests use. Skips with a message where there is no GPU.
 #include <doctest/doctest.h>
 
-#include "comm/process_group.h"
-#include "core/cuda_runtime.h"
+#include "tinyddp/comm/process_group.h"
+#include "tinyddp/core/cuda_runtime.h"
 #include "test/comm/test_collectives_support.h"
 #include "test/gpu/gpu_test_support.h"
 

@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "core/cuda_runtime.h"
-#include "core/random.h"
-#include "kernels/ops.h"
+#include "tinyddp/core/cuda_runtime.h"
+#include "tinyddp/core/random.h"
+#include "tinyddp/kernels/ops.h"
 #include "test/gpu/gpu_test_support.h"
 #include "test/test_support.h"
 

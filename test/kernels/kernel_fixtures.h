@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "core/safetensors.h"
+#include "tinyddp/core/safetensors.h"
 #include "test/test_support.h"
 
 namespace tinyddp::testing {

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "kernel_fixtures.h"
-#include "kernels/ops.h"
+#include "tinyddp/kernels/ops.h"
 
 using namespace tinyddp;
 using namespace tinyddp::testing;

@@ -5,10 +5,10 @@
 #include <cmath>
 #include <limits>
 
-#include "core/random.h"
+#include "tinyddp/core/random.h"
 #include "kernel_fixtures.h"
-#include "kernels/cpu_gemm.h"
-#include "kernels/ops.h"
+#include "tinyddp/kernels/cpu_gemm.h"
+#include "tinyddp/kernels/ops.h"
 
 using namespace tinyddp;
 using namespace tinyddp::testing;

@@ -3,7 +3,7 @@
 #include <doctest/doctest.h>
 
 #include "kernel_fixtures.h"
-#include "kernels/ops.h"
+#include "tinyddp/kernels/ops.h"
 
 using namespace tinyddp;
 using namespace tinyddp::testing;

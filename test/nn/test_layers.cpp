@@ -9,15 +9,15 @@
 #include <string>
 #include <vector>
 
-#include "core/cuda_runtime.h"
-#include "core/philox.h"
-#include "core/random.h"
-#include "core/safetensors.h"
-#include "kernels/ops.h"
-#include "nn/activations.h"
-#include "nn/linear.h"
-#include "nn/loss.h"
-#include "nn/sequential.h"
+#include "tinyddp/core/cuda_runtime.h"
+#include "tinyddp/core/philox.h"
+#include "tinyddp/core/random.h"
+#include "tinyddp/core/safetensors.h"
+#include "tinyddp/kernels/ops.h"
+#include "tinyddp/nn/activations.h"
+#include "tinyddp/nn/linear.h"
+#include "tinyddp/nn/loss.h"
+#include "tinyddp/nn/sequential.h"
 #include "test/test_support.h"
 
 using namespace tinyddp;

@@ -10,15 +10,15 @@
 #include <string>
 #include <vector>
 
-#include "core/random.h"
-#include "core/safetensors.h"
-#include "nn/activations.h"
-#include "nn/linear.h"
-#include "nn/loss.h"
-#include "nn/optim/adam.h"
-#include "nn/optim/clip.h"
-#include "nn/optim/schedulers.h"
-#include "nn/sequential.h"
+#include "tinyddp/core/random.h"
+#include "tinyddp/core/safetensors.h"
+#include "tinyddp/nn/activations.h"
+#include "tinyddp/nn/linear.h"
+#include "tinyddp/nn/loss.h"
+#include "tinyddp/nn/optim/adam.h"
+#include "tinyddp/nn/optim/clip.h"
+#include "tinyddp/nn/optim/schedulers.h"
+#include "tinyddp/nn/sequential.h"
 #include "test/test_support.h"
 
 using namespace tinyddp;

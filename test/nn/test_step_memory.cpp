@@ -3,13 +3,13 @@
 // every large request and none reaches the C library (where it would cost page faults again).
 #include <doctest/doctest.h>
 
-#include "core/allocator.h"
-#include "core/random.h"
-#include "nn/activations.h"
-#include "nn/linear.h"
-#include "nn/loss.h"
-#include "nn/optim/adam.h"
-#include "nn/sequential.h"
+#include "tinyddp/core/allocator.h"
+#include "tinyddp/core/random.h"
+#include "tinyddp/nn/activations.h"
+#include "tinyddp/nn/linear.h"
+#include "tinyddp/nn/loss.h"
+#include "tinyddp/nn/optim/adam.h"
+#include "tinyddp/nn/sequential.h"
 #include "test/test_support.h"
 
 using namespace tinyddp;

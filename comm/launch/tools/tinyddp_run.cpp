@@ -19,8 +19,8 @@
 
 #include <CLI/CLI.hpp>
 
-#include "comm/launch/launcher.h"
-#include "core/error.h"
+#include "tinyddp/comm/launch/launcher.h"
+#include "tinyddp/core/error.h"
 
 namespace {
 

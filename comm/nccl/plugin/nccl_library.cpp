@@ -4,7 +4,7 @@
 
 #include <cstring>
 
-#include "comm/nccl/nccl_api.h"
+#include "tinyddp/comm/nccl/nccl_api.h"
 
 namespace tinyddp::comm {
 

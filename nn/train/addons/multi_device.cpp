@@ -9,18 +9,18 @@
 #include <random>
 #include <thread>
 
-#include "comm/launch/failure_report.h"
-#include "comm/nccl/nccl_api.h"
-#include "comm/store/barrier.h"
-#include "comm/store/rendezvous.h"
-#include "comm/store/tcp_store.h"
-#include "core/cuda_runtime.h"
-#include "core/error.h"
-#include "kernels/ops.h"
-#include "nn/data/distributed_sampler.h"
-#include "nn/train/addons/multi_device.h"
-#include "nn/train/addons/spawned_workers.h"
-#include "nn/train/addons/state_manager.h"
+#include "tinyddp/comm/launch/failure_report.h"
+#include "tinyddp/comm/nccl/nccl_api.h"
+#include "tinyddp/comm/store/barrier.h"
+#include "tinyddp/comm/store/rendezvous.h"
+#include "tinyddp/comm/store/tcp_store.h"
+#include "tinyddp/core/cuda_runtime.h"
+#include "tinyddp/core/error.h"
+#include "tinyddp/kernels/ops.h"
+#include "tinyddp/nn/data/distributed_sampler.h"
+#include "tinyddp/nn/train/addons/multi_device.h"
+#include "tinyddp/nn/train/addons/spawned_workers.h"
+#include "tinyddp/nn/train/addons/state_manager.h"
 
 namespace tinyddp::nn {
 

@@ -46,10 +46,10 @@
 #include <type_traits>
 #include <vector>
 
-#include "comm/process_group.h"
-#include "comm/store/tcp_store.h"
-#include "nn/ddp/distributed_data_parallel.h"
-#include "nn/train/trainer.h"
+#include "tinyddp/comm/process_group.h"
+#include "tinyddp/comm/store/tcp_store.h"
+#include "tinyddp/nn/ddp/distributed_data_parallel.h"
+#include "tinyddp/nn/train/trainer.h"
 
 namespace tinyddp::nn {
 

@@ -10,8 +10,8 @@
 #include <optional>
 #include <thread>
 
-#include "core/error.h"
-#include "nn/train/addons/spawned_workers.h"
+#include "tinyddp/core/error.h"
+#include "tinyddp/nn/train/addons/spawned_workers.h"
 
 extern char** environ;
 

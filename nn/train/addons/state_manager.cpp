@@ -9,10 +9,10 @@
 #include <functional>
 #include <vector>
 
-#include "core/error.h"
-#include "core/fault_injection.h"
-#include "nn/train/addons/state_manager.h"
-#include "nn/train/checkpoint.h"
+#include "tinyddp/core/error.h"
+#include "tinyddp/core/fault_injection.h"
+#include "tinyddp/nn/train/addons/state_manager.h"
+#include "tinyddp/nn/train/checkpoint.h"
 
 namespace tinyddp::nn {
 

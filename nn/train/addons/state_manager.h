@@ -38,9 +38,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "core/fault_injection.h"
-#include "core/log.h"
-#include "nn/train/trainer.h"
+#include "tinyddp/core/fault_injection.h"
+#include "tinyddp/core/log.h"
+#include "tinyddp/nn/train/trainer.h"
 
 namespace tinyddp::nn {
 

@@ -17,8 +17,8 @@
 #include <string>
 #include <type_traits>
 
-#include "core/trace.h"
-#include "nn/train/trainer.h"
+#include "tinyddp/core/trace.h"
+#include "tinyddp/nn/train/trainer.h"
 
 namespace tinyddp::nn {
 

@@ -15,8 +15,8 @@
 #include <thread>
 #include <vector>
 
-#include "comm/algorithms/ring_algorithms.h"
-#include "comm/transport/transport.h"
+#include "tinyddp/comm/algorithms/ring_algorithms.h"
+#include "tinyddp/comm/transport/transport.h"
 #include "test/comm/test_collectives_support.h"
 
 using namespace tinyddp;

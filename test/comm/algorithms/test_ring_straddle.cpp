@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/process_group.h"
+#include "tinyddp/comm/process_group.h"
 #include "test/comm/test_collectives_support.h"
 
 using namespace tinyddp;

@@ -12,10 +12,10 @@
 
 #include <CLI/CLI.hpp>
 
-#include "comm/launch/failure_report.h"
-#include "comm/store/barrier.h"
-#include "comm/store/rendezvous.h"
-#include "core/error.h"
+#include "tinyddp/comm/launch/failure_report.h"
+#include "tinyddp/comm/store/barrier.h"
+#include "tinyddp/comm/store/rendezvous.h"
+#include "tinyddp/core/error.h"
 
 int main(int argc, char** argv) {
   using namespace tinyddp::comm;

@@ -10,9 +10,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "comm/launch/failure_report.h"
-#include "comm/store/hash_store.h"
-#include "comm/store/prefix_store.h"
+#include "tinyddp/comm/launch/failure_report.h"
+#include "tinyddp/comm/store/hash_store.h"
+#include "tinyddp/comm/store/prefix_store.h"
 #include "test/comm/helpers/child_process.h"
 #include "test/test_support.h"
 

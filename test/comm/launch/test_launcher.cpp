@@ -9,9 +9,9 @@
 #include <fstream>
 #include <sstream>
 
-#include "comm/launch/launcher.h"
-#include "comm/store/tcp_store.h"
-#include "core/error.h"
+#include "tinyddp/comm/launch/launcher.h"
+#include "tinyddp/comm/store/tcp_store.h"
+#include "tinyddp/core/error.h"
 #include "test/comm/helpers/child_process.h"
 
 using namespace tinyddp;

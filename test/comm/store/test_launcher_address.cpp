@@ -5,9 +5,9 @@
 
 #include <map>
 
-#include "comm/store/launcher_address.h"
-#include "comm/store/rendezvous.h"
-#include "core/error.h"
+#include "tinyddp/comm/store/launcher_address.h"
+#include "tinyddp/comm/store/rendezvous.h"
+#include "tinyddp/core/error.h"
 
 using namespace tinyddp;
 using namespace tinyddp::comm;

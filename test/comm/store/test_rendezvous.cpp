@@ -4,11 +4,11 @@
 
 #include <map>
 
-#include "comm/store/barrier.h"
-#include "comm/store/rendezvous.h"
-#include "comm/store/store_server.h"
-#include "comm/store/tcp_store.h"
-#include "core/error.h"
+#include "tinyddp/comm/store/barrier.h"
+#include "tinyddp/comm/store/rendezvous.h"
+#include "tinyddp/comm/store/store_server.h"
+#include "tinyddp/comm/store/tcp_store.h"
+#include "tinyddp/core/error.h"
 #include "test/comm/helpers/child_process.h"
 
 using namespace tinyddp;

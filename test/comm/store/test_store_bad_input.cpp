@@ -13,10 +13,10 @@
 #include <random>
 #include <thread>
 
-#include "comm/store/store_protocol.h"
-#include "comm/store/store_server.h"
-#include "comm/store/tcp_store.h"
-#include "core/error.h"
+#include "tinyddp/comm/store/store_protocol.h"
+#include "tinyddp/comm/store/store_server.h"
+#include "tinyddp/comm/store/tcp_store.h"
+#include "tinyddp/core/error.h"
 #include "test/comm/helpers/child_process.h"
 
 using namespace tinyddp;

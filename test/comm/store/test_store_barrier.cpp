@@ -1,10 +1,10 @@
 // StoreBarrier across processes: 8 ranks pass several barriers in step, and a missing rank is named.
 #include <doctest/doctest.h>
 
-#include "comm/store/barrier.h"
-#include "comm/store/prefix_store.h"
-#include "comm/store/tcp_store.h"
-#include "core/error.h"
+#include "tinyddp/comm/store/barrier.h"
+#include "tinyddp/comm/store/prefix_store.h"
+#include "tinyddp/comm/store/tcp_store.h"
+#include "tinyddp/core/error.h"
 #include "test/comm/helpers/child_process.h"
 
 using namespace tinyddp;

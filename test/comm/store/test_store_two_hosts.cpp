@@ -8,9 +8,9 @@
 #include <sched.h>
 #include <unistd.h>
 
-#include "comm/store/rendezvous.h"
-#include "comm/store/tcp_store.h"
-#include "core/error.h"
+#include "tinyddp/comm/store/rendezvous.h"
+#include "tinyddp/comm/store/tcp_store.h"
+#include "tinyddp/core/error.h"
 #include "test/comm/helpers/child_process.h"
 
 using namespace tinyddp;

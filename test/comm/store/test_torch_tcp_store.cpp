@@ -12,8 +12,8 @@
 #include <sstream>
 #include <thread>
 
-#include "comm/store/torch_tcp_store.h"
-#include "core/error.h"
+#include "tinyddp/comm/store/torch_tcp_store.h"
+#include "tinyddp/core/error.h"
 #include "test/comm/helpers/child_process.h"
 
 using namespace tinyddp;

@@ -14,10 +14,10 @@
 #include <fstream>
 #include <sstream>
 
-#include "comm/store/tcp_store.h"
-#include "comm/transport/shm_transport.h"
-#include "comm/transport/tcp_transport.h"
-#include "core/error.h"
+#include "tinyddp/comm/store/tcp_store.h"
+#include "tinyddp/comm/transport/shm_transport.h"
+#include "tinyddp/comm/transport/tcp_transport.h"
+#include "tinyddp/core/error.h"
 #include "test/comm/helpers/child_process.h"
 #include "test/comm/test_collectives_support.h"
 

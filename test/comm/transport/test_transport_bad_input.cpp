@@ -23,11 +23,11 @@
 #include <sstream>
 #include <thread>
 
-#include "comm/store/hash_store.h"
-#include "comm/transport/shm_transport.h"
-#include "comm/transport/tcp_transport.h"
-#include "core/error.h"
-#include "core/log.h"
+#include "tinyddp/comm/store/hash_store.h"
+#include "tinyddp/comm/transport/shm_transport.h"
+#include "tinyddp/comm/transport/tcp_transport.h"
+#include "tinyddp/core/error.h"
+#include "tinyddp/core/log.h"
 
 using namespace tinyddp;
 using namespace tinyddp::comm;

@@ -17,11 +17,11 @@
 #include <thread>
 #include <vector>
 
-#include "core/random.h"
-#include "nn/data/csv.h"
-#include "nn/data/data_loader.h"
-#include "nn/data/dataset.h"
-#include "nn/data/sampler.h"
+#include "tinyddp/core/random.h"
+#include "tinyddp/nn/data/csv.h"
+#include "tinyddp/nn/data/data_loader.h"
+#include "tinyddp/nn/data/dataset.h"
+#include "tinyddp/nn/data/sampler.h"
 #include "test/test_support.h"
 
 using namespace tinyddp;

@@ -16,10 +16,10 @@
 #include <set>
 #include <vector>
 
-#include "core/safetensors.h"
-#include "nn/data/data_loader.h"
-#include "nn/data/dataset.h"
-#include "nn/data/distributed_sampler.h"
+#include "tinyddp/core/safetensors.h"
+#include "tinyddp/nn/data/data_loader.h"
+#include "tinyddp/nn/data/dataset.h"
+#include "tinyddp/nn/data/distributed_sampler.h"
 #include "test/test_support.h"
 
 using namespace tinyddp;

@@ -8,12 +8,12 @@
 #include <string>
 #include <vector>
 
-#include "core/random.h"
-#include "core/safetensors.h"
-#include "nn/activations.h"
-#include "nn/ddp/bucket_plan.h"
-#include "nn/linear.h"
-#include "nn/sequential.h"
+#include "tinyddp/core/random.h"
+#include "tinyddp/core/safetensors.h"
+#include "tinyddp/nn/activations.h"
+#include "tinyddp/nn/ddp/bucket_plan.h"
+#include "tinyddp/nn/linear.h"
+#include "tinyddp/nn/sequential.h"
 #include "test/test_support.h"
 
 using namespace tinyddp;

@@ -10,10 +10,10 @@
 #include <memory>
 #include <vector>
 
-#include "kernels/ops.h"
-#include "nn/data/distributed_sampler.h"
-#include "nn/ddp/distributed_data_parallel.h"
-#include "nn/optim/adam.h"
+#include "tinyddp/kernels/ops.h"
+#include "tinyddp/nn/data/distributed_sampler.h"
+#include "tinyddp/nn/ddp/distributed_data_parallel.h"
+#include "tinyddp/nn/optim/adam.h"
 #include "test/nn/ddp/test_ddp_support.h"
 #include "test/test_support.h"
 

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "kernels/ops.h"
-#include "nn/ddp/distributed_data_parallel.h"
-#include "nn/loss.h"
+#include "tinyddp/kernels/ops.h"
+#include "tinyddp/nn/ddp/distributed_data_parallel.h"
+#include "tinyddp/nn/loss.h"
 #include "test/nn/ddp/test_ddp_support.h"
 #include "test/test_support.h"
 

@@ -5,10 +5,10 @@
 // the trained weights are compared with the same training on the CPU over the ring backend.
 #include <doctest/doctest.h>
 
-#include "core/cuda_runtime.h"
-#include "core/fake_cuda.h"
-#include "nn/ddp/distributed_data_parallel.h"
-#include "nn/optim/sgd.h"
+#include "tinyddp/core/cuda_runtime.h"
+#include "tinyddp/core/fake_cuda.h"
+#include "tinyddp/nn/ddp/distributed_data_parallel.h"
+#include "tinyddp/nn/optim/sgd.h"
 #include "test/nn/ddp/test_ddp_support.h"
 #include "test/test_support.h"
 

@@ -16,13 +16,13 @@
 #include <string>
 #include <vector>
 
-#include "comm/store/rendezvous.h"
-#include "core/safetensors.h"
-#include "core/trace.h"
-#include "kernels/ops.h"
-#include "nn/data/distributed_sampler.h"
-#include "nn/ddp/distributed_data_parallel.h"
-#include "nn/optim/adam.h"
+#include "tinyddp/comm/store/rendezvous.h"
+#include "tinyddp/core/safetensors.h"
+#include "tinyddp/core/trace.h"
+#include "tinyddp/kernels/ops.h"
+#include "tinyddp/nn/data/distributed_sampler.h"
+#include "tinyddp/nn/ddp/distributed_data_parallel.h"
+#include "tinyddp/nn/optim/adam.h"
 #include "test/comm/helpers/child_process.h"
 #include "test/nn/ddp/test_ddp_support.h"
 #include "test/test_support.h"

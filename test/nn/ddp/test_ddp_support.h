@@ -9,12 +9,12 @@
 #include <string>
 #include <vector>
 
-#include "comm/process_group.h"
-#include "core/random.h"
-#include "nn/activations.h"
-#include "nn/linear.h"
-#include "nn/loss.h"
-#include "nn/sequential.h"
+#include "tinyddp/comm/process_group.h"
+#include "tinyddp/core/random.h"
+#include "tinyddp/nn/activations.h"
+#include "tinyddp/nn/linear.h"
+#include "tinyddp/nn/loss.h"
+#include "tinyddp/nn/sequential.h"
 #include "test/comm/test_collectives_support.h"
 
 namespace tinyddp::testing {

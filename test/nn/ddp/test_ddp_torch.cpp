@@ -15,13 +15,13 @@
 #include <string>
 #include <vector>
 
-#include "core/safetensors.h"
-#include "nn/data/data_loader.h"
-#include "nn/data/dataset.h"
-#include "nn/data/distributed_sampler.h"
-#include "nn/ddp/distributed_data_parallel.h"
-#include "nn/optim/adam.h"
-#include "nn/optim/sgd.h"
+#include "tinyddp/core/safetensors.h"
+#include "tinyddp/nn/data/data_loader.h"
+#include "tinyddp/nn/data/dataset.h"
+#include "tinyddp/nn/data/distributed_sampler.h"
+#include "tinyddp/nn/ddp/distributed_data_parallel.h"
+#include "tinyddp/nn/optim/adam.h"
+#include "tinyddp/nn/optim/sgd.h"
 #include "test/nn/ddp/test_ddp_support.h"
 #include "test/test_support.h"
 

@@ -9,14 +9,14 @@
 #include <string>
 #include <vector>
 
-#include "core/random.h"
-#include "core/safetensors.h"
-#include "kernels/ops.h"
-#include "nn/linear.h"
-#include "nn/optim/adam.h"
-#include "nn/optim/clip.h"
-#include "nn/optim/sgd.h"
-#include "nn/sequential.h"
+#include "tinyddp/core/random.h"
+#include "tinyddp/core/safetensors.h"
+#include "tinyddp/kernels/ops.h"
+#include "tinyddp/nn/linear.h"
+#include "tinyddp/nn/optim/adam.h"
+#include "tinyddp/nn/optim/clip.h"
+#include "tinyddp/nn/optim/sgd.h"
+#include "tinyddp/nn/sequential.h"
 #include "test/test_support.h"
 
 using namespace tinyddp;

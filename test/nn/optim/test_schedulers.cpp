@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "core/safetensors.h"
-#include "nn/optim/schedulers.h"
-#include "nn/optim/sgd.h"
+#include "tinyddp/core/safetensors.h"
+#include "tinyddp/nn/optim/schedulers.h"
+#include "tinyddp/nn/optim/sgd.h"
 #include "test/test_support.h"
 
 using namespace tinyddp;

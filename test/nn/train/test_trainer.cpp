@@ -13,12 +13,12 @@
 #include <type_traits>
 #include <vector>
 
-#include "core/safetensors.h"
-#include "nn/optim/clip.h"
-#include "nn/train/addons/state_manager.h"
-#include "nn/train/addons/trace.h"
-#include "nn/train/checkpoint.h"
-#include "nn/train/progress_bar.h"
+#include "tinyddp/core/safetensors.h"
+#include "tinyddp/nn/optim/clip.h"
+#include "tinyddp/nn/train/addons/state_manager.h"
+#include "tinyddp/nn/train/addons/trace.h"
+#include "tinyddp/nn/train/checkpoint.h"
+#include "tinyddp/nn/train/progress_bar.h"
 #include "test/nn/train/test_trainer_support.h"
 #include "test/test_support.h"
 

@@ -9,7 +9,7 @@
 #include <sstream>
 #include <string>
 
-#include "nn/train/addons/state_manager.h"
+#include "tinyddp/nn/train/addons/state_manager.h"
 #include "test/nn/train/test_trainer_support.h"
 
 using namespace tinyddp;

@@ -6,9 +6,9 @@
 // than its tensors, or a collective handed CPU tensors all fail here, with no GPU in the machine.
 #include <doctest/doctest.h>
 
-#include "comm/nccl/nccl_api.h"
-#include "core/fake_cuda.h"
-#include "nn/train/addons/multi_device.h"
+#include "tinyddp/comm/nccl/nccl_api.h"
+#include "tinyddp/core/fake_cuda.h"
+#include "tinyddp/nn/train/addons/multi_device.h"
 #include "test/nn/train/test_trainer_support.h"
 
 using namespace tinyddp;

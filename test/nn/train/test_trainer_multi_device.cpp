@@ -17,10 +17,10 @@
 #include <string>
 #include <vector>
 
-#include "nn/data/distributed_sampler.h"
-#include "nn/train/addons/multi_device.h"
-#include "nn/train/addons/spawned_workers.h"
-#include "nn/train/checkpoint.h"
+#include "tinyddp/nn/data/distributed_sampler.h"
+#include "tinyddp/nn/train/addons/multi_device.h"
+#include "tinyddp/nn/train/addons/spawned_workers.h"
+#include "tinyddp/nn/train/checkpoint.h"
 #include "test/nn/train/test_trainer_support.h"
 
 using namespace tinyddp;

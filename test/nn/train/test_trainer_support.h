@@ -10,17 +10,17 @@
 #include <string>
 #include <vector>
 
-#include "core/random.h"
-#include "kernels/ops.h"
-#include "nn/activations.h"
-#include "nn/data/data_loader.h"
-#include "nn/data/dataset.h"
-#include "nn/linear.h"
-#include "nn/loss.h"
-#include "nn/optim/adam.h"
-#include "nn/optim/schedulers.h"
-#include "nn/sequential.h"
-#include "nn/train/trainer.h"
+#include "tinyddp/core/random.h"
+#include "tinyddp/kernels/ops.h"
+#include "tinyddp/nn/activations.h"
+#include "tinyddp/nn/data/data_loader.h"
+#include "tinyddp/nn/data/dataset.h"
+#include "tinyddp/nn/linear.h"
+#include "tinyddp/nn/loss.h"
+#include "tinyddp/nn/optim/adam.h"
+#include "tinyddp/nn/optim/schedulers.h"
+#include "tinyddp/nn/sequential.h"
+#include "tinyddp/nn/train/trainer.h"
 #include "test/test_support.h"
 
 namespace tinyddp::testing {
