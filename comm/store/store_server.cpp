@@ -329,10 +329,10 @@ void detail::StoreServerState::accept() {
       return;
     }
     accepted++;
-    open++;
     auto connection = std::make_shared<ClientConnection>(*this, std::move(socket));
     connections.insert(connection);
     admit(connection);
+    open++;  // after admit() closed the oldest pending one: the count never shows cap + 1
     connection->start();
     accept();
   });
