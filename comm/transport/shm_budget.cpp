@@ -4,6 +4,7 @@
 #include <sys/statvfs.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -23,7 +24,7 @@ size_t mem_available_bytes() {
   std::string unit;
   while (meminfo >> key >> kib >> unit)
     if (key == "MemAvailable:") return kib << 10;
-  return 0;
+  return SIZE_MAX;  // unknown: nothing to refuse on
 }
 
 std::string mib(size_t bytes) {
@@ -40,7 +41,8 @@ std::string mib(size_t bytes) {
 HostCapacity read_host_capacity() {
   HostCapacity host;
   struct statvfs shm {};
-  if (::statvfs("/dev/shm", &shm) == 0) host.shm_free_bytes = size_t(shm.f_bavail) * size_t(shm.f_frsize);
+  // No /dev/shm: nothing to refuse on here (a job that needs it fails at shm_open, saying so).
+  host.shm_free_bytes = ::statvfs("/dev/shm", &shm) == 0 ? size_t(shm.f_bavail) * size_t(shm.f_frsize) : SIZE_MAX;
   host.mem_available_bytes = mem_available_bytes();
   cpu_set_t allowed;
   CPU_ZERO(&allowed);

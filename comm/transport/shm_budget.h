@@ -16,7 +16,7 @@
 
 namespace tinyddp::comm {
 
-// What the host offers right now.
+// What the host offers right now; SIZE_MAX where it cannot be told.
 struct HostCapacity {
   size_t shm_free_bytes = 0;       // statvfs("/dev/shm"): bytes available to an unprivileged user
   size_t mem_available_bytes = 0;  // /proc/meminfo MemAvailable

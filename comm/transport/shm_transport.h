@@ -20,7 +20,8 @@
 // receiver finds it by its name (the group, both ranks, the sender's pid from the table) once the
 // sender's table entry says a new fifo is ready. The receiver then marks it opened and unlinks the
 // name: both ends hold it mapped, so nothing is left in /dev/shm even when a rank is killed later.
-// A fifo its receiver never opened is unlinked by whichever end closes last.
+// A fifo its receiver never opened is unlinked by whichever end closes last (only a pair killed
+// both before the receiver looked leaves one behind).
 //
 // The counters are std::atomic with release/acquire ordering: the sender copies data and then
 // publishes `written` with release; the receiver loads it with acquire and only then reads the
