@@ -10,6 +10,7 @@
 #include "tinyddp/comm/cpu_binding.h"
 #include "tinyddp/comm/store/prefix_store.h"
 #include "tinyddp/comm/store/tcp_store.h"
+#include "tinyddp/comm/store/torch_tcp_store.h"
 #include "tinyddp/comm/transport/shm_transport.h"
 #include "tinyddp/comm/transport/tcp_transport.h"
 #include "tinyddp/comm/tuning.h"
@@ -49,6 +50,16 @@ void write_back(const Tensor& original, const Tensor& host) {
 }
 
 std::byte* bytes_of(const Tensor& t) { return static_cast<std::byte*>(const_cast<void*>(t.raw_data())); }
+
+// The host the store runs on, behind any prefixes: ours (TcpStore), or torchrun's agent store
+// (TorchTcpStore); "" for a store in this process.
+std::string store_host(Store& store) {
+  Store* inner = &store;
+  while (auto* prefixed = dynamic_cast<PrefixStore*>(inner)) inner = &prefixed->underlying();
+  if (const auto* tcp_store = dynamic_cast<const TcpStore*>(inner)) return tcp_store->host();
+  if (const auto* torch_store = dynamic_cast<const TorchTcpStore*>(inner)) return torch_store->host();
+  return "";
+}
 
 }  // namespace
 
@@ -161,7 +172,7 @@ WorkPtr RingBackend::barrier(const CallOptions& call) {
                   CollectiveContext as_sum = ctx;
                   as_sum.dtype = DType::i32;
                   as_sum.op = ReduceOp::sum;
-                  direct_all_reduce(peers_, rank(), reinterpret_cast<const std::byte*>(&token),
+                  direct_all_reduce(all_peers(), rank(), reinterpret_cast<const std::byte*>(&token),
                                     reinterpret_cast<std::byte*>(&total), 1, as_sum);
                 });
 }
@@ -216,7 +227,7 @@ void RingBackend::check_fingerprints(const Fingerprint& mine, const CollectiveCo
   std::vector<Fingerprint> all(static_cast<size_t>(size()));
   CollectiveContext check = ctx;
   check.phase = " (TINYDDP_DEBUG=DETAIL fingerprint exchange)";
-  direct_all_gather(peers_, rank(), reinterpret_cast<const std::byte*>(&mine), reinterpret_cast<std::byte*>(all.data()),
+  direct_all_gather(all_peers(), rank(), reinterpret_cast<const std::byte*>(&mine), reinterpret_cast<std::byte*>(all.data()),
                     sizeof(Fingerprint), check);
   std::string mismatch = fingerprint_mismatch(all);
   if (!mismatch.empty()) throw MismatchError(mismatch, "", __FILE__, __LINE__);
@@ -231,13 +242,25 @@ void RingBackend::all_reduce_bytes(const std::byte* in, std::byte* out, size_t c
     return;
   }
   if (bytes <= small_message_bytes_)
-    direct_all_reduce(peers_, rank(), in, out, count, ctx);
+    direct_all_reduce(all_peers(), rank(), in, out, count, ctx);
   else
     ring_all_reduce(ring(), in, out, count, ctx);
 }
 
-Ring RingBackend::ring() const {
-  return Ring{rank(), size(), peers_[size_t((rank() + 1) % size())], peers_[size_t((rank() + size() - 1) % size())]};
+Ring RingBackend::ring() {
+  return Ring{rank(), size(), peer((rank() + 1) % size()), peer((rank() + size() - 1) % size())};
+}
+
+// Only the thread that runs the collectives calls these (one collective at a time).
+Connection* RingBackend::peer(int r) {
+  Connection*& connection = peers_[size_t(r)];
+  if (!connection && r != rank()) connection = routes_[size_t(r)]->connection(r);
+  return connection;
+}
+
+std::span<Connection* const> RingBackend::all_peers() {
+  for (int r = 0; r < size(); ++r) peer(r);
+  return peers_;
 }
 
 // ---- setup ------------------------------------------------------------------------------------------
@@ -257,7 +280,8 @@ RingBackend::RingBackend(std::shared_ptr<Store> store, int rank, int size, const
       debug_detail_(options.debug_detail.value_or(debug_detail_from_environment())),
       small_message_bytes_(options.small_message_bytes.value_or(
           env::unsigned_integer("TINYDDP_SMALL_MESSAGE_BYTES").value_or(tuning::kSmallMessageBytes))),
-      peers_(size_t(size), nullptr) {
+      peers_(size_t(size), nullptr),
+      routes_(size_t(size), nullptr) {
   TINYDDP_CHECK(store_ != nullptr, "ring backend: no store was given; hint: pass the TcpStore (or HashStore) the ranks share");
   TINYDDP_CHECK(size >= 1 && rank >= 0 && rank < size, "ring backend: rank ", rank, " of world size ", size,
                 " is impossible; hint: ranks go from 0 to world size - 1");
@@ -282,7 +306,7 @@ RingBackend::~RingBackend() {
 
 std::string RingBackend::transport_to(int peer) const {
   if (peer == rank()) return "self";
-  return peers_.at(size_t(peer))->transport().name();
+  return routes_.at(size_t(peer))->name();
 }
 
 // Every rank publishes "pid host-identity" and reads everyone's.
@@ -304,7 +328,7 @@ RingBackend::Hosts RingBackend::meet_hosts(const std::string& prefix) {
 }
 
 // Shared memory between the ranks of this host, tcp to the others (or tcp / shm everywhere, as
-// options.transport says); fills peers_ and transports_.
+// options.transport says); fills routes_ and transports_.
 void RingBackend::open_transports(const std::string& prefix, const Hosts& hosts) {
   const std::string& mode = options_.transport;
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
@@ -335,16 +359,15 @@ void RingBackend::open_transports(const std::string& prefix, const Hosts& hosts)
     tcp_options.socket_buffer_bytes =
         options_.tcp_buffer_bytes ? options_.tcp_buffer_bytes : env::unsigned_integer("TINYDDP_TCP_BUFFER_BYTES").value_or(0);
     // The store's host: every rank reaches it, so the interface toward it faces the other hosts.
-    Store* inner = store_.get();
-    while (auto* prefixed = dynamic_cast<PrefixStore*>(inner)) inner = &prefixed->underlying();
-    if (const auto* tcp_store = dynamic_cast<const TcpStore*>(inner)) tcp_options.route_to = tcp_store->host();
+    tcp_options.route_to = store_host(*store_);
     tcp_ = std::make_unique<TcpTransport>(*store_, prefix, rank(), tcp_peers, hosts.ids, hosts.pids, options_.timeout, tcp_options);
     transports_.push_back(tcp_.get());
   }
+  // Connections are fetched on first use (peer()): shared memory maps a peer's fifos only then.
   for (int r = 0; r < size(); ++r) {
     if (r == rank()) continue;
     bool over_tcp = std::find(tcp_peers.begin(), tcp_peers.end(), r) != tcp_peers.end();
-    peers_[r] = over_tcp ? tcp_->connection(r) : shm_->connection(r);
+    routes_[r] = over_tcp ? static_cast<Transport*>(tcp_.get()) : shm_.get();
   }
   // Two ranks over tcp only: the direct exchange's crossover is higher there (tuning.h).
   if (size() == 2 && tcp_ && !shm_ && !options_.small_message_bytes && !env::text("TINYDDP_SMALL_MESSAGE_BYTES"))

@@ -66,7 +66,9 @@ class RingBackend : public ProcessGroup {
   void run_task(const Executor::Task& task);
   void check_fingerprints(const Fingerprint& mine, const CollectiveContext& ctx);
   void all_reduce_bytes(const std::byte* in, std::byte* out, size_t count, const CollectiveContext& ctx);
-  Ring ring() const;
+  Ring ring();
+  Connection* peer(int r);                 // the connection to rank r, fetched on first use
+  std::span<Connection* const> all_peers();  // every rank's (nullptr at this rank)
 
   std::shared_ptr<Store> store_;
   ProcessGroupOptions options_;
@@ -76,7 +78,8 @@ class RingBackend : public ProcessGroup {
   int cpu_ = -1;  // the communication thread's CPU (-1: unbound)
   std::unique_ptr<ShmTransport> shm_;
   std::unique_ptr<TcpTransport> tcp_;
-  std::vector<Connection*> peers_;  // by rank; nullptr at this rank
+  std::vector<Connection*> peers_;  // by rank, once used; nullptr at this rank
+  std::vector<Transport*> routes_;  // by rank: the transport that reaches it; nullptr at this rank
   std::vector<Transport*> transports_;
   uint64_t next_sequence_ = 0;      // the next collective's number (under submit_mutex_)
   std::mutex submit_mutex_;

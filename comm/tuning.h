@@ -79,6 +79,17 @@ inline constexpr auto kWorkWaitSpin = 5us;
 // Each shared-memory fifo: half an L2 of the reference host, so a fifo being filled and drained stays
 // in cache (TINYDDP_SHM_FIFO_BYTES, ProcessGroupOptions::shm_fifo_bytes).
 inline constexpr size_t kShmFifoBytes = 1 << 20;
+// The fifo to a local peer that is not a ring neighbour (the small-message exchanges' partners): a
+// bounded window, so that a rank's /dev/shm grows with the number of peers it talks to by 64 KiB,
+// not by a whole fifo. It holds two default small messages (kSmallMessageBytes) and is the smallest
+// fifo that still keeps streams aligned in a page (Connection::align_send).
+// ../bench/shm_memory_results.md
+inline constexpr size_t kShmWindowFifoBytes = 64 << 10;
+// A worker's own memory besides its fifos, for the estimate that refuses a job too large for the host
+// (shm_budget.h): an all_reduce_perf rank's peak RSS without its shared memory is 6.5-7.3 MiB at
+// 2-64 ranks; the rest leaves room for a small program's own data.
+// ../bench/shm_memory_results.md
+inline constexpr size_t kWorkerRamBytes = 16 << 20;
 // The tcp receiver thread's inbox: room for the peer to run ahead by a few turns.
 inline constexpr size_t kTcpInboxBytes = 4 << 20;
 // At most this much per recv() into the inbox, so that a receive posted meanwhile takes over soon.

@@ -2,25 +2,17 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <sstream>
 
 #include "bench/perf/perf_collective.h"
 #include "bench/perf/perf_options.h"
+#include "tinyddp/comm/transport/shm_budget.h"
 #include "tinyddp/core/cuda_runtime.h"
 
 namespace tinyddp::bench {
 namespace {
 
-size_t available_host_bytes() {
-  std::ifstream meminfo("/proc/meminfo");
-  std::string key;
-  size_t kib = 0;
-  std::string unit;
-  while (meminfo >> key >> kib >> unit)
-    if (key == "MemAvailable:") return kib * 1024;
-  return size_t(-1);  // unknown: nothing to refuse on
-}
+size_t available_host_bytes() { return comm::read_host_capacity().mem_available_bytes; }
 
 size_t available_device_bytes(Device device) { return cuda_free_memory(device.index); }
 

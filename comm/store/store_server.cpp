@@ -95,6 +95,10 @@ struct detail::StoreServerState {
   // Runs one request. Returns the response, or nothing when the request was parked (a ParkedRequest).
   std::optional<Response> execute(const std::shared_ptr<ClientConnection>& connection, Request request);
   Response answer_now(const Request& request);
+  Response answer_add(const Request& request);
+  Response answer_compare_set(const Request& request);
+  Response answer_append(const Request& request);
+  Response answer_multi_get(const Request& request);
   void key_created(const std::string& key);
   void register_waiter(const std::shared_ptr<ParkedRequest>& waiter);
   void unregister_waiter(const std::shared_ptr<ParkedRequest>& waiter);
@@ -390,92 +394,117 @@ std::optional<Response> detail::StoreServerState::execute(const std::shared_ptr<
   return answer_now(request);
 }
 
+namespace {
+
+Response error_response(std::string message) {
+  Response r;
+  r.status = Status::error;
+  r.message = std::move(message);
+  return r;
+}
+
+}  // namespace
+
+// Runs a request whose keys are all there (or that needs none): one step per command.
 Response detail::StoreServerState::answer_now(const Request& q) {
   Response r;
-  auto error = [&r](std::string message) {
-    r.status = Status::error;
-    r.message = std::move(message);
-    return r;
-  };
-  const uint64_t max_value = options.limits.max_value_bytes;
   switch (q.command) {
     case Command::set:
       data[q.keys[0]] = q.values[0];
       key_created(q.keys[0]);
       break;
     case Command::get: r.values = {data.at(q.keys[0])}; break;
-    case Command::add: {
-      int64_t current = 0;
-      auto it = data.find(q.keys[0]);
-      if (it != data.end()) {
-        const std::string& text = it->second;
-        size_t used = 0;
-        try {
-          current = std::stoll(text, &used);
-        } catch (const std::exception&) {
-          used = 0;
-        }
-        if (used == 0 || used != text.size())
-          return error("add: key '" + q.keys[0] + "' holds '" + text.substr(0, 32) +
-                       "', which is not an integer; hint: use add only on counters");
-      }
-      int64_t next = 0;
-      if (__builtin_add_overflow(current, q.delta, &next))
-        return error("add: key '" + q.keys[0] + "' would overflow a 64-bit integer; hint: reset the counter");
-      data[q.keys[0]] = std::to_string(next);
-      r.number = next;
-      key_created(q.keys[0]);
-      break;
-    }
-    case Command::compare_set: {
-      const std::string &key = q.keys[0], &expected = q.values[0], &desired = q.values[1];
-      auto it = data.find(key);
-      if (it == data.end()) {
-        // A missing key matches an empty `expected`; the value after the operation of a key that
-        // stays missing reads as "".
-        if (expected.empty()) {
-          data[key] = desired;
-          key_created(key);
-          r.values = {desired};
-        } else {
-          r.values = {""};
-        }
-      } else {
-        if (it->second == expected) it->second = desired;
-        r.values = {it->second};
-      }
-      break;
-    }
+    case Command::add: return answer_add(q);
+    case Command::compare_set: return answer_compare_set(q);
     case Command::check: r.number = missing_keys(q).empty(); break;
     case Command::wait: break;
     case Command::delete_key: r.number = data.erase(q.keys[0]); break;
     case Command::num_keys: r.number = int64_t(data.size()); break;
-    case Command::append: {
-      std::string& value = data[q.keys[0]];
-      if (value.size() + q.values[0].size() > max_value) {
-        if (value.empty()) data.erase(q.keys[0]);
-        return error("append: key '" + q.keys[0] + "' would grow to " +
-                     std::to_string(value.size() + q.values[0].size()) + " bytes, over the limit of " +
-                     std::to_string(max_value) + "; hint: split the data over several keys");
-      }
-      value += q.values[0];
-      key_created(q.keys[0]);
-      break;
-    }
-    case Command::multi_get: {
-      uint64_t total = 0;
-      for (const auto& key : q.keys) total += data.at(key).size() + 4;
-      if (total > options.limits.max_frame_bytes())
-        return error("multi_get: the values add up to " + std::to_string(total) + " bytes, over the frame limit of " +
-                     std::to_string(options.limits.max_frame_bytes()) + "; hint: get them in smaller groups");
-      for (const auto& key : q.keys) r.values.push_back(data.at(key));
-      break;
-    }
+    case Command::append: return answer_append(q);
+    case Command::multi_get: return answer_multi_get(q);
     case Command::multi_set:
       for (size_t i = 0; i < q.keys.size(); ++i) data[q.keys[i]] = q.values[i];
       for (const auto& key : q.keys) key_created(key);
       break;
   }
+  return r;
+}
+
+// add: the key's integer (0 when missing) plus the delta; an error for a key that holds no integer
+// or a sum that overflows.
+Response detail::StoreServerState::answer_add(const Request& q) {
+  int64_t current = 0;
+  auto it = data.find(q.keys[0]);
+  if (it != data.end()) {
+    const std::string& text = it->second;
+    size_t used = 0;
+    try {
+      current = std::stoll(text, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != text.size())
+      return error_response("add: key '" + q.keys[0] + "' holds '" + text.substr(0, 32) +
+                            "', which is not an integer; hint: use add only on counters");
+  }
+  int64_t next = 0;
+  if (__builtin_add_overflow(current, q.delta, &next))
+    return error_response("add: key '" + q.keys[0] + "' would overflow a 64-bit integer; hint: reset the counter");
+  data[q.keys[0]] = std::to_string(next);
+  Response r;
+  r.number = next;
+  key_created(q.keys[0]);
+  return r;
+}
+
+// compare_set: the desired value replaces the expected one; answers the value after the operation.
+Response detail::StoreServerState::answer_compare_set(const Request& q) {
+  const std::string &key = q.keys[0], &expected = q.values[0], &desired = q.values[1];
+  Response r;
+  auto it = data.find(key);
+  if (it == data.end()) {
+    // A missing key matches an empty `expected`; the value after the operation of a key that
+    // stays missing reads as "".
+    if (expected.empty()) {
+      data[key] = desired;
+      key_created(key);
+      r.values = {desired};
+    } else {
+      r.values = {""};
+    }
+  } else {
+    if (it->second == expected) it->second = desired;
+    r.values = {it->second};
+  }
+  return r;
+}
+
+// append: the value grows, up to the value limit; a missing key starts empty (and stays missing
+// when the first append is refused).
+Response detail::StoreServerState::answer_append(const Request& q) {
+  const uint64_t max_value = options.limits.max_value_bytes;
+  std::string& value = data[q.keys[0]];
+  if (value.size() + q.values[0].size() > max_value) {
+    const size_t would_be = value.size() + q.values[0].size();
+    if (value.empty()) data.erase(q.keys[0]);
+    return error_response("append: key '" + q.keys[0] + "' would grow to " + std::to_string(would_be) +
+                          " bytes, over the limit of " + std::to_string(max_value) +
+                          "; hint: split the data over several keys");
+  }
+  value += q.values[0];
+  key_created(q.keys[0]);
+  return Response{};
+}
+
+// multi_get: every key's value, as long as they fit one frame together.
+Response detail::StoreServerState::answer_multi_get(const Request& q) {
+  uint64_t total = 0;
+  for (const auto& key : q.keys) total += data.at(key).size() + 4;
+  if (total > options.limits.max_frame_bytes())
+    return error_response("multi_get: the values add up to " + std::to_string(total) + " bytes, over the frame limit of " +
+                          std::to_string(options.limits.max_frame_bytes()) + "; hint: get them in smaller groups");
+  Response r;
+  for (const auto& key : q.keys) r.values.push_back(data.at(key));
   return r;
 }
 

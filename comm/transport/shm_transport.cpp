@@ -11,11 +11,13 @@
 #include <atomic>
 #include <cerrno>
 #include <climits>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <new>
 
-#include "tinyddp/core/env.h"
+#include "tinyddp/comm/transport/shm_budget.h"
 #include "tinyddp/core/error.h"
 #include "tinyddp/core/hash.h"
 #include "tinyddp/core/process.h"
@@ -25,7 +27,7 @@ namespace tinyddp::comm {
 namespace {
 
 constexpr uint64_t kMagic = 0x4d48535044445454ull;  // "TTDDPSHM"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 constexpr uint32_t kOpen = 0, kClosed = 1, kAborted = 2;
 constexpr size_t kPage = 4096;
 // Fifos smaller than this keep every byte (see align_send).
@@ -33,25 +35,35 @@ constexpr size_t kMinAlignedFifo = 16 * kPage;
 // How long a rank may wait on a peer that closed cleanly before that counts as a failure.
 constexpr auto kClosedGrace = std::chrono::milliseconds(1000);
 
+// One local rank's entry in the host's control table. Its rank fills it in while the group starts
+// and writes `magic` last.
 struct ControlBlock {
-  uint64_t magic;
+  std::atomic<uint64_t> magic;
   uint32_t version;
   int32_t rank;
   int32_t pid;
-  uint32_t fifos;
-  uint64_t fifo_bytes;
+  uint64_t fifo_bytes;                          // the size of its fifos to ring neighbours
+  std::atomic<uint32_t> fifos_created;          // bumped each time one of its fifos is ready to open
   alignas(64) std::atomic<uint32_t> doorbell;  // bumped by a peer after it sent to us or freed room
   alignas(64) std::atomic<uint32_t> sleepers;  // > 0 while this rank sleeps on the doorbell
   std::atomic<uint32_t> state;                 // kOpen, kClosed, kAborted
   char reason[1024];                           // why it aborted
 };
 
-// The two counters live on separate cache lines: each is written by one side only.
+// The first page of a fifo segment; the data follows on the next page. The two counters live on
+// separate cache lines: each is written by one side only.
 struct FifoHeader {
+  std::atomic<uint64_t> magic;  // written last by the sender: the fifo is ready
+  uint32_t version;
+  int32_t sender;
+  int32_t receiver;
+  uint64_t capacity;
+  std::atomic<uint32_t> opened;               // set by the receiver once it has mapped the fifo
   alignas(64) std::atomic<uint64_t> written;  // bytes ever sent (the sender's)
   alignas(64) std::atomic<uint64_t> read;     // bytes ever consumed (the receiver's)
 };
 
+static_assert(sizeof(FifoHeader) <= kPage);
 static_assert(std::atomic<uint32_t>::is_always_lock_free && std::atomic<uint64_t>::is_always_lock_free,
               "shared-memory atomics must be lock-free to work across processes");
 
@@ -86,6 +98,21 @@ std::string read_first_line(const char* path) {
   return line;
 }
 
+// Where rank `r` stands among the sorted local ranks.
+int position_of(const std::vector<int>& local_ranks, int r) {
+  return int(std::find(local_ranks.begin(), local_ranks.end(), r) - local_ranks.begin());
+}
+
+// Store::wait, with an error that says what the keys stand for.
+void wait_for(Store& store, const std::string& key, std::chrono::milliseconds timeout, const std::string& what) {
+  try {
+    store.wait({key}, timeout);
+  } catch (const Error& e) {
+    TINYDDP_FAIL("shm transport: waited ", timeout.count(), " ms for ", what, " (store key ", key, "): ", e.message(),
+                 "; hint: every rank of this host must create the process group; look for one that failed or never started");
+  }
+}
+
 }  // namespace
 
 std::string host_identity() {
@@ -100,7 +127,7 @@ std::string host_identity() {
          ":" + std::to_string(shm.st_ino) + "/" + pid_ns;
 }
 
-// One mapped segment: this rank's own, or a peer's.
+// One mapping: the host's control table, or one fifo.
 struct ShmTransport::Segment {
   std::string name;
   void* base = nullptr;
@@ -109,47 +136,86 @@ struct ShmTransport::Segment {
   ~Segment() {
     if (base) ::munmap(base, bytes);
   }
-  ControlBlock* control() const { return static_cast<ControlBlock*>(base); }
-  size_t fifo_bytes() const { return control()->fifo_bytes; }
-  static size_t headers_offset() { return round_up(sizeof(ControlBlock), kPage); }
-  size_t data_offset() const { return headers_offset() + round_up(control()->fifos * sizeof(FifoHeader), kPage); }
-  FifoHeader* header(int fifo) const {
-    return reinterpret_cast<FifoHeader*>(static_cast<char*>(base) + headers_offset()) + fifo;
+  ControlBlock* control(int position) const { return static_cast<ControlBlock*>(base) + position; }
+  FifoHeader* fifo() const { return static_cast<FifoHeader*>(base); }
+  std::byte* data() const { return static_cast<std::byte*>(base) + kPage; }
+
+  // Creates and maps `bytes` bytes under `name`, reserved now so that a full /dev/shm fails here and
+  // not with SIGBUS on first touch.
+  static std::unique_ptr<Segment> create(const std::string& name, size_t bytes) {
+    auto segment = std::make_unique<Segment>();
+    segment->name = name;
+    segment->bytes = bytes;
+    int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    TINYDDP_CHECK(fd >= 0, "shm transport: shm_open(", name, ") failed: ", std::strerror(errno),
+                  "; hint: /dev/shm must be a writable tmpfs (in Docker: --ipc=host or --shm-size), or use the tcp transport");
+    int err = ::posix_fallocate(fd, 0, off_t(bytes));
+    if (err == 0) segment->base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    const int map_err = errno;
+    ::close(fd);
+    if (err == 0 && segment->base != MAP_FAILED) return segment;
+    segment->base = nullptr;
+    ::shm_unlink(name.c_str());
+    if (err != 0)
+      TINYDDP_FAIL("shm transport: could not reserve ", bytes, " bytes in /dev/shm for ", name, ": ", std::strerror(err),
+                   "; hint: enlarge /dev/shm (Docker: --shm-size=1g), lower TINYDDP_SHM_FIFO_BYTES, or use the tcp transport");
+    TINYDDP_FAIL("shm transport: mmap of ", bytes, " bytes failed: ", std::strerror(map_err), "; hint: check ulimit -v");
   }
-  std::byte* data(int fifo) const {
-    return static_cast<std::byte*>(base) + data_offset() + size_t(fifo) * fifo_bytes();
+
+  // Maps the existing segment `name`; nullptr when there is none (yet) or it is still shorter than
+  // `min_bytes` (its creator has not sized it yet).
+  static std::unique_ptr<Segment> open(const std::string& name, size_t min_bytes, int rank) {
+    int fd = ::shm_open(name.c_str(), O_RDWR, 0600);
+    if (fd < 0 && errno == ENOENT) return nullptr;
+    TINYDDP_CHECK(fd >= 0, "shm transport: rank ", rank, " cannot open ", name, ": ", std::strerror(errno),
+                  "; hint: ranks that share memory must run on one host, as one user, and see the same /dev/shm");
+    struct stat st {};
+    ::fstat(fd, &st);
+    if (size_t(st.st_size) < min_bytes) {
+      ::close(fd);
+      return nullptr;
+    }
+    auto segment = std::make_unique<Segment>();
+    segment->name = name;
+    segment->bytes = size_t(st.st_size);
+    segment->base = ::mmap(nullptr, segment->bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    const int map_err = errno;
+    ::close(fd);
+    if (segment->base == MAP_FAILED) {
+      segment->base = nullptr;
+      TINYDDP_FAIL("shm transport: rank ", rank, " could not map ", name, ": ", std::strerror(map_err), "; hint: check ulimit -v");
+    }
+    return segment;
   }
 };
 
-// The connection to one local peer: our fifo to it (in our segment) and its fifo to us (in its).
+// The connection to one local peer: our fifo to it (created on our first send) and its fifo to us
+// (mapped once it has created it).
 class ShmTransport::ShmConnection : public Connection {
  public:
-  ShmConnection(ShmTransport& transport, int peer, const Segment& own, int out_fifo, const Segment& theirs, int in_fifo)
-      : Connection(transport, peer),
-        out_(own.header(out_fifo)),
-        out_data_(own.data(out_fifo)),
-        in_(theirs.header(in_fifo)),
-        in_data_(theirs.data(in_fifo)),
-        capacity_(own.fifo_bytes()),
-        in_capacity_(theirs.fifo_bytes()),
-        peer_control_(theirs.control()),
-        written_(out_->written.load(std::memory_order_relaxed)),
-        read_(in_->read.load(std::memory_order_relaxed)),
-        their_read_(out_->read.load(std::memory_order_relaxed)),
-        their_written_(in_->written.load(std::memory_order_relaxed)) {}
+  ShmConnection(ShmTransport& transport, int peer, ControlBlock* peer_control, size_t capacity, size_t in_capacity)
+      : Connection(transport, peer), capacity_(capacity), in_capacity_(in_capacity), peer_control_(peer_control) {}
+
+  ~ShmConnection() override { close(); }
+
+  ControlBlock* peer_control() const { return peer_control_; }
+  bool created() const { return out_fifo_ != nullptr; }
+  bool mapped() const { return in_fifo_ != nullptr; }
 
   // Fresh looks at the peer's counters (each a cache line the other core writes).
   size_t send_room() const {
-    size_t room = capacity_ - (written_ - out_->read.load(std::memory_order_acquire));
+    const uint64_t read = out_ ? out_->read.load(std::memory_order_acquire) : 0;
+    size_t room = capacity_ - (written_ - read);
     return room > send_pad_ ? room - send_pad_ : 0;
   }
-  size_t recv_available() const {
+  size_t recv_available() {
+    if (!map_incoming()) return 0;
     uint64_t available = in_->written.load(std::memory_order_acquire) - read_;
     return available > recv_skip_ ? size_t(available - recv_skip_) : 0;
   }
-  ControlBlock* peer_control() const { return peer_control_; }
 
   size_t try_send(const void* data, size_t n, size_t granule) override {
+    if (!out_) create_outgoing();
     // The peer's read counter is looked at only when the room last seen is too small: a small
     // message then costs no cache miss on that line.
     if (capacity_ - (written_ - their_read_) < send_pad_ + n) their_read_ = out_->read.load(std::memory_order_acquire);
@@ -185,6 +251,7 @@ class ShmTransport::ShmConnection : public Connection {
   }
 
   std::span<const std::byte> try_peek(size_t max) override {
+    if (!map_incoming()) return {};
     if (their_written_ - read_ < recv_skip_ + max) their_written_ = in_->written.load(std::memory_order_acquire);
     if (recv_skip_ > 0) {
       if (their_written_ - read_ <= recv_skip_) return {};  // the sender has not got past the skip yet
@@ -197,6 +264,7 @@ class ShmTransport::ShmConnection : public Connection {
   }
 
   void release(size_t n) override {
+    if (n == 0) return;
     read_ += n;
     in_->read.store(read_, std::memory_order_release);  // the room is free for the sender again
     wake(peer_control_);
@@ -205,7 +273,8 @@ class ShmTransport::ShmConnection : public Connection {
   size_t bytes_per_turn() const override { return static_cast<const ShmTransport&>(transport()).bytes_per_turn_; }
 
   // Both ends compute the same skip: at the start of a collective the sender's count of bytes
-  // written equals the receiver's count of bytes read. The fifo's data starts on a page.
+  // written equals the receiver's count of bytes read. The fifo's data starts on a page, and both
+  // ends know its capacity before it exists (planned_fifo_bytes).
   // A fifo of a few pages is left as it is: the skip could leave no room for an element.
   void align_send(size_t phase) override {
     if (capacity_ >= kMinAlignedFifo) send_pad_ += skip_to_phase(written_ + send_pad_, phase);
@@ -215,17 +284,53 @@ class ShmTransport::ShmConnection : public Connection {
   }
 
  private:
-  FifoHeader* out_;
-  std::byte* out_data_;
-  FifoHeader* in_;
-  const std::byte* in_data_;
+  ShmTransport& shm() const { return static_cast<ShmTransport&>(transport()); }
+
+  void create_outgoing() {
+    out_fifo_ = shm().create_fifo(peer());
+    out_ = out_fifo_->fifo();
+    out_data_ = out_fifo_->data();
+  }
+
+  // Maps the peer's fifo to us once its table entry says a new fifo of its is ready; true once mapped.
+  bool map_incoming() {
+    if (in_) return true;
+    const uint32_t created = peer_control_->fifos_created.load(std::memory_order_acquire);
+    if (created == fifos_seen_) return false;
+    fifos_seen_ = created;
+    in_fifo_ = shm().open_fifo(peer(), in_capacity_);
+    if (!in_fifo_) return false;
+    in_ = in_fifo_->fifo();
+    in_data_ = in_fifo_->data();
+    // Both ends hold it now: the name can go.
+    in_->opened.store(1, std::memory_order_release);
+    ::shm_unlink(in_fifo_->name.c_str());
+    return true;
+  }
+
+  // Our fifo's name goes when nobody will open it any more: nothing was sent, or the peer has
+  // closed, aborted or gone. Otherwise the peer still may, and unlinks it then (or when it closes).
+  void close() {
+    if (!out_fifo_ || out_->opened.load(std::memory_order_acquire) != 0) return;
+    const bool peer_done = peer_control_->state.load(std::memory_order_acquire) != kOpen ||
+                           (peer_control_->pid != ::getpid() && !process_alive(peer_control_->pid));
+    if (written_ == 0 || peer_done) ::shm_unlink(out_fifo_->name.c_str());
+  }
+
+  std::unique_ptr<Segment> out_fifo_;  // ours to the peer, once created
+  std::unique_ptr<Segment> in_fifo_;   // the peer's to us, once mapped
+  FifoHeader* out_ = nullptr;
+  std::byte* out_data_ = nullptr;
+  FifoHeader* in_ = nullptr;
+  const std::byte* in_data_ = nullptr;
   size_t capacity_;     // of our fifo to the peer
   size_t in_capacity_;  // of the peer's fifo to us (its TINYDDP_SHM_FIFO_BYTES may differ from ours)
   ControlBlock* peer_control_;
-  uint64_t written_;  // our copy of out_->written (we are its only writer)
-  uint64_t read_;     // our copy of in_->read (we are its only writer)
-  uint64_t their_read_;     // out_->read as last seen (it only grows: the room is at least this)
-  uint64_t their_written_;  // in_->written as last seen (likewise: at least this has arrived)
+  uint32_t fifos_seen_ = 0;  // the peer's fifos_created when we last looked for its fifo
+  uint64_t written_ = 0;       // our copy of out_->written (we are its only writer)
+  uint64_t read_ = 0;          // our copy of in_->read (we are its only writer)
+  uint64_t their_read_ = 0;     // out_->read as last seen (it only grows: the room is at least this)
+  uint64_t their_written_ = 0;  // in_->written as last seen (likewise: at least this has arrived)
   size_t send_pad_ = 0;      // bytes the next send skips (align_send)
   size_t recv_skip_ = 0;     // bytes the next receive skips (align_recv)
 
@@ -234,140 +339,148 @@ class ShmTransport::ShmConnection : public Connection {
   }
 };
 
-namespace {
-
-// Where rank `r` stands among the sorted local ranks.
-int position_of(const std::vector<int>& local_ranks, int r) {
-  return int(std::find(local_ranks.begin(), local_ranks.end(), r) - local_ranks.begin());
+ShmTransport::ShmTransport(Store& store, const std::string& prefix, int rank, const std::vector<int>& local_ranks,
+                           std::chrono::milliseconds timeout, ShmTransportOptions options)
+    : rank_(rank),
+      position_(position_of(local_ranks, rank)),
+      bytes_per_turn_(options.bytes_per_turn),
+      local_ranks_(local_ranks) {
+  TINYDDP_CHECK(position_ < int(local_ranks.size()), "shm transport: rank ", rank,
+                " is not among the local ranks; hint: this is a bug in the caller");
+  const size_t fifo_bytes = options.fifo_bytes ? options.fifo_bytes : configured_fifo_bytes();
+  fifo_bytes_ = round_up(std::max<size_t>(fifo_bytes, kPage), kPage);
+  // Every local rank sees the same numbers, so all of them refuse together.
+  const std::string does_not_fit = job_does_not_fit(estimate_job(int(local_ranks.size()), fifo_bytes_, 0), read_host_capacity());
+  TINYDDP_CHECK(does_not_fit.empty(), "shm transport: ", does_not_fit);
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(fnv1a(prefix)));
+  name_stem_ = "/tinyddp-" + std::string(hex);
+  map_control_table(store, prefix, timeout);
+  connections_.resize(size_t(*std::max_element(local_ranks.begin(), local_ranks.end())) + 1);
 }
 
-// The fifo that `owner` keeps for `target` in its segment: target's place among owner's peers.
-int fifo_index(const std::vector<int>& local_ranks, int owner, int target) {
-  const int t = position_of(local_ranks, target);
-  return t - (t > position_of(local_ranks, owner) ? 1 : 0);
+// The lowest local rank creates the table; every local rank maps it and fills in its own entry;
+// once all of them have (counted per host: the ranks of every host share the store, and a count
+// over all of them would let one host's ranks unlink before a slower rank of another has mapped),
+// the name goes.
+void ShmTransport::map_control_table(Store& store, const std::string& prefix, std::chrono::milliseconds timeout) {
+  const int n = int(local_ranks_.size());
+  const size_t bytes = round_up(size_t(n) * sizeof(ControlBlock), kPage);
+  const std::string host_key = prefix + "shm/host-" + std::to_string(local_ranks_.front()) + "/";
+  const std::string first = "rank " + std::to_string(local_ranks_.front());
+  if (position_ == 0) {
+    table_ = Segment::create(name_stem_ + "-table-" + std::to_string(rank_) + "-" + std::to_string(::getpid()), bytes);
+    for (int i = 0; i < n; ++i) new (table_->control(i)) ControlBlock{};
+    store.set(host_key + "table", table_->name);
+  } else {
+    wait_for(store, host_key + "table", timeout, first + "'s shared-memory control table");
+    const std::string name = store.get(host_key + "table");
+    table_ = Segment::open(name, bytes, rank_);
+    TINYDDP_CHECK(table_ != nullptr, "shm transport: rank ", rank_, " cannot open ", first, "'s control table ", name,
+                  "; hint: ranks that share memory must run on one host, as one user, and see the same /dev/shm");
+  }
+  try {
+    ControlBlock* mine = table_->control(position_);
+    mine->version = kVersion;
+    mine->rank = rank_;
+    mine->pid = ::getpid();
+    mine->fifo_bytes = fifo_bytes_;
+    mine->magic.store(kMagic, std::memory_order_release);
+    if (store.add(host_key + "mapped", 1) == n) store.set(host_key + "all_mapped", "1");
+    wait_for(store, host_key + "all_mapped", timeout, "every rank of this host to map the control table");
+  } catch (...) {
+    if (position_ == 0) ::shm_unlink(table_->name.c_str());
+    throw;
+  }
+  if (position_ == 0) ::shm_unlink(table_->name.c_str());
+  for (int i = 0; i < n; ++i) {
+    const ControlBlock* c = table_->control(i);
+    TINYDDP_CHECK(c->magic.load(std::memory_order_acquire) == kMagic && c->version == kVersion && c->rank == local_ranks_[size_t(i)],
+                  "shm transport: rank ", local_ranks_[size_t(i)], "'s entry in the control table ", table_->name,
+                  " is not one of this tinyddp version; hint: every rank must run the same tinyddp build");
+  }
 }
 
-// Opens and maps rank `r`'s published segment `name`, and checks that it is one of this group.
-std::unique_ptr<ShmTransport::Segment> map_segment(const std::string& name, int rank, int r, uint32_t fifos) {
-  auto segment = std::make_unique<ShmTransport::Segment>();
-  segment->name = name;
-  int fd = ::shm_open(name.c_str(), O_RDWR, 0600);
-  TINYDDP_CHECK(fd >= 0, "shm transport: rank ", rank, " cannot open rank ", r, "'s segment ", name, ": ",
-                std::strerror(errno), "; hint: ranks that share memory must run on one host, as one user, and see the same /dev/shm");
-  struct stat st {};
-  ::fstat(fd, &st);
-  segment->bytes = size_t(st.st_size);
-  segment->base = ::mmap(nullptr, segment->bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-  ::close(fd);
-  if (segment->base == MAP_FAILED) segment->base = nullptr;
-  TINYDDP_CHECK(segment->base && segment->control()->magic == kMagic && segment->control()->version == kVersion &&
-                    segment->control()->rank == r && segment->control()->fifos == fifos,
-                "shm transport: rank ", r, "'s segment ", name,
-                " is not a tinyddp segment of this version and group; hint: every rank must run the same tinyddp build");
+bool ShmTransport::ring_neighbours(int a, int b) const {
+  const int n = int(local_ranks_.size());
+  const int distance = std::abs(position_of(local_ranks_, a) - position_of(local_ranks_, b));
+  return distance == 1 || distance == n - 1;
+}
+
+// Unique per job, group, direction and sender process, so a crashed earlier run can never be
+// mistaken for this one; the receiver knows every part of it.
+std::string ShmTransport::fifo_name(int sender, int receiver, int sender_pid) const {
+  return name_stem_ + "-" + std::to_string(sender) + "to" + std::to_string(receiver) + "-" + std::to_string(sender_pid);
+}
+
+std::unique_ptr<ShmTransport::Segment> ShmTransport::create_fifo(int receiver) {
+  const size_t capacity = planned_fifo_bytes(fifo_bytes_, ring_neighbours(rank_, receiver));
+  auto segment = Segment::create(fifo_name(rank_, receiver, ::getpid()), kPage + capacity);
+  auto* header = new (segment->base) FifoHeader{};
+  header->version = kVersion;
+  header->sender = rank_;
+  header->receiver = receiver;
+  header->capacity = capacity;
+  header->magic.store(kMagic, std::memory_order_release);
+  table_->control(position_)->fifos_created.fetch_add(1, std::memory_order_acq_rel);
   return segment;
 }
 
-}  // namespace
-
-ShmTransport::ShmTransport(Store& store, const std::string& prefix, int rank, const std::vector<int>& local_ranks,
-                           std::chrono::milliseconds timeout, ShmTransportOptions options)
-    : rank_(rank), bytes_per_turn_(options.bytes_per_turn), local_ranks_(local_ranks), own_(std::make_unique<Segment>()) {
-  TINYDDP_CHECK(position_of(local_ranks, rank) < int(local_ranks.size()), "shm transport: rank ", rank,
-                " is not among the local ranks; hint: this is a bug in the caller");
-  size_t fifo_bytes = options.fifo_bytes;
-  if (fifo_bytes == 0)
-    fifo_bytes = env::unsigned_integer("TINYDDP_SHM_FIFO_BYTES", 0, size_t(1) << 40).value_or(tuning::kShmFifoBytes);
-  create_own_segment(prefix, round_up(std::max<size_t>(fifo_bytes, kPage), kPage));
-  try {
-    map_peer_segments(store, prefix, timeout);
-  } catch (...) {
-    ::shm_unlink(own_->name.c_str());
-    throw;
-  }
-  // Every rank of this host has mapped every segment: the names can go. The mappings stay valid,
-  // and nothing is left in /dev/shm if a rank is killed later.
-  ::shm_unlink(own_->name.c_str());
-
-  connections_.resize(size_t(*std::max_element(local_ranks.begin(), local_ranks.end())) + 1);
-  for (int r : local_ranks) {
-    if (r == rank) continue;
-    const Segment& theirs = *mapped_[position_of(local_ranks, r)];
-    connections_[r] = std::make_unique<ShmConnection>(*this, r, *own_, fifo_index(local_ranks, rank, r), theirs,
-                                                      fifo_index(local_ranks, r, rank));
-  }
-}
-
-// Creates, sizes and maps this rank's segment: a control block and one fifo per local peer. The
-// name is unique per job, group, rank and process, so a crashed earlier run can never be mistaken
-// for this one.
-void ShmTransport::create_own_segment(const std::string& prefix, size_t fifo_bytes) {
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(fnv1a(prefix)));
-  own_->name = "/tinyddp-" + std::string(hex) + "-" + std::to_string(rank_) + "-" + std::to_string(::getpid());
-  const uint32_t fifos = uint32_t(local_ranks_.size() - 1);
-  own_->bytes = Segment::headers_offset() + round_up(fifos * sizeof(FifoHeader), kPage) + fifos * fifo_bytes;
-  int fd = ::shm_open(own_->name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-  TINYDDP_CHECK(fd >= 0, "shm transport: shm_open(", own_->name, ") failed: ", std::strerror(errno),
-                "; hint: /dev/shm must be a writable tmpfs (in Docker: --ipc=host or --shm-size), or use the tcp transport");
-  int err = ::posix_fallocate(fd, 0, off_t(own_->bytes));  // fail now, not with SIGBUS on first touch
-  if (err != 0) {
-    ::close(fd);
-    ::shm_unlink(own_->name.c_str());
-    TINYDDP_FAIL("shm transport: could not reserve ", own_->bytes, " bytes in /dev/shm: ", std::strerror(err),
-                 "; hint: enlarge /dev/shm (Docker: --shm-size=1g), lower TINYDDP_SHM_FIFO_BYTES, or use the tcp transport");
-  }
-  own_->base = ::mmap(nullptr, own_->bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-  ::close(fd);
-  if (own_->base == MAP_FAILED) {
-    own_->base = nullptr;
-    ::shm_unlink(own_->name.c_str());
-    TINYDDP_FAIL("shm transport: mmap of ", own_->bytes, " bytes failed: ", std::strerror(errno), "; hint: check ulimit -v");
-  }
-  auto* control = new (own_->base) ControlBlock{};
-  control->magic = kMagic;
-  control->version = kVersion;
-  control->rank = rank_;
-  control->pid = ::getpid();
-  control->fifos = fifos;
-  control->fifo_bytes = fifo_bytes;
-  for (uint32_t i = 0; i < fifos; ++i) new (own_->header(int(i))) FifoHeader{};
-}
-
-// Publishes this rank's segment, maps every local peer's, and waits until every rank of this host
-// has mapped every segment of it.
-void ShmTransport::map_peer_segments(Store& store, const std::string& prefix, std::chrono::milliseconds timeout) {
-  store.set(prefix + "shm/" + std::to_string(rank_), own_->name);
-  mapped_.resize(local_ranks_.size());
-  for (int r : local_ranks_) {
-    if (r == rank_) continue;
-    std::string key = prefix + "shm/" + std::to_string(r);
-    store.wait({key}, timeout);
-    mapped_[position_of(local_ranks_, r)] = map_segment(store.get(key), rank_, r, own_->control()->fifos);
-  }
-  // The count is this host's own: the ranks of every host share the store, and a count over all
-  // of them would let one host's ranks unlink before a slower rank of another host has mapped.
-  const std::string host_key = prefix + "shm/host-" + std::to_string(local_ranks_.front()) + "/";
-  if (store.add(host_key + "mapped", 1) == int64_t(local_ranks_.size())) store.set(host_key + "all_mapped", "1");
-  store.wait({host_key + "all_mapped"}, timeout);
+std::unique_ptr<ShmTransport::Segment> ShmTransport::open_fifo(int sender, size_t capacity) {
+  const ControlBlock* theirs = table_->control(position_of(local_ranks_, sender));
+  auto segment = Segment::open(fifo_name(sender, rank_, theirs->pid), kPage, rank_);
+  if (!segment || segment->fifo()->magic.load(std::memory_order_acquire) != kMagic) return nullptr;  // not ready yet
+  const FifoHeader* h = segment->fifo();
+  TINYDDP_CHECK(h->version == kVersion && h->sender == sender && h->receiver == rank_ && h->capacity == capacity &&
+                    segment->bytes == kPage + capacity,
+                "shm transport: rank ", sender, "'s fifo ", segment->name, " to rank ", rank_,
+                " is not one of this tinyddp version and group; hint: every rank must run the same tinyddp build");
+  return segment;
 }
 
 ShmTransport::~ShmTransport() {
-  ControlBlock* control = own_->control();
-  if (control) {
-    uint32_t open = kOpen;
-    control->state.compare_exchange_strong(open, kClosed, std::memory_order_acq_rel);
-    for (auto& segment : mapped_)
-      if (segment) wake(segment->control());
+  ControlBlock* me = table_->control(position_);
+  uint32_t open = kOpen;
+  me->state.compare_exchange_strong(open, kClosed, std::memory_order_acq_rel);
+  for (int i = 0; i < int(local_ranks_.size()); ++i)
+    if (i != position_) wake(table_->control(i));
+  // Fifos to us that we never opened: nobody reads them now.
+  for (int i = 0; i < int(local_ranks_.size()); ++i) {
+    const int r = local_ranks_[size_t(i)];
+    if (r == rank_ || (connections_[size_t(r)] && connections_[size_t(r)]->mapped())) continue;
+    ::shm_unlink(fifo_name(r, rank_, table_->control(i)->pid).c_str());
   }
   connections_.clear();
 }
 
 Connection* ShmTransport::connection(int peer) {
-  return peer >= 0 && peer < int(connections_.size()) ? connections_[peer].get() : nullptr;
+  if (peer == rank_ || peer < 0 || peer >= int(connections_.size())) return nullptr;
+  const int position = position_of(local_ranks_, peer);
+  if (position == int(local_ranks_.size())) return nullptr;
+  std::lock_guard<std::mutex> lock(connections_mutex_);
+  auto& connection = connections_[size_t(peer)];
+  if (!connection) {
+    ControlBlock* theirs = table_->control(position);
+    const bool neighbours = ring_neighbours(rank_, peer);
+    connection = std::make_unique<ShmConnection>(*this, peer, theirs, planned_fifo_bytes(fifo_bytes_, neighbours),
+                                                 planned_fifo_bytes(theirs->fifo_bytes, neighbours));
+  }
+  return connection.get();
+}
+
+ShmTransport::FifoCounts ShmTransport::fifo_counts() const {
+  std::lock_guard<std::mutex> lock(connections_mutex_);
+  FifoCounts counts;
+  for (const auto& c : connections_) {
+    if (!c) continue;
+    counts.created += c->created() ? 1 : 0;
+    counts.mapped += c->mapped() ? 1 : 0;
+  }
+  return counts;
 }
 
 void ShmTransport::sleep_once(std::span<const WaitFor> waits, std::chrono::microseconds max_sleep) {
-  ControlBlock* me = own_->control();
+  ControlBlock* me = table_->control(position_);
   // Announce the sleep before the last look: a peer that changes something after our look sees
   // sleepers > 0 and wakes us, or changed the doorbell first and the futex returns at once.
   me->sleepers.fetch_add(1, std::memory_order_seq_cst);
@@ -384,27 +497,31 @@ void ShmTransport::sleep_once(std::span<const WaitFor> waits, std::chrono::micro
 
 void ShmTransport::check_peers(std::chrono::milliseconds stalled_for) {
   // Aborted peers first: their reason names the rank that failed first.
-  for (auto& segment : mapped_) {
-    if (!segment) continue;
-    ControlBlock* c = segment->control();
-    if (c->state.load(std::memory_order_acquire) == kAborted) {
+  for (int i = 0; i < int(local_ranks_.size()); ++i) {
+    ControlBlock* c = table_->control(i);
+    if (i != position_ && c->state.load(std::memory_order_acquire) == kAborted) {
       std::string reason(c->reason, strnlen(c->reason, sizeof c->reason));
       TINYDDP_FAIL("shm transport: rank ", c->rank, " aborted: ", reason, "; hint: look at rank ", c->rank,
                    "'s own output for the first error");
     }
   }
+  std::vector<ShmConnection*> peers;
+  {
+    std::lock_guard<std::mutex> lock(connections_mutex_);
+    for (auto& c : connections_)
+      if (c) peers.push_back(c.get());
+  }
   // A peer that is gone (or closed) is a failure only once everything it sent us has been read: a
   // rank may send its last bytes and exit at once, and those bytes stay in its fifo, readable,
   // after the process has left. The order matters: whether it is gone first, the unread bytes
   // after; every byte it wrote before it went is visible by then, so none is missed in between.
-  for (int r : local_ranks_) {
-    if (r == rank_) continue;
-    const ShmConnection& peer = *connections_[r];
-    ControlBlock* c = peer.peer_control();
+  for (ShmConnection* peer : peers) {
+    const int r = peer->peer();
+    ControlBlock* c = peer->peer_control();
     const bool gone = c->pid != ::getpid() && !process_alive(c->pid);
     const bool closed = c->state.load(std::memory_order_acquire) == kClosed;
     if (!gone && !closed) continue;
-    if (peer.recv_available() > 0) continue;  // still ours to read: the caller makes progress first
+    if (peer->recv_available() > 0) continue;  // still ours to read: the caller makes progress first
     if (gone)
       TINYDDP_FAIL("shm transport: rank ", r, " (pid ", c->pid, ") died while rank ", rank_,
                    " was in a collective with it; hint: look at rank ", r,
@@ -416,13 +533,13 @@ void ShmTransport::check_peers(std::chrono::milliseconds stalled_for) {
 }
 
 void ShmTransport::abort(const std::string& reason) {
-  ControlBlock* me = own_->control();
+  ControlBlock* me = table_->control(position_);
   size_t n = std::min(reason.size(), sizeof me->reason - 1);
   std::memcpy(me->reason, reason.data(), n);
   me->reason[n] = 0;
   me->state.store(kAborted, std::memory_order_release);
-  for (auto& segment : mapped_)
-    if (segment) wake(segment->control());
+  for (int i = 0; i < int(local_ranks_.size()); ++i)
+    if (i != position_) wake(table_->control(i));
 }
 
 }  // namespace tinyddp::comm

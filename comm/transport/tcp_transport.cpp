@@ -41,7 +41,8 @@ constexpr auto kHangupGrace = std::chrono::milliseconds(1000);
 class TcpTransport::TcpConnection : public Connection {
  public:
   TcpConnection(TcpTransport& transport, int peer, int send_fd, int recv_fd)
-      : Connection(transport, peer), send_fd_(send_fd), recv_fd_(recv_fd), inbox_(tuning::kTcpInboxBytes) {
+      : Connection(transport, peer), send_fd_(send_fd), recv_fd_(recv_fd), inbox_memory_(new std::byte[tuning::kTcpInboxBytes]),
+        inbox_(inbox_memory_.get(), tuning::kTcpInboxBytes) {
     // The receiver blocks in recv(): its socket must be blocking (the send socket is not).
     ::fcntl(recv_fd_, F_SETFL, ::fcntl(recv_fd_, F_GETFL) & ~O_NONBLOCK);
     receiver_ = std::thread([this] { receive_loop(); });
@@ -219,7 +220,10 @@ class TcpTransport::TcpConnection : public Connection {
 
   TcpTransport& owner() const { return static_cast<TcpTransport&>(transport()); }
   int send_fd_, recv_fd_;
-  std::vector<std::byte> inbox_;
+  // Allocated but never cleared: a page becomes resident only once bytes arrive there, so a peer
+  // that sends little costs little memory (a rank has one inbox per peer).
+  std::unique_ptr<std::byte[]> inbox_memory_;
+  std::span<std::byte> inbox_;
   std::atomic<uint64_t> written_{0};         // bytes the receiver has put in the inbox
   uint64_t read_ = 0;                        // bytes the consumer has released (its own copy)
   std::atomic<uint64_t> read_published_{0};  // read_, for the receiver

@@ -20,6 +20,8 @@
 #include <CLI/CLI.hpp>
 
 #include "tinyddp/comm/launch/launcher.h"
+#include "tinyddp/comm/transport/shm_budget.h"
+#include "tinyddp/comm/tuning.h"
 #include "tinyddp/core/error.h"
 
 namespace {
@@ -73,6 +75,13 @@ int main(int argc, char** argv) {
   };
   signal(SIGPIPE, SIG_IGN);
   try {
+    // A job this host cannot hold is refused before any worker starts (comm/transport/shm_budget.h).
+    const std::string does_not_fit = job_does_not_fit(
+        estimate_job(options.nproc_per_node, configured_fifo_bytes(), tuning::kWorkerRamBytes), read_host_capacity());
+    if (!does_not_fit.empty()) {
+      std::cerr << "tinyddp-run: " << does_not_fit << std::endl;
+      return 1;
+    }
     Launcher launcher(options);
     g_launcher = &launcher;
     struct sigaction action {};
