@@ -27,6 +27,7 @@
 
 namespace tinyddp::comm {
 
+class AllReduceSelector;
 class ShmTransport;
 class TcpTransport;
 
@@ -74,6 +75,7 @@ class RingBackend : public ProcessGroup {
   size_t small_message_bytes_;
   WaitPolicy wait_;
   int cpu_ = -1;  // the communication thread's CPU (-1: unbound)
+  std::unique_ptr<AllReduceSelector> all_reduce_;  // which all-reduce algorithm runs
   std::unique_ptr<ShmTransport> shm_;
   std::unique_ptr<TcpTransport> tcp_;
   std::vector<Connection*> peers_;  // by rank; nullptr at this rank
