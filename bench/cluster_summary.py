@@ -31,12 +31,13 @@ def predicted(model_bin, hosts, per_host, gbit, sizes):
     out = subprocess.run([model_bin, "--hosts", str(hosts), "--per-host", str(per_host), "--gbit", str(gbit),
                           "-b", str(min(sizes)), "-e", str(max(sizes)), "-f", "4"], capture_output=True, text=True).stdout
     lines = [l for l in out.splitlines() if l.strip()]
-    names = re.findall(r"(\S+)_us", out)
+    header = next((l for l in lines if l.split()[0] == "bytes"), "")
+    names = re.findall(r"(\S+)_us", header)
     table = {}
     for l in lines:
-        if l.startswith("#") or "_us" in l:
-            continue
         f = l.split()
+        if l.startswith("#") or not f[0].replace(".", "").isdigit():
+            continue
         table[int(float(f[0]))] = {n: float(f[1 + 2 * i]) for i, n in enumerate(names)}
         table[int(float(f[0]))]["auto"] = table[int(float(f[0]))].get(f[-1], float("nan"))
     return table

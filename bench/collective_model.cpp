@@ -18,25 +18,11 @@
 
 using namespace tinyddp::comm;
 
-namespace {
-
-size_t parse_size(const std::string& text) {
-  size_t used = 0;
-  double v = std::stod(text, &used);
-  const std::string unit = text.substr(used);
-  if (unit == "K") v *= 1024;
-  else if (unit == "M") v *= 1024 * 1024;
-  else if (unit == "G") v *= 1024.0 * 1024 * 1024;
-  else if (!unit.empty()) throw CLI::ValidationError("size '" + text + "': use a number with K, M or G");
-  return size_t(v);
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
   CLI::App app{"collective_model: the cost model's predicted all-reduce times and cross-host bytes per algorithm"};
   int hosts = 4, per_host = 1;
-  std::string model_file, begin = "4K", end = "64M", algos = "ring,direct,rd,rabenseifner,hier";
+  std::string model_file, algos = "ring,direct,rd,rabenseifner,hier";
+  size_t begin = 4 << 10, end = 64 << 20;
   double factor = 4, alpha_us = 0, gbit = 0, reduce_gbyte = 0;
   app.add_option("--hosts", hosts, "hosts")->check(CLI::Range(1, 1 << 20));
   app.add_option("--per-host", per_host, "ranks per host")->check(CLI::Range(1, 1024));
@@ -44,8 +30,9 @@ int main(int argc, char** argv) {
   app.add_option("--alpha-us", alpha_us, "override: latency of a step across hosts, µs");
   app.add_option("--gbit", gbit, "override: each host's link, Gbit/s");
   app.add_option("--reduce-gbyte", reduce_gbyte, "override: reduction speed, GB/s");
-  app.add_option("-b", begin, "smallest size per rank (K, M, G suffixes)");
-  app.add_option("-e", end, "largest size per rank");
+  app.add_option("-b", begin, "smallest size per rank (K, M, G suffixes: powers of 1024)")
+      ->transform(CLI::AsSizeValue(false));
+  app.add_option("-e", end, "largest size per rank")->transform(CLI::AsSizeValue(false));
   app.add_option("-f", factor, "size step factor")->check(CLI::Range(1.01, 1e6));
   app.add_option("--algos", algos, "comma-separated algorithms");
   CLI11_PARSE(app, argc, argv);
@@ -70,11 +57,13 @@ int main(int argc, char** argv) {
     }
     const HostLayout layout = HostLayout::uniform(hosts, per_host);
     const AllReduceSelector selector(AllReduceAlgorithm::automatic, model, layout, 0);
-    std::printf("# %d hosts x %d ranks; model: %s", hosts, per_host, model.to_text().c_str());
+    std::printf("# %d hosts x %d ranks; model:\n", hosts, per_host);
+    std::istringstream model_lines(model.to_text());
+    for (std::string line; std::getline(model_lines, line);) std::printf("#   %s\n", line.c_str());
     std::printf("# predicted time (us) and bytes sent across hosts (all hosts together) per all-reduce\n%12s", "bytes");
     for (AllReduceAlgorithm a : list) std::printf(" %14s_us %12s_xB", algorithm_name(a), algorithm_name(a));
     std::printf(" %14s\n", "auto");
-    for (double bytes = double(parse_size(begin)); bytes <= double(parse_size(end)); bytes *= factor) {
+    for (double bytes = double(begin); bytes <= double(end); bytes *= factor) {
       std::printf("%12.0f", bytes);
       for (AllReduceAlgorithm a : list) {
         const AllReduceAlgorithm across = a == AllReduceAlgorithm::hierarchical ? selector.choose_across_hosts(size_t(bytes))

@@ -5,7 +5,8 @@
 # model's count; and the model's predictions beside the measured times.
 #
 #   bench/compare_cluster.sh [BUILD_DIR]          (root: namespaces and tc)
-#   LAYOUTS="4x1 2x2" PROFILES="1gbit 5gbit none" MAX=16M ROUNDS=1 bench/compare_cluster.sh build
+#   LAYOUTS="4x1 2x2" PROFILES="1gbit 5gbit none" PHASES="times bytes" MAX=16M ROUNDS=1 \
+#     bench/compare_cluster.sh build
 #
 # Layout HxL: H hosts of L ranks each (rank r on host r / L), launched as on a real cluster:
 # tinyddp-run --nnodes H --node-rank i on each host; Gloo and PyTorch one process per rank.
@@ -24,6 +25,7 @@ PROFILES=${PROFILES:-"1gbit 5gbit none"}
 MAX=${MAX:-16M}
 ROUNDS=${ROUNDS:-1}
 ITERS=${ITERS:-20}
+PHASES=${PHASES:-"times bytes"}
 out="$here/cluster_results"
 mkdir -p "$out"
 tmp=$(mktemp -d)
@@ -62,31 +64,32 @@ ours() {
   cat "$tmp/ours0.txt"
 }
 
-# gloo: the anchor, one process per rank, each bound to its host's address; a file store in /tmp
-# (the simulated hosts share the file system, not /dev/shm).
-gloo() {
-  local hosts=$1 per_host=$2 world=$(( $1 * $2 )) pids=() r
-  rm -rf "$tmp/gstore"; mkdir -p "$tmp/gstore"
+# Runs the command once per rank, on rank r's host (r / L), RANK, WORLD_SIZE and HOST_ADDR (the
+# host's address) in its environment, the last rank first; rank 0's output on stdout.
+per_rank() {
+  local tag=$1 hosts=$2 per_host=$3 world=$(( $2 * $3 )) pids=() r
+  shift 3
   for ((r = world - 1; r >= 0; r--)); do
-    GLOO_HOSTNAME=$("$sim" addr "$name" $((r / per_host))) timeout 600 "$sim" run "$name" $((r / per_host)) \
-      "$tmp/gloo_allreduce" "$r" "$world" "$tmp/gstore" "$max_bytes" >"$tmp/gloo$r.txt" 2>&1 &
+    RANK=$r WORLD_SIZE=$world HOST_ADDR=$("$sim" addr "$name" $((r / per_host))) timeout 600 \
+      "$sim" run "$name" $((r / per_host)) "$@" >"$tmp/$tag$r.txt" 2>&1 &
     pids+=($!)
   done
-  for pid in "${pids[@]}"; do wait "$pid" || { cat "$tmp"/gloo*.txt >&2; return 1; }; done
-  cat "$tmp/gloo0.txt"
+  for pid in "${pids[@]}"; do wait "$pid" || { cat "$tmp/$tag"*.txt >&2; return 1; }; done
+  cat "$tmp/${tag}0.txt"
 }
 
-# torch: PyTorch gloo, one process per rank, torchrun's environment variables.
+# gloo: the anchor, each rank bound to its host's address; a file store in /tmp (the simulated
+# hosts share the file system, not /dev/shm).
+gloo() {
+  rm -rf "$tmp/gstore"; mkdir -p "$tmp/gstore"
+  per_rank gloo "$1" "$2" bash -c 'GLOO_HOSTNAME=$HOST_ADDR exec "$0" "$RANK" "$WORLD_SIZE" "$1" "$2"' \
+    "$tmp/gloo_allreduce" "$tmp/gstore" "$max_bytes"
+}
+
+# torch: PyTorch gloo, torchrun's environment variables.
 torch_gloo() {
-  local hosts=$1 per_host=$2 world=$(( $1 * $2 )) pids=() r
-  for ((r = world - 1; r >= 0; r--)); do
-    RANK=$r WORLD_SIZE=$world MASTER_ADDR=$("$sim" addr "$name" 0) MASTER_PORT=29511 GLOO_SOCKET_IFNAME=eth0 \
-      OMP_NUM_THREADS=1 timeout 600 "$sim" run "$name" $((r / per_host)) /usr/bin/python3 "$here/cluster_torch_allreduce.py" \
-      "$max_bytes" >"$tmp/torch$r.txt" 2>&1 &
-    pids+=($!)
-  done
-  for pid in "${pids[@]}"; do wait "$pid" || { cat "$tmp"/torch*.txt >&2; return 1; }; done
-  cat "$tmp/torch0.txt"
+  MASTER_ADDR=$("$sim" addr "$name" 0) MASTER_PORT=29511 GLOO_SOCKET_IFNAME=eth0 OMP_NUM_THREADS=1 \
+    per_rank torch "$1" "$2" /usr/bin/python3 "$here/cluster_torch_allreduce.py" "$max_bytes"
 }
 
 # Bytes every host's eth0 sent: "bytes packets" summed over the hosts.
@@ -108,6 +111,7 @@ for layout in $LAYOUTS; do
   hosts=${layout%x*}; per_host=${layout#*x}
   "$sim" up "$name" "$hosts" >/dev/null
   for profile in $PROFILES; do
+    [[ " $PHASES " == *" times "* ]] || break
     "$sim" rate "$name" "$profile"
     model=$(model_file "$profile")
     file="$out/$layout-$profile.txt"
@@ -125,7 +129,9 @@ for layout in $LAYOUTS; do
     echo "$layout $profile: $file"
   done
   # Bytes across hosts per all-reduce of 4 MiB: the counters' growth between a run of 2 and one of
-  # 12 iterations, divided by 10, so that setup and the perf program's own checks cancel out.
+  # 12 iterations, divided by 20 (each iteration is two all-reduces, out of place and in place, as
+  # in nccl-tests), so that setup and the perf program's own checks cancel out.
+  if [[ " $PHASES " != *" bytes "* ]]; then "$sim" down "$name"; continue; fi
   "$sim" rate "$name" none
   file="$out/$layout-bytes.txt"
   echo "# algo measured_payload_bytes measured_wire_bytes model_bytes (per 4 MiB all-reduce, all hosts' eth0 tx)" >"$file"
@@ -134,11 +140,11 @@ for layout in $LAYOUTS; do
     read -r b0 p0 < <(tx_counters "$hosts"); ours "$algo" "$(model_file none)" "$hosts" "$per_host" 4M 4M 2 >/dev/null
     read -r b1 p1 < <(tx_counters "$hosts"); ours "$algo" "$(model_file none)" "$hosts" "$per_host" 4M 4M 12 >/dev/null
     read -r b2 p2 < <(tx_counters "$hosts")
-    wire=$(( ((b2 - b1) - (b1 - b0)) / 10 ))
+    wire=$(( ((b2 - b1) - (b1 - b0)) / 20 ))
     # Payload: minus each frame's Ethernet, IPv4 and TCP headers with timestamps (14 + 20 + 32 bytes).
-    payload=$(( ((b2 - b1) - (b1 - b0) - 66 * ((p2 - p1) - (p1 - p0))) / 10 ))
+    payload=$(( ((b2 - b1) - (b1 - b0) - 66 * ((p2 - p1) - (p1 - p0))) / 20 ))
     theory=$("$build/bin/collective_model" --hosts "$hosts" --per-host "$per_host" --algos "$algo" -b 4M -e 4M |
-             awk '!/^#/ {print $3}')
+             awk '$1 ~ /^[0-9]/ {print $3}')
     echo "$algo $payload $wire $theory" >>"$file"
   done
   cat "$file"

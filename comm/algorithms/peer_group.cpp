@@ -24,26 +24,31 @@ int PowerOfTwoCore::core_rank(int r) const {
 
 int PowerOfTwoCore::group_rank(int c) const { return c < extra ? 2 * c + 1 : c + extra; }
 
-void exchange(Connection* peer, const std::byte* send, size_t send_bytes, std::byte* recv, size_t recv_bytes,
-              const CollectiveContext& ctx) {
+namespace {
+
+// One stream each way with `peer`: send everything at once; receive into dst, folding it into `own`
+// when `own` is set (dst = own (op) incoming), copying it otherwise.
+void exchange_stream(Connection* peer, const std::byte* send, size_t send_bytes, std::byte* dst, const std::byte* own,
+                     size_t recv_bytes, const CollectiveContext& ctx) {
   Stream s;
   s.to = peer;
   s.send.push_back({send, send_bytes});
   s.send_lead = send_bytes;
   s.from = peer;
-  s.recv.push_back({recv, nullptr, recv_bytes});
+  s.recv.push_back({dst, own, recv_bytes});
   run_streams({&s, 1}, ctx);
+}
+
+}  // namespace
+
+void exchange(Connection* peer, const std::byte* send, size_t send_bytes, std::byte* recv, size_t recv_bytes,
+              const CollectiveContext& ctx) {
+  exchange_stream(peer, send, send_bytes, recv, nullptr, recv_bytes, ctx);
 }
 
 void exchange_and_fold(Connection* peer, const std::byte* send, size_t send_bytes, std::byte* dst, size_t fold_bytes,
                        const CollectiveContext& ctx) {
-  Stream s;
-  s.to = peer;
-  s.send.push_back({send, send_bytes});
-  s.send_lead = send_bytes;
-  s.from = peer;
-  s.recv.push_back({dst, dst, fold_bytes});
-  run_streams({&s, 1}, ctx);
+  exchange_stream(peer, send, send_bytes, dst, dst, fold_bytes, ctx);
 }
 
 void fold_in_rank_order(std::byte* mine, std::byte* theirs, bool mine_is_lower, size_t count, const CollectiveContext& ctx) {
