@@ -265,9 +265,11 @@ RingBackend::RingBackend(std::shared_ptr<Store> store, int rank, int size, const
 
   const Hosts hosts = meet_hosts(prefix);
   open_transports(prefix, hosts);
+  // The cost model only chooses across hosts (algorithm_selection.h); there every rank takes rank 0's.
+  const bool one_host = std::all_of(hosts.ids.begin(), hosts.ids.end(), [&](const auto& id) { return id == hosts.ids[0]; });
   all_reduce_ = std::make_unique<AllReduceSelector>(
       algorithm_from_options(options.algorithm),
-      agree_on_model(*store_, prefix + "cost_model", rank, CostModel::from_environment(), options.timeout),
+      one_host ? CostModel{} : agree_on_model(*store_, prefix + "cost_model", rank, CostModel::from_environment(), options.timeout),
       HostLayout::from_host_ids(hosts.ids), small_message_bytes_);
   choose_waiting(hosts);
   executor_ = std::make_shared<Executor>([this](const Executor::Task& task) { run_task(task); }, cpu_, wait_);

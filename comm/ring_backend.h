@@ -7,7 +7,9 @@
 //                one at a time, in call order, on the communication thread or on a caller that
 //                waits; run_task gives each body its context (deadline, transports, wait policy);
 //   algorithm    the body stages CUDA tensors through pinned host memory and runs the algorithm:
-//                ring_algorithms.h for large messages, small_message_allreduce.h for small ones.
+//                ring_algorithms.h for large messages, small_message_allreduce.h for small ones;
+//                all-reduce asks algorithms/algorithm_selection.h, which also knows recursive
+//                doubling, Rabenseifner and the hierarchical algorithm for ranks on several hosts.
 //
 // Setup: every rank publishes its host identity in the store; ranks that share a host talk through
 // ShmTransport, the others through TcpTransport (options.transport forces one of them). The group

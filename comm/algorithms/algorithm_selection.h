@@ -37,7 +37,6 @@ class AllReduceSelector {
   AllReduceAlgorithm choose_across_hosts(size_t bytes) const;
   const CostModel& model() const { return model_; }
   const HostLayout& layout() const { return layout_; }
-  void set_small_message_bytes(size_t bytes) { small_message_bytes_ = bytes; }
 
  private:
   AllReduceAlgorithm forced_;
