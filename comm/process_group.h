@@ -43,6 +43,10 @@ struct ProcessGroupOptions {
   // ring backend: all-reduces of at most this many bytes use the one-round direct exchange;
   // unset: TINYDDP_SMALL_MESSAGE_BYTES, else the measured crossover (comm/tuning.h).
   std::optional<size_t> small_message_bytes;
+  // ring backend: the all-reduce algorithm, "auto" | "ring" | "direct" | "rd" (recursive doubling) |
+  // "rabenseifner" | "hier" (hierarchical: in-host, then across hosts); empty: TINYDDP_ALGO, else
+  // auto (comm/algorithms/algorithm_selection.h says how auto chooses).
+  std::string algorithm;
   size_t shm_fifo_bytes = 0;    // 0: TINYDDP_SHM_FIFO_BYTES or the default (comm/tuning.h)
   size_t tcp_buffer_bytes = 0;  // 0: TINYDDP_TCP_BUFFER_BYTES or the kernel's auto-tuning
   std::optional<std::string> token;  // the job token for transport handshakes; unset: TINYDDP_TOKEN

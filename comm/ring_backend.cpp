@@ -6,6 +6,7 @@
 #include <cstring>
 #include <thread>
 
+#include "tinyddp/comm/algorithms/algorithm_selection.h"
 #include "tinyddp/comm/algorithms/small_message_allreduce.h"
 #include "tinyddp/comm/cpu_binding.h"
 #include "tinyddp/comm/store/prefix_store.h"
@@ -236,15 +237,7 @@ void RingBackend::check_fingerprints(const Fingerprint& mine, const CollectiveCo
 // ---- the algorithm ----------------------------------------------------------------------------------
 
 void RingBackend::all_reduce_bytes(const std::byte* in, std::byte* out, size_t count, const CollectiveContext& ctx) {
-  const size_t bytes = count * dtype_size(ctx.dtype);
-  if (size() == 1 || bytes == 0) {
-    if (out != in && bytes > 0) std::memcpy(out, in, bytes);
-    return;
-  }
-  if (bytes <= small_message_bytes_)
-    direct_all_reduce(all_peers(), rank(), in, out, count, ctx);
-  else
-    ring_all_reduce(ring(), in, out, count, ctx);
+  run_all_reduce(*all_reduce_, [this](int r) { return peer(r); }, rank(), in, out, count, ctx);
 }
 
 Ring RingBackend::ring() {
@@ -296,6 +289,12 @@ RingBackend::RingBackend(std::shared_ptr<Store> store, int rank, int size, const
 
   const Hosts hosts = meet_hosts(prefix);
   open_transports(prefix, hosts);
+  // The cost model only chooses across hosts (algorithm_selection.h); there every rank takes rank 0's.
+  const bool one_host = std::all_of(hosts.ids.begin(), hosts.ids.end(), [&](const auto& id) { return id == hosts.ids[0]; });
+  all_reduce_ = std::make_unique<AllReduceSelector>(
+      algorithm_from_options(options.algorithm),
+      one_host ? CostModel{} : agree_on_model(*store_, prefix + "cost_model", rank, CostModel::from_environment(), options.timeout),
+      HostLayout::from_host_ids(hosts.ids), small_message_bytes_);
   choose_waiting(hosts);
   executor_ = std::make_shared<Executor>([this](const Executor::Task& task) { run_task(task); }, cpu_, wait_);
 }

@@ -7,7 +7,9 @@
 //                one at a time, in call order, on the communication thread or on a caller that
 //                waits; run_task gives each body its context (deadline, transports, wait policy);
 //   algorithm    the body stages CUDA tensors through pinned host memory and runs the algorithm:
-//                ring_algorithms.h for large messages, small_message_allreduce.h for small ones.
+//                ring_algorithms.h for large messages, small_message_allreduce.h for small ones;
+//                all-reduce asks algorithms/algorithm_selection.h, which also knows recursive
+//                doubling, Rabenseifner and the hierarchical algorithm for ranks on several hosts.
 //
 // Setup: every rank publishes its host identity in the store; ranks that share a host talk through
 // ShmTransport, the others through TcpTransport (options.transport forces one of them). The group
@@ -27,6 +29,7 @@
 
 namespace tinyddp::comm {
 
+class AllReduceSelector;
 class ShmTransport;
 class TcpTransport;
 
@@ -76,6 +79,7 @@ class RingBackend : public ProcessGroup {
   size_t small_message_bytes_;
   WaitPolicy wait_;
   int cpu_ = -1;  // the communication thread's CPU (-1: unbound)
+  std::unique_ptr<AllReduceSelector> all_reduce_;  // which all-reduce algorithm runs
   std::unique_ptr<ShmTransport> shm_;
   std::unique_ptr<TcpTransport> tcp_;
   std::vector<Connection*> peers_;  // by rank, once used; nullptr at this rank

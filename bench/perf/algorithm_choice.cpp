@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <limits>
 #include <vector>
 
 #include "bench/perf/perf_collective.h"
@@ -11,31 +10,17 @@
 namespace tinyddp::bench {
 namespace {
 
-// Whether the library's group options take an algorithm by name.
-template <typename Options>
-constexpr bool takes_algorithm_name = requires(Options options, std::string name) { options.algorithm = name; };
-
-// The ring backend's algorithms while it has no algorithm option (see the header).
+// The ring backend's algorithms, as ProcessGroupOptions::algorithm names them.
 std::vector<std::string> ring_algorithms(const PerfCollective& collective) {
-  if (collective.name() == "all_reduce") return {"auto", "ring", "direct"};
+  if (collective.name() == "all_reduce") return {"auto", "ring", "direct", "rd", "rabenseifner", "hier"};
   return {"auto", "ring"};
-}
-
-template <typename Options>
-void set_ring_algorithm(const std::string& algo, Options& options) {
-  if constexpr (takes_algorithm_name<Options>) {
-    options.algorithm = algo;
-  } else {
-    if (algo == "ring") options.small_message_bytes = 0;
-    if (algo == "direct") options.small_message_bytes = std::numeric_limits<size_t>::max();
-  }
 }
 
 }  // namespace
 
 void check_algorithm(const std::string& algo, const std::string& backend, const PerfCollective& collective) {
   if (algo.empty()) throw UsageError("--algo: empty; use auto for the library's own choice");
-  if (backend != "ring" || takes_algorithm_name<comm::ProcessGroupOptions>) return;  // the library checks
+  if (backend != "ring") return;  // NCCL checks NCCL_ALGO itself
   auto names = ring_algorithms(collective);
   if (std::find(names.begin(), names.end(), algo) != names.end()) return;
   std::string list;
@@ -50,14 +35,17 @@ void apply_algorithm(const std::string& algo, const std::string& backend, comm::
     ::setenv("NCCL_ALGO", algo.c_str(), 1);
     return;
   }
-  set_ring_algorithm(algo, options);
+  options.algorithm = algo;  // only all-reduce has a choice; "ring" is the others' one algorithm
 }
 
 std::string algorithm_help(const PerfCollective& collective) {
   std::string names;
   for (const auto& n : ring_algorithms(collective)) names += (names.empty() ? "" : ", ") + n;
   return "auto: the library's choice by size. Ring backend: " + names +
-         (collective.name() == "all_reduce" ? " (direct: the one-round exchange of small messages)" : "") +
+         (collective.name() == "all_reduce"
+              ? " (direct: one-round exchange; rd: recursive doubling; hier: in-host, then across hosts; see "
+                "comm/algorithms/algorithm_selection.h)"
+              : "") +
          ". nccl backend: an NCCL_ALGO value (Ring, Tree, ...)";
 }
 

@@ -5,12 +5,10 @@
 // change here once the library takes a name.
 //   - nccl backend: --algo is NCCL_ALGO (Ring, Tree, NVLS, CollnetDirect, ...), set before the
 //     communicator is created; NCCL checks it.
-//   - ring backend: handed to the process group as ProcessGroupOptions::algorithm when the library
-//     has that field (it then checks the name and lists its own). Until it has, the ring backend has
-//     two all-reduce algorithms chosen by size through ProcessGroupOptions::small_message_bytes: the
-//     ring (comm/algorithms/ring_algorithms.h) and the one-round direct exchange
-//     (comm/algorithms/small_message_allreduce.h); "ring" and "direct" force one of them by setting
-//     that threshold to 0 or to every size. The other collectives have one algorithm each today.
+//   - ring backend: handed to the process group as ProcessGroupOptions::algorithm. All-reduce has
+//     ring, direct (the one-round exchange of small messages), rd (recursive doubling),
+//     rabenseifner and hier (hierarchical, for ranks that share hosts); see
+//     comm/algorithms/algorithm_selection.h. The other collectives have one algorithm each (ring).
 #pragma once
 
 #include <string>

@@ -184,15 +184,15 @@ void drop_empty_regions(Stream& s) {
   std::erase_if(s.recv, [](const RecvRegion& r) { return r.bytes == 0; });
 }
 
-// Chunk i of a buffer of `count` elements cut into `parts`: the first count % parts chunks get one more.
+int wrap(int i, int n) { return ((i % n) + n) % n; }
+
+}  // namespace
+
 size_t chunk_begin(size_t count, int parts, int i) {
   size_t base = count / size_t(parts), extra = count % size_t(parts);
   return size_t(i) * base + std::min(size_t(i), extra);
 }
 size_t chunk_count(size_t count, int parts, int i) { return chunk_begin(count, parts, i + 1) - chunk_begin(count, parts, i); }
-int wrap(int i, int n) { return ((i % n) + n) % n; }
-
-}  // namespace
 
 void run_streams(std::span<Stream> streams, const CollectiveContext& ctx) {
   const size_t elem = dtype_size(ctx.dtype);

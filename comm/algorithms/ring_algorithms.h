@@ -129,6 +129,11 @@ struct Stream {
   std::vector<RecvRegion> recv;
 };
 
+// Chunk i of a buffer of `count` elements cut into `parts`: the first count % parts chunks get one
+// more element. Every algorithm that cuts a buffer into per-rank pieces cuts it this way.
+size_t chunk_begin(size_t count, int parts, int i);
+size_t chunk_count(size_t count, int parts, int i);
+
 // Moves every stream to completion from this thread; throws on timeout or a peer failure.
 void run_streams(std::span<Stream> streams, const CollectiveContext& ctx);
 

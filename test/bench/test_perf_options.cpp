@@ -84,7 +84,8 @@ TEST_CASE("every bad flag is refused with a message that names it") {
   CHECK(refusal({"-G", "0"}).empty());
   CHECK(refusal({"--backend", "gloo2"}).find("--backend: 'gloo2' is not a backend of this build; it has ring") == 0);
   CHECK(refusal({"--transport", "rdma"}) == "--transport: 'rdma' is not a transport; use tcp, shm or auto");
-  CHECK(refusal({"--algo", "rd"}).find("--algo: 'rd' is not an algorithm the ring backend has for all_reduce") == 0);
+  CHECK(refusal({"--algo", "tree"}).find("--algo: 'tree' is not an algorithm the ring backend has for all_reduce; use auto, "
+                                          "ring, direct, rd, rabenseifner or hier") == 0);
   CHECK(refusal({"--algo", "direct"}, all_gather_collective()).find("for all_gather; use auto or ring") !=
         std::string::npos);
   CHECK(refusal({"--device", "gpu"}) == "--device: 'gpu' is not a device; use cpu, cuda or cuda:N");
@@ -97,6 +98,9 @@ TEST_CASE("every bad flag is refused with a message that names it") {
 TEST_CASE("the algorithms --algo accepts come from what the backend has") {
   CHECK(parse({"--algo", "ring"})->algo == "ring");
   CHECK(parse({"--algo", "direct"})->algo == "direct");
+  CHECK(parse({"--algo", "rd"})->algo == "rd");
+  CHECK(parse({"--algo", "rabenseifner"})->algo == "rabenseifner");
+  CHECK(parse({"--algo", "hier"})->algo == "hier");
   CHECK(parse({"--algo", "ring"}, broadcast_collective())->algo == "ring");
   CHECK(refusal({"--algo", ""}).find("--algo: empty") == 0);
 }

@@ -1,0 +1,80 @@
+// collective_model: what the α-β-γ model (comm/algorithms/cost_model.h) predicts for each all-reduce
+// algorithm on a host layout, and the bytes each sends across hosts. bench/compare_cluster.sh sets
+// its predictions beside the measured times and the interfaces' byte counters; docs/cluster-network.md
+// uses it to extrapolate to many ranks.
+//
+//   collective_model --hosts 2 --per-host 2 --model tuning.txt -b 4K -e 64M -f 4
+//   collective_model --hosts 1024 --alpha-us 5 --gbit 25 -b 4K -e 1G -f 16
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tinyddp/comm/algorithms/algorithm_selection.h"
+#include "tinyddp/comm/algorithms/cost_model.h"
+
+using namespace tinyddp::comm;
+
+int main(int argc, char** argv) {
+  CLI::App app{"collective_model: the cost model's predicted all-reduce times and cross-host bytes per algorithm"};
+  int hosts = 4, per_host = 1;
+  std::string model_file, algos = "ring,direct,rd,rabenseifner,hier";
+  size_t begin = 4 << 10, end = 64 << 20;
+  double factor = 4, alpha_us = 0, gbit = 0, reduce_gbyte = 0;
+  app.add_option("--hosts", hosts, "hosts")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--per-host", per_host, "ranks per host")->check(CLI::Range(1, 1024));
+  app.add_option("--model", model_file, "a cost model file (cost_model.h's keys); default: the built-in model");
+  app.add_option("--alpha-us", alpha_us, "override: latency of a step across hosts, µs");
+  app.add_option("--gbit", gbit, "override: each host's link, Gbit/s");
+  app.add_option("--reduce-gbyte", reduce_gbyte, "override: reduction speed, GB/s");
+  app.add_option("-b", begin, "smallest size per rank (K, M, G suffixes: powers of 1024)")
+      ->transform(CLI::AsSizeValue(false));
+  app.add_option("-e", end, "largest size per rank")->transform(CLI::AsSizeValue(false));
+  app.add_option("-f", factor, "size step factor")->check(CLI::Range(1.01, 1e6));
+  app.add_option("--algos", algos, "comma-separated algorithms");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    CostModel model;
+    if (!model_file.empty()) {
+      std::ifstream in(model_file);
+      if (!in) throw std::runtime_error("cannot read --model " + model_file);
+      std::stringstream text;
+      text << in.rdbuf();
+      model = CostModel::parse(text.str(), model_file);
+    }
+    if (alpha_us > 0) model.alpha_network_s = alpha_us * 1e-6;
+    if (gbit > 0) model.network_bytes_per_s = gbit * 1e9 / 8;
+    if (reduce_gbyte > 0) model.reduce_bytes_per_s = reduce_gbyte * 1e9;
+    std::vector<AllReduceAlgorithm> list;
+    std::stringstream names(algos);
+    for (std::string name; std::getline(names, name, ',');) {
+      AllReduceAlgorithm a = algorithm_from_name(name, "--algos");
+      if (a == AllReduceAlgorithm::hierarchical && per_host == 1) continue;
+      list.push_back(a);
+    }
+    const HostLayout layout = HostLayout::uniform(hosts, per_host);
+    const AllReduceSelector selector(AllReduceAlgorithm::automatic, model, layout, 0);
+    std::printf("# %d hosts x %d ranks; model:\n", hosts, per_host);
+    std::istringstream model_lines(model.to_text());
+    for (std::string line; std::getline(model_lines, line);) std::printf("#   %s\n", line.c_str());
+    std::printf("# predicted time (us) and bytes sent across hosts (all hosts together) per all-reduce\n%12s", "bytes");
+    for (AllReduceAlgorithm a : list) std::printf(" %14s_us %12s_xB", algorithm_name(a), algorithm_name(a));
+    std::printf(" %14s\n", "auto");
+    for (double bytes = double(begin); bytes <= double(end); bytes *= factor) {
+      std::printf("%12.0f", bytes);
+      for (AllReduceAlgorithm a : list) {
+        const AllReduceAlgorithm across = a == AllReduceAlgorithm::hierarchical ? selector.choose_across_hosts(size_t(bytes))
+                                                                                 : AllReduceAlgorithm::ring;
+        const Traffic t = all_reduce_traffic(a, layout, bytes, across);
+        std::printf(" %17.1f %15.0f", predicted_seconds(model, t) * 1e6, t.total_cross_host_bytes());
+      }
+      std::printf(" %14s\n", algorithm_name(selector.choose(size_t(bytes))));
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "collective_model: %s\n", e.what());
+    return 2;
+  }
+}

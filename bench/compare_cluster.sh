@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# compare_cluster.sh: all-reduce across simulated hosts (scripts/sim_cluster.sh), ours per algorithm
+# beside Gloo (../shared/anchors/gloo_allreduce.cpp) and PyTorch's gloo, in the same run, on shaped
+# links; then the bytes that cross hosts, read from the interfaces' counters, against the cost
+# model's count; and the model's predictions beside the measured times.
+#
+#   bench/compare_cluster.sh [BUILD_DIR]          (root: namespaces and tc)
+#   LAYOUTS="4x1 2x2" PROFILES="1gbit 5gbit none" PHASES="times bytes" MAX=16M ROUNDS=1 \
+#     bench/compare_cluster.sh build
+#
+# Layout HxL: H hosts of L ranks each (rank r on host r / L), launched as on a real cluster:
+# tinyddp-run --nnodes H --node-rank i on each host; Gloo and PyTorch one process per rank.
+# Profiles: tc tbf rate on every host's egress (sim_cluster.sh rate); "none": unshaped veth.
+# Writes bench/cluster_results/<layout>-<profile>.txt (the raw tables) and prints a summary
+# (bench/cluster_summary.py) that bench/cluster_results.md is made from.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+build=$(cd "${1:-$root/build}" && pwd)
+sim="$root/scripts/sim_cluster.sh"
+anchors=${ANCHORS:-$root/../shared/anchors}
+[ -d "$anchors" ] || anchors=/work/shared/anchors
+LAYOUTS=${LAYOUTS:-"4x1 2x2"}
+PROFILES=${PROFILES:-"1gbit 5gbit none"}
+MAX=${MAX:-16M}
+ROUNDS=${ROUNDS:-1}
+ITERS=${ITERS:-20}
+PHASES=${PHASES:-"times bytes"}
+out="$here/cluster_results"
+mkdir -p "$out"
+tmp=$(mktemp -d)
+name="cc$(( $$ % 100000 ))"
+trap '"$sim" down "$name" >/dev/null 2>&1 || true; rm -rf "$tmp"' EXIT
+
+for program in all_reduce_perf tinyddp-run collective_model; do
+  [ -x "$build/bin/$program" ] || { echo "compare_cluster.sh: $build/bin/$program is not built (cmake --build $build --target $program)" >&2; exit 2; }
+done
+max_bytes=$(numfmt --from=iec "$MAX")
+dpkg -s libgloo-dev python3-torch >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libgloo-dev python3-torch >/dev/null
+g++ -O2 -o "$tmp/gloo_allreduce" "$anchors/gloo_allreduce.cpp" /usr/lib/libgloo.so.0 -pthread
+
+# The model each profile's auto choice uses: the shaped rate; the rest is the built-in model.
+model_file() {
+  local profile=$1 file="$tmp/model-$1.txt"
+  case $profile in
+    none) echo "network_gbit_per_s 10" >"$file" ;;
+    *gbit) echo "network_gbit_per_s ${profile%gbit}" >"$file" ;;
+    *) echo "" >"$file" ;;
+  esac
+  echo "$file"
+}
+
+# ours ALGO: all_reduce_perf on every host through tinyddp-run; node 0's report on stdout.
+ours() {
+  local algo=$1 model=$2 hosts=$3 per_host=$4 min=${5:-1K} max=${6:-$MAX} iters=${7:-$ITERS} pids=() i
+  for ((i = hosts - 1; i >= 0; i--)); do
+    TINYDDP_TOKEN=cc TINYDDP_COST_MODEL=$model timeout 600 "$sim" run "$name" "$i" \
+      "$build/bin/tinyddp-run" -n "$per_host" --nnodes "$hosts" --node-rank "$i" --master-addr "$("$sim" addr "$name" 0)" \
+      --master-port 29500 "$build/bin/all_reduce_perf" -b "$min" -e "$max" -f 4 -n "$iters" -w 2 --algo "$algo" \
+      >"$tmp/ours$i.txt" 2>&1 &
+    pids+=($!)
+  done
+  for pid in "${pids[@]}"; do wait "$pid" || { cat "$tmp"/ours*.txt >&2; return 1; }; done
+  cat "$tmp/ours0.txt"
+}
+
+# Runs the command once per rank, on rank r's host (r / L), RANK, WORLD_SIZE and HOST_ADDR (the
+# host's address) in its environment, the last rank first; rank 0's output on stdout.
+per_rank() {
+  local tag=$1 hosts=$2 per_host=$3 world=$(( $2 * $3 )) pids=() r
+  shift 3
+  for ((r = world - 1; r >= 0; r--)); do
+    RANK=$r WORLD_SIZE=$world HOST_ADDR=$("$sim" addr "$name" $((r / per_host))) timeout 600 \
+      "$sim" run "$name" $((r / per_host)) "$@" >"$tmp/$tag$r.txt" 2>&1 &
+    pids+=($!)
+  done
+  for pid in "${pids[@]}"; do wait "$pid" || { cat "$tmp/$tag"*.txt >&2; return 1; }; done
+  cat "$tmp/${tag}0.txt"
+}
+
+# gloo: the anchor, each rank bound to its host's address; a file store in /tmp (the simulated
+# hosts share the file system, not /dev/shm).
+gloo() {
+  rm -rf "$tmp/gstore"; mkdir -p "$tmp/gstore"
+  per_rank gloo "$1" "$2" bash -c 'GLOO_HOSTNAME=$HOST_ADDR exec "$0" "$RANK" "$WORLD_SIZE" "$1" "$2"' \
+    "$tmp/gloo_allreduce" "$tmp/gstore" "$max_bytes"
+}
+
+# torch: PyTorch gloo, torchrun's environment variables.
+torch_gloo() {
+  MASTER_ADDR=$("$sim" addr "$name" 0) MASTER_PORT=29511 GLOO_SOCKET_IFNAME=eth0 OMP_NUM_THREADS=1 \
+    per_rank torch "$1" "$2" /usr/bin/python3 "$here/cluster_torch_allreduce.py" "$max_bytes"
+}
+
+# Bytes every host's eth0 sent: "bytes packets" summed over the hosts.
+tx_counters() {
+  local hosts=$1 i bytes=0 packets=0 b p
+  for ((i = 0; i < hosts; i++)); do
+    read -r b p < <(ip -n "tdsim-$name-$i" -s -j link show eth0 | python3 -c \
+      'import json,sys; s=json.load(sys.stdin)[0]["stats64"]["tx"]; print(s["bytes"], s["packets"])')
+    bytes=$((bytes + b)); packets=$((packets + p))
+  done
+  echo "$bytes $packets"
+}
+
+algorithms_for() {
+  if [ "$2" -gt 1 ]; then echo "ring rd rabenseifner direct hier auto"; else echo "ring rd rabenseifner direct auto"; fi
+}
+
+for layout in $LAYOUTS; do
+  hosts=${layout%x*}; per_host=${layout#*x}
+  "$sim" up "$name" "$hosts" >/dev/null
+  for profile in $PROFILES; do
+    [[ " $PHASES " == *" times "* ]] || break
+    "$sim" rate "$name" "$profile"
+    model=$(model_file "$profile")
+    file="$out/$layout-$profile.txt"
+    : >"$file"
+    for ((round = 1; round <= ROUNDS; round++)); do
+      for algo in $(algorithms_for "$hosts" "$per_host"); do
+        echo "## ours $algo round $round" >>"$file"
+        ours "$algo" "$model" "$hosts" "$per_host" | sed 's/^\[rank 0\] //' | grep -E '^ *[0-9]+ +[0-9]+ +float|Avg bus' >>"$file"
+      done
+      echo "## gloo round $round" >>"$file"
+      gloo "$hosts" "$per_host" | grep -E '^ *[0-9]' >>"$file"
+      echo "## torch round $round" >>"$file"
+      torch_gloo "$hosts" "$per_host" | grep -E '^ *[0-9]' >>"$file"
+    done
+    echo "$layout $profile: $file"
+  done
+  # Bytes across hosts per all-reduce of 4 MiB: the counters' growth between a run of 2 and one of
+  # 12 iterations, divided by 20 (each iteration is two all-reduces, out of place and in place, as
+  # in nccl-tests), so that setup and the perf program's own checks cancel out.
+  if [[ " $PHASES " != *" bytes "* ]]; then "$sim" down "$name"; continue; fi
+  "$sim" rate "$name" none
+  file="$out/$layout-bytes.txt"
+  echo "# algo measured_payload_bytes measured_wire_bytes model_bytes (per 4 MiB all-reduce, all hosts' eth0 tx)" >"$file"
+  for algo in $(algorithms_for "$hosts" "$per_host"); do
+    [ "$algo" = auto ] && continue
+    read -r b0 p0 < <(tx_counters "$hosts"); ours "$algo" "$(model_file none)" "$hosts" "$per_host" 4M 4M 2 >/dev/null
+    read -r b1 p1 < <(tx_counters "$hosts"); ours "$algo" "$(model_file none)" "$hosts" "$per_host" 4M 4M 12 >/dev/null
+    read -r b2 p2 < <(tx_counters "$hosts")
+    wire=$(( ((b2 - b1) - (b1 - b0)) / 20 ))
+    # Payload: minus each frame's Ethernet, IPv4 and TCP headers with timestamps (14 + 20 + 32 bytes).
+    payload=$(( ((b2 - b1) - (b1 - b0) - 66 * ((p2 - p1) - (p1 - p0))) / 20 ))
+    theory=$("$build/bin/collective_model" --hosts "$hosts" --per-host "$per_host" --algos "$algo" -b 4M -e 4M |
+             awk '$1 ~ /^[0-9]/ {print $3}')
+    echo "$algo $payload $wire $theory" >>"$file"
+  done
+  cat "$file"
+  "$sim" down "$name"
+done
+python3 "$here/cluster_summary.py" "$out" "$build/bin/collective_model"

@@ -1,0 +1,69 @@
+// The α-β-γ cost model of the all-reduce algorithms, and the traffic each one puts on the links.
+//
+// A collective's time is modelled as
+//     T = Σ_steps α(link kind of the step)  +  β_net · (most bytes any host sends to other hosts)
+//       + β_host · (most bytes any rank sends inside its host)  +  γ · (most bytes any rank reduces)
+// α: the fixed cost of one dependent step (a message's latency and the software around it); a step
+//    in which any message crosses hosts pays the network's α, the others the in-host one.
+// β: seconds per byte on a link. The network's is per host: the ranks of a host share its link, so
+//    what counts is the bytes that leave a host, summed over its ranks (where the hierarchical
+//    algorithm saves).
+// γ: seconds per byte reduced.
+// Bytes of different steps are summed, not overlapped per step: the ring pipelines its steps, and
+// for the others the bytes of consecutive steps also go over one link one after the other.
+//
+// The traffic is counted by walking each algorithm's schedule (who sends how much to whom in which
+// step), the same schedule the algorithm files describe, so the model also gives the theoretical
+// bytes crossing hosts that bench/compare_cluster.sh checks against the interfaces' counters.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "tinyddp/comm/algorithms/host_layout.h"
+
+namespace tinyddp::comm {
+
+enum class AllReduceAlgorithm { automatic, ring, direct, recursive_doubling, rabenseifner, hierarchical };
+
+// "auto", "ring", "direct", "rd", "rabenseifner", "hier".
+const char* algorithm_name(AllReduceAlgorithm algorithm);
+// Inverse of algorithm_name; throws naming `where` and listing the names.
+AllReduceAlgorithm algorithm_from_name(const std::string& name, const std::string& where);
+
+struct CostModel {
+  double alpha_network_s = 30e-6;            // one step that crosses hosts
+  double network_bytes_per_s = 1.25e9;       // one host's link (10 Gbit/s)
+  double alpha_in_host_s = 5e-6;             // one step inside a host
+  double in_host_bytes_per_s = 5e9;          // shared memory, per rank
+  double reduce_bytes_per_s = 5e9;           // γ = 1 / this
+
+  // "key value" lines, '#' comments: alpha_network_us, network_gbit_per_s, alpha_in_host_us,
+  // in_host_gbyte_per_s, reduce_gbyte_per_s. Keys not given keep their defaults. Throws naming
+  // `where` and the line on a bad key or value.
+  static CostModel parse(const std::string& text, const std::string& where);
+  // The defaults above, or the file TINYDDP_COST_MODEL names.
+  static CostModel from_environment();
+  std::string to_text() const;  // what parse() reads
+};
+
+// What one algorithm puts on the links for one all-reduce.
+struct Traffic {
+  int network_steps = 0;                   // dependent steps in which some message crosses hosts
+  int in_host_steps = 0;                   // the other steps
+  std::vector<double> host_egress_bytes;   // by host: bytes its ranks send to other hosts
+  std::vector<double> in_host_bytes;       // by rank: bytes it sends to ranks of its own host
+  double reduced_bytes = 0;                // the most any rank reduces
+  double max_host_egress() const;
+  double total_cross_host_bytes() const;
+};
+
+// The traffic of `algorithm` (not automatic) for `bytes` per rank on `layout`. The hierarchical
+// algorithm's cross-host step is `across`.
+Traffic all_reduce_traffic(AllReduceAlgorithm algorithm, const HostLayout& layout, double bytes,
+                           AllReduceAlgorithm across = AllReduceAlgorithm::ring);
+
+double predicted_seconds(const CostModel& model, const Traffic& traffic);
+
+}  // namespace tinyddp::comm
