@@ -25,14 +25,16 @@
 
 #include "tinyddp/comm/reduce_op.h"
 #include "tinyddp/comm/store/store.h"
+#include "tinyddp/comm/timeout.h"
 #include "tinyddp/comm/work.h"
 #include "tinyddp/core/tensor.h"
 
 namespace tinyddp::comm {
 
 struct ProcessGroupOptions {
-  // Bounds every collective (from the moment it starts running) and the group's setup.
-  std::chrono::milliseconds timeout = std::chrono::minutes(5);
+  // Bounds every collective (from the moment it starts running) and the group's setup; also the
+  // rendezvous of init_process_group. Default: TINYDDP_TIMEOUT, else 5 minutes (comm/timeout.h).
+  std::chrono::milliseconds timeout = timeout_from_environment();
   // Groups created over one store must have distinct names (or be created in the same order on
   // every rank: the n-th group of a name on one rank meets the n-th group of that name elsewhere).
   std::string group_name = "default";
@@ -53,6 +55,7 @@ struct ProcessGroupOptions {
 // Per-call settings.
 struct CallOptions {
   std::chrono::milliseconds timeout{0};  // 0: the group's timeout
+  int bucket = -1;  // DDP's gradient bucket this call reduces, for the flight recorder; -1: none
 };
 
 class ProcessGroup {
