@@ -94,7 +94,17 @@ void FlightRecorder::started(uint64_t sequence) {
 void FlightRecorder::finished(uint64_t sequence, bool succeeded) {
   std::lock_guard<std::mutex> lock(mutex_);
   (succeeded ? last_finished_ : last_failed_) = int64_t(sequence);
-  if (Entry* e = find(sequence)) e->state = succeeded ? State::finished : State::failed, e->finished_at = Clock::now();
+  Entry* e = find(sequence);
+  if (!e) return;
+  e->state = succeeded ? State::finished : State::failed;
+  e->finished_at = Clock::now();
+  totals_.collectives += 1;
+  if (e->started_at != Clock::time_point{}) totals_.seconds += std::chrono::duration<double>(e->finished_at - e->started_at).count();
+}
+
+FlightRecorder::Totals FlightRecorder::totals() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return totals_;
 }
 
 void FlightRecorder::set_error(const std::string& message) {

@@ -61,6 +61,13 @@ class FlightRecorder {
   void set_error(const std::string& message);
 
   Position position() const;
+  // How many collectives finished (or failed) and the seconds they ran, start to end: transfers plus
+  // the time spent waiting for the peers. Cumulative since the group was created.
+  struct Totals {
+    uint64_t collectives = 0;
+    double seconds = 0;
+  };
+  Totals totals() const;
   // "all_reduce #1043 (f32 x1048576, 4.0 MiB, bucket 2)"; "" when `sequence` has left the ring.
   std::string describe(uint64_t sequence) const;
   static std::string describe(const Entry& entry);
@@ -97,6 +104,7 @@ class FlightRecorder {
   uint64_t oldest_ = 0, next_ = 0;  // the sequence numbers held: [oldest_, next_)
   int64_t last_started_ = -1, last_finished_ = -1, last_failed_ = -1;  // last_finished_: succeeded
   std::string error_;
+  Totals totals_;
 };
 
 const char* flight_state_name(FlightRecorder::State state);

@@ -87,6 +87,16 @@ class ProcessGroup {
   // Completes once every rank has called it.
   virtual WorkPtr barrier(const CallOptions& call = {}) = 0;
 
+  // The collectives this rank ran so far and the seconds they took, start to end: the transfers plus
+  // the time spent waiting for the other ranks. Every rank moves the same bytes, so a rank whose
+  // total is far below the others' is the one they wait for (a straggler). Zero where the backend
+  // does not keep it (nccl).
+  struct CollectiveTime {
+    uint64_t collectives = 0;
+    double seconds = 0;
+  };
+  virtual CollectiveTime time_in_collectives() const { return {}; }
+
  protected:
   // Argument checks shared by the backends: they throw in the caller's thread, before anything
   // is queued, with the collective's name in the message.

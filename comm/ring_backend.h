@@ -48,6 +48,10 @@ class RingBackend : public ProcessGroup {
   WorkPtr reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op = ReduceOp::sum,
                          const CallOptions& call = {}) override;
   WorkPtr barrier(const CallOptions& call = {}) override;
+  CollectiveTime time_in_collectives() const override {
+    auto t = recorder_->totals();
+    return {t.collectives, t.seconds};
+  }
 
   // Which transport reaches `peer`: "shm" or "tcp" ("self" for this rank).
   std::string transport_to(int peer) const;

@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <set>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -99,6 +101,14 @@ void check_others_name_rank_1(const StallRun& run) {
   CHECK_MESSAGE(bucket_named, record0.dump(1));
 }
 
+// The launcher's last line names rank 1 as the root cause, and how it stalled.
+void check_launcher_names_rank_1(const StallRun& run, const std::string& stall) {
+  const std::string& report = run.outcome.report;
+  CHECK_MESSAGE(contains(report, "tinyddp-run: worker rank 1 (local rank 1 on node 0, pid "), report);
+  CHECK_MESSAGE(contains(report, ") stalled: " + stall), report);
+  CHECK(contains(report, "(the root cause)"));
+}
+
 }  // namespace
 
 TEST_CASE("stall: a worker stopped with SIGSTOP is named by every rank and by the launcher as the root cause") {
@@ -106,10 +116,7 @@ TEST_CASE("stall: a worker stopped with SIGSTOP is named by every rank and by th
   StallRun run;
   run_stall(run, "stop");
   check_others_name_rank_1(run);
-  const std::string& report = run.outcome.report;
-  CHECK_MESSAGE(contains(report, "tinyddp-run: worker rank 1 (local rank 1 on node 0, pid "), report);
-  CHECK(contains(report, ") stalled: it was stopped by a signal (SIGSTOP or SIGTSTP: state T)"));
-  CHECK(contains(report, "(the root cause)"));
+  check_launcher_names_rank_1(run, "it was stopped by a signal (SIGSTOP or SIGTSTP: state T)");
   CHECK_FALSE(std::filesystem::exists(run.records.path / "rank-1.json"));  // a stopped process writes nothing
 }
 
@@ -118,9 +125,7 @@ TEST_CASE("stall: a worker sleeping inside its train step is named, and its reco
   StallRun run;
   run_stall(run, "sleep");
   check_others_name_rank_1(run);
-  const std::string& report = run.outcome.report;
-  CHECK_MESSAGE(contains(report, "tinyddp-run: worker rank 1 (local rank 1 on node 0, pid "), report);
-  CHECK(contains(report, ") stalled: the others timed out waiting for it (rank 1 lags"));
+  check_launcher_names_rank_1(run, "the others timed out waiting for it (rank 1 lags");
   // The launcher asked the sleeping rank for its record (SIGUSR1): it finished the collective before.
   auto record0 = read_json(run.records.path / "rank-0.json");
   auto record1 = read_json(run.records.path / "rank-1.json");
