@@ -42,13 +42,14 @@ void StoreBarrier::arrive_and_wait(Store::Duration timeout) {
   const auto deadline = start + timeout;
   for (;;) {
     const auto left = std::chrono::duration_cast<Store::Duration>(deadline - std::chrono::steady_clock::now());
+    const bool last_slice = left <= progress_interval_;
     try {
       store_.wait({base + "/done"}, std::clamp(left, Store::Duration(1), std::max(progress_interval_, Store::Duration(1))));
       return;
     } catch (const Error&) {
       const std::string status = arrival_status(base, start);
       // Say who is missing, which is what the person reading this needs.
-      if (std::chrono::steady_clock::now() >= deadline)
+      if (last_slice)
         TINYDDP_FAIL("barrier '", name_, "' (generation ", g, "): ", status,
                      "; hint: those ranks failed, are stuck earlier in the program, or take a different path through "
                      "it; ", timeout_hint(timeout));

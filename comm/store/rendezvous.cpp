@@ -380,7 +380,8 @@ void wait_for_everyone(PrefixStore& rdzv, const Rendezvous& r, const Joining& j)
   auto next_report = j.start + interval;
   for (;;) {
     auto now = Clock::now();
-    auto slice = std::min({deadline, next_report, now + std::chrono::seconds(1)}) - now;
+    auto slice_end = std::min({deadline, next_report, now + std::chrono::seconds(1)});
+    auto slice = slice_end - now;
     try {
       rdzv.wait(all, std::max<Store::Duration>(std::chrono::duration_cast<Store::Duration>(slice), Store::Duration(1)));
       return;
@@ -397,7 +398,7 @@ void wait_for_everyone(PrefixStore& rdzv, const Rendezvous& r, const Joining& j)
       }
       TINYDDP_CHECK(refused.empty(), "rendezvous at ", j.where, ": a process was refused: ", refused,
                     "; hint: start every process of the job with the same WORLD_SIZE and its own RANK");
-      if (Clock::now() >= deadline)
+      if (slice_end == deadline || Clock::now() >= deadline)
         TINYDDP_FAIL("rendezvous at ", j.where, ": ", joining_status(came, r, j),
                      "; hint: those processes did not start, crashed before joining, or use another address/port; if "
                      "they are only slow, raise the timeout: ", timeout_hint(std::chrono::duration_cast<Store::Duration>(j.timeout)));
