@@ -106,21 +106,22 @@ void CollectiveWatchdog::loop() {
     if (stopping_) break;
     auto question = question_;
     lock.unlock();
+    std::string answer;
     try {
       if (question) {
         publish(/*force=*/true);
-        std::string text = judge_board(read_board(), int64_t(question->first), question->second).text;
-        lock.lock();
-        answer_ = text;
-        question_.reset();
-        wake_.notify_all();
-        lock.unlock();
+        answer = judge_board(read_board(), int64_t(question->first), question->second).text;
       }
       tick();
-    } catch (const std::exception& e) {
+    } catch (const std::exception& e) {  // the store does not answer: no verdict, the job goes on
       log_line(LogLevel::debug, "watchdog", std::string("rank ") + std::to_string(rank_) + ": " + e.what());
     }
     lock.lock();
+    if (question) {
+      answer_ = answer;
+      question_.reset();
+      wake_.notify_all();
+    }
   }
 }
 
@@ -139,22 +140,21 @@ void CollectiveWatchdog::tick() {
   if (p.running) report_progress(p);
 }
 
+// A TcpStore's board goes through a connection of this thread's own, with a short timeout: the
+// shared one's calls may wait as long as the job's timeout, and a thread blocked there would hold up
+// the group's destruction. When that connection cannot be made (the store's host is stopped, or the
+// token was given in code only), there is no board, and the next stall tries again. Other stores
+// (in-process ones, in tests) are used as they are.
 Store* CollectiveWatchdog::board_store() {
-  if (!own_store_tried_) {
-    own_store_tried_ = true;
-    std::string prefix;
-    if (const TcpStore* root = tcp_root(store_.get(), prefix)) {
-      try {
-        TcpStoreOptions options;
-        options.timeout = kBoardStoreTimeout;
-        auto own = std::make_shared<TcpStore>(root->host(), root->port(), false, options);
-        own_store_ = prefix.empty() ? std::shared_ptr<Store>(own) : std::make_shared<PrefixStore>(own, prefix);
-      } catch (const std::exception&) {
-        // (a token given in code only, a store already gone): the shared connection will do
-      }
-    }
-  }
-  return own_store_ ? own_store_.get() : store_.get();
+  if (own_store_) return own_store_.get();
+  std::string prefix;
+  const TcpStore* root = tcp_root(store_.get(), prefix);
+  if (!root) return store_.get();
+  TcpStoreOptions options;
+  options.timeout = kBoardStoreTimeout;
+  auto own = std::make_shared<TcpStore>(root->host(), root->port(), false, options);  // throws: no board now
+  own_store_ = prefix.empty() ? std::shared_ptr<Store>(own) : std::make_shared<PrefixStore>(own, prefix);
+  return own_store_.get();
 }
 
 bool CollectiveWatchdog::publish(bool force) {

@@ -82,8 +82,7 @@ class CollectiveWatchdog {
   void report_progress(const FlightRecorder::Position& p);
 
   std::shared_ptr<Store> store_;
-  std::shared_ptr<Store> own_store_;  // a connection of its own with a short timeout, when it could be made
-  bool own_store_tried_ = false;
+  std::shared_ptr<Store> own_store_;  // a connection of its own with a short timeout (board_store())
   const std::string prefix_;
   const FlightRecorder& recorder_;
   const int rank_, world_size_;
