@@ -25,14 +25,16 @@
 
 #include "tinyddp/comm/reduce_op.h"
 #include "tinyddp/comm/store/store.h"
+#include "tinyddp/comm/timeout.h"
 #include "tinyddp/comm/work.h"
 #include "tinyddp/core/tensor.h"
 
 namespace tinyddp::comm {
 
 struct ProcessGroupOptions {
-  // Bounds every collective (from the moment it starts running) and the group's setup.
-  std::chrono::milliseconds timeout = std::chrono::minutes(5);
+  // Bounds every collective (from the moment it starts running) and the group's setup; also the
+  // rendezvous of init_process_group. Default: TINYDDP_TIMEOUT, else 5 minutes (comm/timeout.h).
+  std::chrono::milliseconds timeout = timeout_from_environment();
   // Groups created over one store must have distinct names (or be created in the same order on
   // every rank: the n-th group of a name on one rank meets the n-th group of that name elsewhere).
   std::string group_name = "default";
@@ -57,6 +59,7 @@ struct ProcessGroupOptions {
 // Per-call settings.
 struct CallOptions {
   std::chrono::milliseconds timeout{0};  // 0: the group's timeout
+  int bucket = -1;  // DDP's gradient bucket this call reduces, for the flight recorder; -1: none
 };
 
 class ProcessGroup {
@@ -87,6 +90,16 @@ class ProcessGroup {
                                  const CallOptions& call = {}) = 0;
   // Completes once every rank has called it.
   virtual WorkPtr barrier(const CallOptions& call = {}) = 0;
+
+  // The collectives this rank ran so far and the seconds they took, start to end: the transfers plus
+  // the time spent waiting for the other ranks. Every rank moves the same bytes, so a rank whose
+  // total is far below the others' is the one they wait for (a straggler). Zero where the backend
+  // does not keep it (nccl).
+  struct CollectiveTime {
+    uint64_t collectives = 0;
+    double seconds = 0;
+  };
+  virtual CollectiveTime time_in_collectives() const { return {}; }
 
  protected:
   // Argument checks shared by the backends: they throw in the caller's thread, before anything

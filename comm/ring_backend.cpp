@@ -9,6 +9,7 @@
 #include "tinyddp/comm/algorithms/algorithm_selection.h"
 #include "tinyddp/comm/algorithms/small_message_allreduce.h"
 #include "tinyddp/comm/cpu_binding.h"
+#include "tinyddp/comm/timeout.h"
 #include "tinyddp/comm/store/prefix_store.h"
 #include "tinyddp/comm/store/tcp_store.h"
 #include "tinyddp/comm/store/torch_tcp_store.h"
@@ -187,12 +188,15 @@ WorkPtr RingBackend::submit(Fingerprint fingerprint, const CallOptions& call, Ex
   auto timeout = call.timeout.count() > 0 ? call.timeout : options_.timeout;
   const size_t bytes = size_t(fingerprint.count) * dtype_size(DType(fingerprint.dtype));  // per rank; a barrier's is 0
   const bool small = bytes <= std::min(small_message_bytes_, tuning::kBlockingCallerBytes);
+  recorder_->queued(fingerprint, call.bucket);
   executor_->submit({work, fingerprint, timeout, std::move(body), small});
   return work;
 }
 
 // Runs on whichever thread the Executor picked; a failure is thrown to it, which fails the Work.
 void RingBackend::run_task(const Executor::Task& task) {
+  const auto deadline = std::chrono::steady_clock::now() + task.timeout;
+  recorder_->started(task.fingerprint.sequence);
   try {
     TINYDDP_CHECK(aborted_.empty(), "rank ", rank(), ": ", task.work->description(),
                   " cannot run: this process group was aborted by an earlier failure: ", aborted_,
@@ -204,24 +208,48 @@ void RingBackend::run_task(const Executor::Task& task) {
     ctx.op = ReduceOp(task.fingerprint.op);
     ctx.world_size = size();
     ctx.timeout = task.timeout;
-    ctx.deadline = std::chrono::steady_clock::now() + task.timeout;
+    ctx.deadline = deadline;
     ctx.wait = wait_;
     ctx.transports = transports_;
     if (debug_detail_ && size() > 1) check_fingerprints(task.fingerprint, ctx);
     task.body(ctx);
+    recorder_->finished(task.fingerprint.sequence, true);
   } catch (const MismatchError&) {
+    recorder_->finished(task.fingerprint.sequence, false);
     throw;
   } catch (const std::exception& e) {
+    recorder_->finished(task.fingerprint.sequence, false);
+    const auto* error = dynamic_cast<const Error*>(&e);
+    std::string message = error ? error->message() : e.what();
+    const bool timed_out = std::chrono::steady_clock::now() >= deadline;
+    if (timed_out) message = explain_timeout(task, message);
     // A timeout or a peer failure leaves the byte streams out of step: abort the group and tell
     // the peers, so that they fail now and name this failure instead of timing out.
     if (aborted_.empty()) {
-      const auto* error = dynamic_cast<const Error*>(&e);
-      aborted_ = error ? error->message() : e.what();
+      aborted_ = message;
       std::string reason = aborted_.substr(0, aborted_.find("; hint:"));  // the peers add their own hint
       for (Transport* t : transports_) t->abort("rank " + std::to_string(rank()) + " failed: " + reason);
     }
+    recorder_->set_error(message);
+    std::string record = recorder_->dump(timed_out ? "timeout" : "error");
+    if (!record.empty()) message += " (flight record: " + record + ")";
+    if (timed_out || !record.empty()) throw Error(message, "", __FILE__, __LINE__);
     throw;
   }
+}
+
+// A collective that timed out names the neighbour it waited on; the board names the rank the whole
+// group waits for (collective_watchdog.h).
+std::string RingBackend::explain_timeout(const Executor::Task& task, const std::string& message) {
+  std::string what = recorder_->describe(task.fingerprint.sequence);
+  if (what.empty()) what = task.work->description();
+  const std::string verdict = watchdog_->explain_stall(task.fingerprint.sequence, what, CollectiveWatchdog::kVerdictPatience);
+  const std::string before_hint = message.substr(0, message.find("; hint:"));
+  if (verdict.empty())
+    return message + "; " + timeout_hint(task.timeout);
+  return before_hint + "; stalled: " + verdict +
+         "; hint: find out why that rank stalls (TINYDDP_FLIGHT_RECORDER=DIR keeps every rank's last collectives; "
+         "tinyddp-run --explain DIR reads them); " + timeout_hint(task.timeout);
 }
 
 void RingBackend::check_fingerprints(const Fingerprint& mine, const CollectiveContext& ctx) {
@@ -296,6 +324,11 @@ RingBackend::RingBackend(std::shared_ptr<Store> store, int rank, int size, const
       one_host ? CostModel{} : agree_on_model(*store_, prefix + "cost_model", rank, CostModel::from_environment(), options.timeout),
       HostLayout::from_host_ids(hosts.ids), small_message_bytes_);
   choose_waiting(hosts);
+  recorder_ = std::make_unique<FlightRecorder>(rank, size, options.group_name, FlightRecorder::capacity_from_environment());
+  if (!FlightRecorder::directory().empty()) FlightRecorder::install_dump_signal();
+  std::vector<std::string> host_names;
+  for (const std::string& id : hosts.ids) host_names.push_back(id.substr(0, id.find('/')));
+  watchdog_ = std::make_unique<CollectiveWatchdog>(store_, prefix, *recorder_, host_names, hosts.pids, options_.timeout);
   executor_ = std::make_shared<Executor>([this](const Executor::Task& task) { run_task(task); }, cpu_, wait_);
 }
 

@@ -23,7 +23,9 @@
 #include <vector>
 
 #include "tinyddp/comm/algorithms/ring_algorithms.h"
+#include "tinyddp/comm/collective_watchdog.h"
 #include "tinyddp/comm/executor.h"
+#include "tinyddp/comm/flight_recorder.h"
 #include "tinyddp/comm/process_group.h"
 #include "tinyddp/comm/wait_policy.h"
 
@@ -49,6 +51,10 @@ class RingBackend : public ProcessGroup {
   WorkPtr reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op = ReduceOp::sum,
                          const CallOptions& call = {}) override;
   WorkPtr barrier(const CallOptions& call = {}) override;
+  CollectiveTime time_in_collectives() const override {
+    auto t = recorder_->totals();
+    return {t.collectives, t.seconds};
+  }
 
   // Which transport reaches `peer`: "shm" or "tcp" ("self" for this rank).
   std::string transport_to(int peer) const;
@@ -58,6 +64,7 @@ class RingBackend : public ProcessGroup {
   // thread (a blocking caller runs its small collectives itself; see executor.h).
   using RunCounts = Executor::RunCounts;
   RunCounts collectives_run() const { return executor_->counts(); }
+  const FlightRecorder& flight_recorder() const { return *recorder_; }
 
  private:
   struct Hosts;
@@ -67,6 +74,7 @@ class RingBackend : public ProcessGroup {
 
   WorkPtr submit(Fingerprint fingerprint, const CallOptions& call, Executor::Body body);
   void run_task(const Executor::Task& task);
+  std::string explain_timeout(const Executor::Task& task, const std::string& message);
   void check_fingerprints(const Fingerprint& mine, const CollectiveContext& ctx);
   void all_reduce_bytes(const std::byte* in, std::byte* out, size_t count, const CollectiveContext& ctx);
   Ring ring();
@@ -88,6 +96,8 @@ class RingBackend : public ProcessGroup {
   uint64_t next_sequence_ = 0;      // the next collective's number (under submit_mutex_)
   std::mutex submit_mutex_;
   std::string aborted_;             // the first failure's message, once the group is aborted
+  std::unique_ptr<FlightRecorder> recorder_;      // this group's last collectives (flight_recorder.h)
+  std::unique_ptr<CollectiveWatchdog> watchdog_;  // progress lines and stall verdicts (collective_watchdog.h)
   std::shared_ptr<Executor> executor_;
 };
 

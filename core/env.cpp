@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <charconv>
+#include <cmath>
 #include <cstdlib>
 
 #include "tinyddp/core/error.h"
@@ -39,6 +40,25 @@ std::optional<uint64_t> unsigned_integer(std::string_view name, uint64_t min, ui
   std::optional<std::string> value = text(name);
   if (!value) return std::nullopt;
   return parse_unsigned_integer(name, *value, min, max);
+}
+
+std::chrono::milliseconds parse_seconds(std::string_view name, std::string_view text, double max_seconds) {
+  std::string_view number = text;
+  if (!number.empty() && (number.back() == 's' || number.back() == 'S')) number.remove_suffix(1);
+  double value = 0;
+  const char* end = number.data() + number.size();
+  auto [stop, error] = std::from_chars(number.data(), end, value);
+  TINYDDP_CHECK(!number.empty() && error == std::errc() && stop == end && value > 0 && value <= max_seconds, name, "='",
+                text, "' is not a number of seconds above 0 and at most ", max_seconds,
+                "; hint: write seconds as digits, with a fraction if needed (30, 2.5 or 30s; no other unit), or unset ",
+                name, " for the default");
+  return std::chrono::milliseconds(static_cast<int64_t>(std::ceil(value * 1000)));
+}
+
+std::optional<std::chrono::milliseconds> seconds(std::string_view name, double max_seconds) {
+  std::optional<std::string> value = text(name);
+  if (!value) return std::nullopt;
+  return parse_seconds(name, *value, max_seconds);
 }
 
 bool parse_flag(std::string_view name, std::string_view text) {

@@ -17,6 +17,7 @@
 // text itself, for values that come from elsewhere than the process environment (and for tests).
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -37,6 +38,11 @@ uint64_t parse_unsigned_integer(std::string_view name, std::string_view text, ui
                                 uint64_t max = std::numeric_limits<uint64_t>::max());
 std::optional<uint64_t> unsigned_integer(std::string_view name, uint64_t min = 0,
                                          uint64_t max = std::numeric_limits<uint64_t>::max());
+
+// A duration in seconds, greater than zero and at most max_seconds: "30", "2.5" (a trailing "s" is
+// allowed: "30s"). Returned in milliseconds, rounded up so that "0.0001" is not zero.
+std::chrono::milliseconds parse_seconds(std::string_view name, std::string_view text, double max_seconds = 1e7);
+std::optional<std::chrono::milliseconds> seconds(std::string_view name, double max_seconds = 1e7);
 
 // A yes/no switch: 1, true, yes, on or 0, false, no, off, in any case.
 bool parse_flag(std::string_view name, std::string_view text);

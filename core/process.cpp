@@ -3,20 +3,42 @@
 #include <signal.h>
 
 #include <cerrno>
-#include <fstream>
+#include <cstdio>
+#include <cstring>
 #include <string>
 
 namespace tinyddp {
 
+char process_state(pid_t pid) {
+  if (pid <= 0) return 0;
+  FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
+  if (!f) return 0;
+  char line[1024] = {0};
+  size_t n = std::fread(line, 1, sizeof line - 1, f);
+  std::fclose(f);
+  // "pid (command) state ...": the command may itself hold spaces or ')', so the state follows the
+  // last ')'.
+  const char* after_name = n ? std::strrchr(line, ')') : nullptr;
+  char state = 0;
+  return after_name && std::sscanf(after_name + 1, " %c", &state) == 1 ? state : 0;
+}
+
 bool process_alive(int pid) {
   if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(stat, line)) return true;  // no /proc: trust kill()
-  // "pid (command) state ...": the state follows the last ')' (a command may contain parentheses).
-  auto close_paren = line.rfind(')');
-  char state = close_paren != std::string::npos && close_paren + 2 < line.size() ? line[close_paren + 2] : 'R';
+  char state = process_state(pid_t(pid));
+  if (state == 0) return true;  // no /proc: trust kill()
   return state != 'Z' && state != 'X';
+}
+
+bool process_catches_signal(pid_t pid, int signal) {
+  FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/status").c_str(), "r");
+  if (!f) return false;
+  char line[256];
+  unsigned long long caught = 0;
+  bool found = false;
+  while (!found && std::fgets(line, sizeof line, f)) found = std::sscanf(line, "SigCgt: %llx", &caught) == 1;
+  std::fclose(f);
+  return found && signal >= 1 && signal <= 64 && ((caught >> (signal - 1)) & 1);
 }
 
 }  // namespace tinyddp

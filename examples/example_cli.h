@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,13 @@ inline void add_example_options(CLI::App& app, ExampleOptions& options) {
   app.add_option("--init-method", options.init_method,
                  "where the workers meet: the store's tcp://host:port (under a launcher: env:// unless given)")
       ->capture_default_str();
+  // Every wait of the job (rendezvous, each collective) is bounded by TINYDDP_TIMEOUT (comm/timeout.h);
+  // --timeout sets it here, and the workers this program spawns inherit it.
+  app.add_option_function<double>(
+         "--timeout", [](double seconds) { setenv("TINYDDP_TIMEOUT", std::to_string(seconds).c_str(), 1); },
+         "seconds any wait may last (rendezvous, each collective) before the job fails naming the rank it waited "
+         "for (default: $TINYDDP_TIMEOUT, else 300)")
+      ->check(CLI::PositiveNumber);
 }
 
 // Where the workers meet. Spawning, the store listens on --init-method (the seed's

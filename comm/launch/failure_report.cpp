@@ -14,9 +14,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tinyddp/comm/launch/process_state.h"
 #include "tinyddp/comm/store/prefix_store.h"
 #include "tinyddp/core/error.h"
+#include "tinyddp/core/process.h"
 
 namespace tinyddp::comm {
 

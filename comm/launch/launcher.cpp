@@ -11,17 +11,20 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <random>
 #include <set>
 #include <sstream>
 #include <thread>
 
-#include "tinyddp/comm/launch/process_state.h"
+#include "tinyddp/comm/launch/flight_explain.h"
 #include "tinyddp/comm/store/prefix_store.h"
 #include "tinyddp/comm/store/store_server.h"
 #include "tinyddp/comm/store/tcp_store.h"
+#include "tinyddp/core/env.h"
 #include "tinyddp/core/error.h"
+#include "tinyddp/core/process.h"
 
 namespace tinyddp::comm {
 
@@ -36,6 +39,9 @@ constexpr auto kStorePollInterval = 100ms;
 // by a signal just before it (see settle_root_cause), and how long for one that is already dying.
 constexpr auto kSettle = 200ms;
 constexpr auto kSettleDying = 2s;
+// How long the workers asked for their flight records (SIGUSR1) get to write them: their watchdog
+// threads look for the request every 100 ms, and a record takes milliseconds to write.
+constexpr auto kRecordsWait = 500ms;
 // The longest piece of a line without a newline that is held back before it is passed on anyway.
 constexpr size_t kMaxLine = 64 * 1024;
 
@@ -164,6 +170,7 @@ bool group_has_live_members(pid_t pgid) {
 std::string encode_failure(const WorkerFailure& f) {
   std::ostringstream out;
   out << f.rank << ' ' << f.local_rank << ' ' << f.node_rank << ' ' << f.pid << ' ' << f.exit_code << ' ' << f.signal;
+  if (!f.stall.empty()) out << ' ' << f.stall;
   return out.str();
 }
 
@@ -171,6 +178,7 @@ WorkerFailure decode_failure(const std::string& text) {
   WorkerFailure f;
   std::istringstream in(text);
   in >> f.rank >> f.local_rank >> f.node_rank >> f.pid >> f.exit_code >> f.signal;
+  std::getline(in >> std::ws, f.stall);
   return f;
 }
 
@@ -181,6 +189,7 @@ int exit_code_for(const WorkerFailure& f) { return f.signal ? 128 + f.signal : f
 std::string WorkerFailure::describe() const {
   std::string where = "rank " + std::to_string(rank) + " (local rank " + std::to_string(local_rank) + " on node " +
                       std::to_string(node_rank) + ", pid " + std::to_string(pid) + ")";
+  if (!stall.empty()) return where + " stalled: " + stall;
   if (signal) return where + " was killed by " + signal_name(signal);
   return where + " exited with code " + std::to_string(exit_code);
 }
@@ -208,8 +217,16 @@ struct Launcher::Job {
   std::unique_ptr<PrefixStore> store;  // tinyddp/<run id>/launcher
   std::string program_path;
   std::vector<WorkerProcess> workers;
+  std::string records_dir;       // the workers' TINYDDP_FLIGHT_RECORDER
+  bool owns_records_dir = false;  // a temporary one, removed at the end
 
-  Job(Launcher& l) : launcher(l), o(l.options_), world_size(o.nnodes * o.nproc_per_node) {}
+  Job(Launcher& l) : launcher(l), o(l.options_), world_size(o.nnodes * o.nproc_per_node) {
+    records_dir = !o.flight_recorder_dir.empty() ? o.flight_recorder_dir : env::text("TINYDDP_FLIGHT_RECORDER").value_or("");
+    if (records_dir.empty()) {
+      std::string pattern = (std::filesystem::temp_directory_path() / "tinyddp-run-records-XXXXXX").string();
+      if (mkdtemp(pattern.data())) records_dir = pattern, owns_records_dir = true;
+    }
+  }
 
   ~Job() {
     // Whatever happened (an exception included), no worker outlives the launcher.
@@ -221,6 +238,8 @@ struct Launcher::Job {
         if (fd >= 0) close(fd), fd = -1;
       if (w.pidfd >= 0) close(w.pidfd);
     }
+    std::error_code ignored;
+    if (owns_records_dir) std::filesystem::remove_all(records_dir, ignored);
   }
 
   void log(LogLevel level, const std::string& message) { o.log(level, message); }
@@ -325,6 +344,7 @@ struct Launcher::Job {
           {"TINYDDP_LAUNCHER_STORE", "1"},
           {"TINYDDP_TOKEN", token},
       };
+      if (!records_dir.empty()) env["TINYDDP_FLIGHT_RECORDER"] = records_dir;
       int out[2], err[2];
       TINYDDP_CHECK(pipe2(out, O_CLOEXEC) == 0 && pipe2(err, O_CLOEXEC) == 0, "tinyddp-run: pipe failed: ",
                     std::strerror(errno), "; hint: raise the open-file limit (ulimit -n)");
@@ -450,6 +470,41 @@ struct Launcher::Job {
     return f;
   }
 
+  // The group may have failed by timeout, waiting for a worker that is alive but stuck: name that
+  // one instead of the first to exit (see the header). Changes `cause` only when one is found.
+  void blame_stalled_worker(WorkerFailure& cause) {
+    for (auto& w : workers)
+      if (w.running && process_stopped(w.pid)) {
+        cause = failure_of(w);
+        cause.exit_code = 0;
+        cause.stall = "it was stopped by a signal (SIGSTOP or SIGTSTP: state T), and the others waited for it";
+        return;
+      }
+    if (records_dir.empty()) return;
+    // The workers still alive write their records on SIGUSR1, if they listen for it.
+    bool asked = false;
+    for (auto& w : workers)
+      if (w.running && process_catches_signal(w.pid, SIGUSR1)) kill(w.pid, SIGUSR1), asked = true;
+    for (auto until = Clock::now() + kRecordsWait; asked && Clock::now() < until;) pump_output(10ms);
+    FlightExplanation x;
+    try {
+      x = explain_flight_records(records_dir);
+    } catch (const Error&) {
+      return;  // no records: nothing to add
+    }
+    bool timed_out = false;
+    for (const auto& r : x.ranks) timed_out = timed_out || (r.present && r.reason == "timeout");
+    if (!timed_out) return;
+    for (int lagging : x.lagging)
+      for (auto& w : workers)
+        if (w.rank == lagging && w.running) {
+          cause = failure_of(w);
+          cause.exit_code = 0;
+          cause.stall = "the others timed out waiting for it (" + x.verdict + ")";
+          return;
+        }
+  }
+
   bool all_output_closed() {
     for (auto& w : workers)
       if (w.fds[0] >= 0 || w.fds[1] >= 0) return false;
@@ -460,7 +515,7 @@ struct Launcher::Job {
   // Process groups are signalled even after their leader has exited, for the children it left.
   void stop_workers(int signal) {
     for (auto& w : workers)
-      if (w.pid > 0) kill(-w.pid, signal);
+      if (w.pid > 0) kill(-w.pid, signal), kill(-w.pid, SIGCONT);  // a stopped worker must wake to get it
     auto deadline = Clock::now() + o.grace;
     auto groups_alive = [&] {
       for (auto& w : workers)
@@ -507,8 +562,10 @@ struct Launcher::Job {
       if (!local_done) {
         if (WorkerProcess* w = root_cause_of(reap())) {
           w = settle_root_cause(w);
+          WorkerFailure cause = failure_of(*w);
+          if (!WIFSIGNALED(w->status)) blame_stalled_worker(cause);
           // The first failure anywhere is the root cause: compare_set lets exactly one node publish it.
-          store->compare_set(failed_key, "", encode_failure(failure_of(*w)));
+          store->compare_set(failed_key, "", encode_failure(cause));
           return End::failure;
         }
         bool any_running = false;
@@ -593,7 +650,8 @@ struct Launcher::Job {
       leave(attempt);
       result.exit_code = exit_code_for(cause);
       if (result.exit_code == 0) result.exit_code = 1;
-      result.summary = "worker " + cause.describe() + " (the first to fail); stopped the other " +
+      result.summary = "worker " + cause.describe() + (cause.stall.empty() ? " (the first to fail)" : " (the root cause)") +
+                       "; stopped the other " +
                        std::to_string(world_size - 1) + " worker" + (world_size == 2 ? "" : "s") + "; " +
                        (o.max_restarts ? "all " + std::to_string(o.max_restarts) + " restarts used" :
                                          "no restarts (--max-restarts 0)");

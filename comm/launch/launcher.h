@@ -21,6 +21,11 @@
 //     killed by a signal is named before one that exited with an error code, and a worker that exits
 //     with a code is named only after a short wait (200 ms, up to 2 s while another worker is still
 //     dying) in which no worker turned out to have been killed by a signal;
+//   - when the first worker to fail exited with an error code, the group may have failed by timeout,
+//     waiting for a rank that is alive but stuck: a worker stopped by a signal (SIGSTOP), or, from
+//     the flight records (comm/launch/flight_explain.h; the workers still alive are asked for theirs
+//     with SIGUSR1), the rank that never entered the collective the others timed out in. That rank
+//     is then the root cause, and its stall is said;
 //   - with restarts left the whole group starts again (TINYDDP_RESTART_COUNT + 1), on the same store,
 //     its rendezvous keys under the new restart count, and a program that checkpoints (nn::StateManager)
 //     resumes from its last complete checkpoint; otherwise run() returns the root cause: which rank,
@@ -45,6 +50,7 @@
 #include <string_view>
 #include <vector>
 
+#include "tinyddp/comm/timeout.h"
 #include "tinyddp/core/log.h"
 
 namespace tinyddp::comm {
@@ -61,7 +67,11 @@ struct LauncherOptions {
   int max_restarts = 0;
   std::vector<std::string> program;  // argv of each worker; program[0] is searched on PATH
   std::chrono::milliseconds grace = std::chrono::seconds(5);  // between SIGTERM and SIGKILL
-  std::chrono::milliseconds rendezvous_timeout = std::chrono::minutes(5);  // for other nodes to join
+  std::chrono::milliseconds rendezvous_timeout = timeout_from_environment();  // for other nodes to join
+  // Where the workers write their flight records (comm/flight_recorder.h), which the launcher reads
+  // to name the rank a timed-out group waited for. Empty: TINYDDP_FLIGHT_RECORDER, else a temporary
+  // directory removed at the end.
+  std::string flight_recorder_dir;
   std::string run_id;  // keys' namespace; default: TINYDDP_RUN_ID, or "default"
   WorkerOutputSink output;  // empty: worker output is read and dropped
   LogSink log;              // the launcher's own messages; default: stderr, component "tinyddp-run"
@@ -74,8 +84,11 @@ struct WorkerFailure {
   pid_t pid = 0;
   int exit_code = 0;  // when it exited
   int signal = 0;     // when a signal ended it
+  // Set when the worker did not fail itself but stalled: the others timed out waiting for it. Says how
+  // (stopped by a signal, or not in the collective the others were in).
+  std::string stall;
 
-  // "rank 2 (local rank 2 on node 0, pid 4242) exited with code 3"
+  // "rank 2 (local rank 2 on node 0, pid 4242) exited with code 3", or "... stalled: <stall>"
   std::string describe() const;
 };
 

@@ -11,6 +11,7 @@
 // g, so nobody can still be waiting on g-1. Every rank must pass the same barriers in the same order.
 #pragma once
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -23,7 +24,7 @@ class StoreBarrier {
   StoreBarrier(Store& store, int rank, int world_size, std::string name = "barrier");
 
   // Returns once all world_size ranks have arrived at this generation. Throws after `timeout`,
-  // naming the ranks that did not arrive.
+  // naming the ranks that did not arrive; says who is missing every progress interval before that.
   void arrive_and_wait(Store::Duration timeout);
   void arrive_and_wait() { arrive_and_wait(store_.timeout()); }
 
@@ -35,6 +36,9 @@ class StoreBarrier {
   int world_size_;
   std::string name_;
   int64_t generation_ = 0;
+  std::chrono::milliseconds progress_interval_;
+
+  std::string arrival_status(const std::string& base, std::chrono::steady_clock::time_point start);
 };
 
 // "rank 2" or "ranks 1, 4, 7" (at most a dozen, then how many more): how errors name absent ranks.

@@ -17,6 +17,7 @@
 #include "tinyddp/comm/store/tcp_store.h"
 #include "tinyddp/comm/store/torch_tcp_store.h"
 #include "tinyddp/core/error.h"
+#include "tinyddp/core/log.h"
 
 namespace tinyddp::comm {
 
@@ -60,8 +61,6 @@ std::string process_identity() {
 }
 
 std::string person_readable(const std::string& identity) { return identity.substr(0, identity.rfind(" #")); }
-
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 }  // namespace
 
@@ -273,10 +272,21 @@ LaunchEnvironment read_launch_environment(const EnvironmentLookup& environment) 
   return env;
 }
 
-Rendezvous rendezvous(const std::string& init_method, RendezvousOptions options) {
-  InitMethod method = InitMethod::parse(init_method);
-  LaunchEnvironment env = read_launch_environment(options.environment ? options.environment : process_environment());
+namespace {
 
+// What one call of rendezvous() knows while it runs: who this process is and where it joins.
+struct Joining {
+  std::string init_method;
+  std::string where;  // "env:// (127.0.0.1:29500, rank 1 of 4)", for messages
+  std::string me;     // process_identity()
+  bool hosts = false;  // this process hosts the store
+  Clock::time_point start = Clock::now();
+  Store::Duration timeout{};
+};
+
+// Rank, world size and local placement, from the options or else the environment.
+Rendezvous place_this_process(const InitMethod& method, const LaunchEnvironment& env, const RendezvousOptions& options,
+                              const std::string& init_method) {
   Rendezvous r;
   r.rank = options.rank >= 0 ? options.rank : env.rank;
   r.world_size = options.world_size >= 1 ? options.world_size : env.world_size;
@@ -288,6 +298,137 @@ Rendezvous rendezvous(const std::string& init_method, RendezvousOptions options)
   bool same_family = options.rank < 0 && options.world_size < 1;
   r.local_rank = same_family && env.local_rank >= 0 ? env.local_rank : r.rank;
   r.local_world_size = same_family && env.local_world_size >= 1 ? env.local_world_size : r.world_size;
+  return r;
+}
+
+// A process refused at the door says so in the store, so the ranks waiting for it fail at once and
+// name it, instead of waiting out the timeout for a rank they would call "missing".
+void refuse(PrefixStore& rdzv, const std::string& why) {
+  try {
+    rdzv.compare_set("refused", "", why);
+  } catch (const Error&) {
+    // the store is gone too: this process's own error says enough
+  }
+}
+
+// 1. One world size for everyone: the first rank to arrive sets it, the others must agree.
+void agree_on_world_size(PrefixStore& rdzv, const Rendezvous& r, const Joining& j) {
+  std::string size_text = std::to_string(r.world_size);
+  std::string agreed = rdzv.compare_set("world_size", "", size_text);
+  if (agreed == size_text) {
+    rdzv.compare_set("world_size_set_by", "", "rank " + std::to_string(r.rank) + " (" + person_readable(j.me) + ")");
+    return;
+  }
+  std::string setter = rdzv.compare_set("world_size_set_by", "", "");
+  std::string why = "rank " + std::to_string(r.rank) + " (" + person_readable(j.me) + ") has WORLD_SIZE=" + size_text +
+                    ", but " + (setter.empty() ? "the ranks that joined first" : setter) + " has WORLD_SIZE=" + agreed;
+  refuse(rdzv, why);
+  TINYDDP_FAIL("rendezvous at ", j.where, ": world size mismatch: ", why,
+               "; hint: every process must be started with the same WORLD_SIZE (check the launcher's -n/--nnodes, "
+               "or srun's task count)");
+}
+
+// 2. One process per rank: claim ours; if someone already holds it, say who.
+void claim_rank(PrefixStore& rdzv, const Rendezvous& r, const Joining& j) {
+  std::string holder = rdzv.compare_set("rank/" + std::to_string(r.rank), "", j.me);
+  if (holder != j.me) {
+    std::string why = "rank " + std::to_string(r.rank) + " is claimed by two processes: " + person_readable(holder) +
+                      " joined first, and " + person_readable(j.me) + " also says it is rank " + std::to_string(r.rank);
+    refuse(rdzv, why);
+    TINYDDP_FAIL("rendezvous at ", j.where, ": ", why,
+                 "; hint: every process needs its own RANK (a launcher started twice, or a wrong rank in a script?)");
+  }
+  rdzv.append("joined", std::to_string(r.rank) + ",");
+}
+
+// The ranks that have claimed their place so far.
+std::set<int> ranks_joined(PrefixStore& rdzv) {
+  std::set<int> came;
+  if (!rdzv.check({"joined"})) return came;
+  std::istringstream list(rdzv.get("joined"));
+  for (std::string item; std::getline(list, item, ',');)
+    if (auto n = parse_int(item)) came.insert(*n);
+  return came;
+}
+
+// "3/4 ranks joined after 20.0 s; missing: rank 2 (node 1)". The node is a guess from the local
+// world size (launchers place ranks node by node), shown only when there are several nodes.
+std::string joining_status(const std::set<int>& came, const Rendezvous& r, const Joining& j) {
+  std::vector<int> missing;
+  for (int i = 0; i < r.world_size; ++i)
+    if (!came.count(i)) missing.push_back(i);
+  std::string text = std::to_string(came.size()) + "/" + std::to_string(r.world_size) + " ranks joined after " +
+                     seconds_text(Clock::now() - j.start) + "; missing: " + describe_ranks(missing);
+  if (r.local_world_size < r.world_size && missing.size() <= 8) {
+    std::set<int> nodes;
+    for (int m : missing) nodes.insert(m / r.local_world_size);
+    std::string list;
+    for (int n : nodes) list += (list.empty() ? "" : ", ") + std::to_string(n);
+    text += " (node" + std::string(nodes.size() > 1 ? "s " : " ") + list + ", with " +
+            std::to_string(r.local_world_size) + " ranks a node)";
+  }
+  return text;
+}
+
+// 3. Everyone waits for everyone. The wait is cut into slices: between them it fails at once when a
+//    process was refused (it names that one), and says every progress interval who is still missing.
+void wait_for_everyone(PrefixStore& rdzv, const Rendezvous& r, const Joining& j) {
+  std::vector<std::string> all;
+  for (int i = 0; i < r.world_size; ++i) all.push_back("rank/" + std::to_string(i));
+  const auto deadline = j.start + j.timeout;
+  const auto interval = progress_interval();
+  auto next_report = j.start + interval;
+  for (;;) {
+    auto now = Clock::now();
+    auto slice_end = std::min({deadline, next_report, now + std::chrono::seconds(1)});
+    auto slice = slice_end - now;
+    try {
+      rdzv.wait(all, std::max<Store::Duration>(std::chrono::duration_cast<Store::Duration>(slice), Store::Duration(1)));
+      return;
+    } catch (const Error& failure) {
+      // A slice ended (or the store is gone: then the questions below fail too, and this error,
+      // which says the connection was lost, is the one to report).
+      std::string refused;
+      std::set<int> came;
+      try {
+        if (rdzv.check({"refused"})) refused = rdzv.get("refused");
+        came = ranks_joined(rdzv);
+      } catch (const Error&) {
+        TINYDDP_FAIL("rendezvous at ", j.where, ": ", failure.message());
+      }
+      TINYDDP_CHECK(refused.empty(), "rendezvous at ", j.where, ": a process was refused: ", refused,
+                    "; hint: start every process of the job with the same WORLD_SIZE and its own RANK");
+      if (slice_end == deadline || Clock::now() >= deadline)
+        TINYDDP_FAIL("rendezvous at ", j.where, ": ", joining_status(came, r, j),
+                     "; hint: those processes did not start, crashed before joining, or use another address/port; if "
+                     "they are only slow, raise the timeout: ", timeout_hint(std::chrono::duration_cast<Store::Duration>(j.timeout)));
+      if (Clock::now() >= next_report) {
+        next_report += interval;
+        log_line(LogLevel::warn, "rendezvous", "rank " + std::to_string(r.rank) + ": " + joining_status(came, r, j) +
+                                                   "; giving up after " + seconds_text(j.timeout) + " (TINYDDP_TIMEOUT)");
+      }
+    }
+  }
+}
+
+// 4. The rank hosting the store must not leave before every other rank has seen the job complete:
+//    the others say they are through, and the host waits for that.
+void hold_store_until_through(PrefixStore& rdzv, const Rendezvous& r, const Joining& j) {
+  if (!j.hosts) {
+    rdzv.set("through/" + std::to_string(r.rank), "1");
+    return;
+  }
+  std::vector<std::string> through;
+  for (int i = 1; i < r.world_size; ++i) through.push_back("through/" + std::to_string(i));
+  rdzv.wait(through, j.timeout);
+}
+
+}  // namespace
+
+Rendezvous rendezvous(const std::string& init_method, RendezvousOptions options) {
+  InitMethod method = InitMethod::parse(init_method);
+  LaunchEnvironment env = read_launch_environment(options.environment ? options.environment : process_environment());
+  Rendezvous r = place_this_process(method, env, options, init_method);
 
   std::string host = method.host;
   int port = method.port;
@@ -298,77 +439,26 @@ Rendezvous rendezvous(const std::string& init_method, RendezvousOptions options)
   }
   r.store_address = host + ":" + std::to_string(port);
   bool agent_store = method.kind == InitMethod::Kind::env && env.torch_agent_store;
-  bool hosts = r.rank == 0 && !agent_store && options.rank0_hosts_store.value_or(!env.launcher_store);
-  auto start = Clock::now();
-  std::string where = init_method + " (" + r.store_address + ", rank " + std::to_string(r.rank) + " of " +
-                      std::to_string(r.world_size) + ")";
-  if (hosts && method.kind == InitMethod::Kind::env && env.address_source != "MASTER_ADDR/MASTER_PORT")
+  Joining j;
+  j.init_method = init_method;
+  j.timeout = options.timeout;
+  j.me = process_identity();
+  j.hosts = r.rank == 0 && !agent_store && options.rank0_hosts_store.value_or(!env.launcher_store);
+  j.where = init_method + " (" + r.store_address + ", rank " + std::to_string(r.rank) + " of " +
+            std::to_string(r.world_size) + ")";
+  if (j.hosts && method.kind == InitMethod::Kind::env && env.address_source != "MASTER_ADDR/MASTER_PORT")
     require_this_host(host, env);
 
-  connect_store(r, host, port, agent_store ? StoreKind::torch_agent : hosts ? StoreKind::host : StoreKind::join, options,
-                where);
+  connect_store(r, host, port, agent_store ? StoreKind::torch_agent : j.hosts ? StoreKind::host : StoreKind::join,
+                options, j.where);
   auto job = std::make_shared<PrefixStore>(r.root_store,
                                            "tinyddp/" + env.run_id + "/" + std::to_string(env.restart_count));
   r.store = job;
   PrefixStore rdzv(job, "rdzv");
-
-  // 1. One world size for everyone: the first rank to arrive sets it, the others must agree.
-  std::string size_text = std::to_string(r.world_size);
-  std::string agreed = rdzv.compare_set("world_size", "", size_text);
-  TINYDDP_CHECK(agreed == size_text, "rendezvous at ", where, ": world size mismatch: this process has world size ",
-                r.world_size, " but the ranks that joined first have ", agreed,
-                "; hint: every process must be started with the same WORLD_SIZE (check the launcher's -n/--nnodes, "
-                "or srun's task count)");
-
-  // 2. One process per rank: claim ours; if someone already holds it, say who.
-  std::string me = process_identity();
-  std::string holder = rdzv.compare_set("rank/" + std::to_string(r.rank), "", me);
-  TINYDDP_CHECK(holder == me, "rendezvous at ", where, ": rank ", r.rank, " is claimed by two processes: ",
-                person_readable(holder), " joined first, and this one (", person_readable(me),
-                ") also says it is rank ", r.rank,
-                "; hint: every process needs its own RANK (a launcher started twice, or a wrong rank in a script?)");
-  rdzv.append("joined", std::to_string(r.rank) + ",");
-
-  // 3. Everyone waits for everyone, and on a timeout says who never came.
-  std::vector<std::string> all;
-  for (int i = 0; i < r.world_size; ++i) all.push_back("rank/" + std::to_string(i));
-  try {
-    rdzv.wait(all, options.timeout);
-  } catch (const Error& failure) {
-    // A timeout: find out who came. (If the store itself is gone, that question fails too, and the
-    // original error, which says the connection was lost, is the one to report.)
-    std::string joined;
-    try {
-      rdzv.set_timeout(std::chrono::seconds(5));
-      joined = rdzv.get("joined");
-    } catch (const Error&) {
-      TINYDDP_FAIL("rendezvous at ", where, ": ", failure.message());
-    }
-    std::set<int> came;
-    std::istringstream list(joined);
-    for (std::string item; std::getline(list, item, ',');)
-      if (auto n = parse_int(item)) came.insert(*n);
-    std::vector<int> missing;
-    for (int i = 0; i < r.world_size; ++i)
-      if (!came.count(i)) missing.push_back(i);
-    std::ostringstream waited;
-    waited.precision(1);
-    waited << std::fixed << seconds_since(start);
-    TINYDDP_FAIL("rendezvous at ", where, ": ", came.size(), "/", r.world_size, " ranks joined after ", waited.str(),
-                 " s; missing: ", describe_ranks(missing),
-                 "; hint: those processes did not start, crashed before joining, or use another address/port; if they "
-                 "are only slow, raise the rendezvous timeout");
-  }
-
-  // 4. The rank hosting the store must not leave before every other rank has seen the job complete:
-  //    the others say they are through, and the host waits for that.
-  if (hosts) {
-    std::vector<std::string> through;
-    for (int i = 1; i < r.world_size; ++i) through.push_back("through/" + std::to_string(i));
-    rdzv.wait(through, options.timeout);
-  } else {
-    rdzv.set("through/" + std::to_string(r.rank), "1");
-  }
+  agree_on_world_size(rdzv, r, j);
+  claim_rank(rdzv, r, j);
+  wait_for_everyone(rdzv, r, j);
+  hold_store_until_through(rdzv, r, j);
   return r;
 }
 

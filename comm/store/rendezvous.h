@@ -34,6 +34,7 @@
 #include <string>
 
 #include "tinyddp/comm/store/store.h"
+#include "tinyddp/comm/timeout.h"
 
 namespace tinyddp::comm {
 
@@ -84,7 +85,8 @@ LaunchEnvironment read_launch_environment(const EnvironmentLookup& lookup = proc
 struct RendezvousOptions {
   int rank = -1;        // -1: from the environment
   int world_size = -1;  // -1: from the environment
-  Store::Duration timeout = Store::kDefaultTimeout;  // for connecting and for the others to join
+  // For connecting and for the others to join. Default: TINYDDP_TIMEOUT, else 5 minutes.
+  Store::Duration timeout = timeout_from_environment();
   // Whether rank 0 starts the store server. nullopt: yes, unless TINYDDP_LAUNCHER_STORE=1.
   std::optional<bool> rank0_hosts_store;
   std::optional<std::string> token;  // nullopt: TINYDDP_TOKEN

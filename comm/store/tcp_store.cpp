@@ -9,6 +9,7 @@
 #include <asio.hpp>
 
 #include "tinyddp/comm/store/store_server.h"
+#include "tinyddp/comm/timeout.h"
 #include "tinyddp/core/error.h"
 
 namespace tinyddp::comm {
@@ -29,13 +30,6 @@ constexpr auto kMaxBackoff = std::chrono::seconds(1);
 Clock::time_point deadline_after(Store::Duration budget) {
   constexpr Store::Duration kDecade = std::chrono::hours(24 * 365 * 10);
   return Clock::now() + std::clamp(budget, Store::Duration::zero(), kDecade);
-}
-
-std::string seconds_text(Clock::duration d) {
-  std::ostringstream out;
-  out.precision(1);
-  out << std::fixed << std::chrono::duration<double>(d).count() << " s";
-  return out.str();
 }
 
 std::string quoted_list(const std::vector<std::string>& keys, size_t show = 8) {
@@ -83,11 +77,20 @@ class TcpStore::Connection {
     std::minstd_rand jitter(std::random_device{}());
     std::string last_error;
     int attempts = 0;
+    const auto interval = progress_interval();
+    auto next_report = start + interval;
     for (;;) {
       ++attempts;
       if (try_connect(deadline, last_error)) return;
       auto now = Clock::now();
       if (now >= deadline) break;
+      if (now >= next_report) {  // a long wait says what it waits for, once per interval
+        next_report += interval;
+        log_line(LogLevel::warn, "store", "still trying to connect to the store at " + address() + " after " +
+                                              seconds_text(now - start) + " (" + std::to_string(attempts) +
+                                              " attempts, last error: " + last_error + "); giving up after " +
+                                              seconds_text(deadline - start) + " (TINYDDP_TIMEOUT)");
+      }
       auto pause = std::min<Clock::duration>(backoff * (75 + jitter() % 50) / 100, deadline - now);
       std::this_thread::sleep_for(pause);
       backoff = std::min<Clock::duration>(backoff * 2, kMaxBackoff);
@@ -95,7 +98,8 @@ class TcpStore::Connection {
     TINYDDP_FAIL("could not connect to the store at ", address(), ": gave up after ", seconds_text(Clock::now() - start),
                  " and ", attempts, " attempts (last error: ", last_error,
                  "); hint: check that the store's host (rank 0, tinyddp-run or tinyddp-store) is running and listening "
-                 "there, that MASTER_ADDR/MASTER_PORT (or tcp://host:port) name it, and that no firewall blocks the port");
+                 "there, that MASTER_ADDR/MASTER_PORT (or tcp://host:port) name it, and that no firewall blocks the port; ",
+                 timeout_hint(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - start)));
   }
 
   void disconnect() {
@@ -300,7 +304,7 @@ Response TcpStore::call(const Request& request, Duration wait_timeout) {
     TINYDDP_FAIL("store ", what, " at ", connection_->address(), " timed out after ", seconds_text(wait_timeout),
                  "; still missing: ", quoted_list(response.values),
                  "; hint: the process that should set them may have failed or be slow; if it is only slow, raise the "
-                 "timeout (Store::set_timeout, or the rendezvous timeout)");
+                 "timeout: TINYDDP_TIMEOUT=<seconds> (or the examples' --timeout, Store::set_timeout)");
   return response;
 }
 

@@ -159,7 +159,10 @@ void Reducer::launch_ready_buckets() {
   while (next_to_launch_ < buckets_.size() && buckets_[next_to_launch_].pending == 0) {
     Bucket& bucket = buckets_[next_to_launch_];
     // avg = sum over the ranks, then one division by the world size (in the backend, after the sum).
-    bucket.work = group_->all_reduce(bucket.buffer, comm::ReduceOp::avg);
+    // The bucket's index travels with the call, so a hung all-reduce is named by its bucket too.
+    comm::CallOptions call;
+    call.bucket = int(next_to_launch_);
+    bucket.work = group_->all_reduce(bucket.buffer, comm::ReduceOp::avg, call);
     if (observer_) observer_->bucket_launched(next_to_launch_, specs_[next_to_launch_], bucket.work);
     ++next_to_launch_;
   }

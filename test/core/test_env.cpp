@@ -45,6 +45,17 @@ TEST_CASE("env: whole numbers in range, or an error naming the variable, the val
                        Error);
 }
 
+TEST_CASE("env: seconds are a positive number, fractions allowed, in milliseconds rounded up") {
+  CHECK(env::parse_seconds("TINYDDP_TIMEOUT", "30") == std::chrono::milliseconds(30000));
+  CHECK(env::parse_seconds("TINYDDP_TIMEOUT", "2.5") == std::chrono::milliseconds(2500));
+  CHECK(env::parse_seconds("TINYDDP_TIMEOUT", "30s") == std::chrono::milliseconds(30000));
+  CHECK(env::parse_seconds("TINYDDP_TIMEOUT", "0.0001") == std::chrono::milliseconds(1));
+  for (const char* bad : {"", "0", "-1", "5min", "1h", "abc", "nan", "inf", "1e9", " 3", "3 "})
+    CHECK_THROWS_WITH_AS(env::parse_seconds("TINYDDP_TIMEOUT", bad),
+                         doctest::Contains("' is not a number of seconds above 0 and at most"), Error);
+  CHECK_THROWS_WITH_AS(env::parse_seconds("TINYDDP_TIMEOUT", "5m"), doctest::Contains("unset TINYDDP_TIMEOUT"), Error);
+}
+
 TEST_CASE("env: flags take the usual words in any case") {
   for (const char* yes : {"1", "true", "TRUE", "yes", "On"}) CHECK(env::parse_flag("X", yes));
   for (const char* no : {"0", "false", "No", "OFF"}) CHECK_FALSE(env::parse_flag("X", no));

@@ -11,6 +11,11 @@
 //
 // restarts the whole group when a worker dies, up to 3 times; a program that checkpoints with
 // nn::StateManager then resumes from its last complete epoch (docs/reliability.md).
+//
+//   tinyddp-run --explain DIR
+//
+// reads the flight records a job left in DIR (TINYDDP_FLIGHT_RECORDER=DIR) and prints each rank's
+// last collectives and which rank the others wait for (comm/launch/flight_explain.h).
 #include <signal.h>
 #include <unistd.h>
 
@@ -19,6 +24,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "tinyddp/comm/launch/flight_explain.h"
 #include "tinyddp/comm/launch/launcher.h"
 #include "tinyddp/comm/transport/shm_budget.h"
 #include "tinyddp/comm/tuning.h"
@@ -55,6 +61,8 @@ int main(int argc, char** argv) {
                "MASTER_ADDR/PORT set, watches them, and restarts the group when one fails."};
   LauncherOptions options;
   int grace_ms = 5000;
+  std::string explain_dir;
+  double timeout_s = 0;
   app.add_option("-n,--nproc-per-node", options.nproc_per_node, "workers on this node")->capture_default_str();
   app.add_option("--nnodes", options.nnodes, "nodes in the job")->capture_default_str();
   app.add_option("--node-rank", options.node_rank, "this node's rank, 0 .. nnodes-1")->capture_default_str();
@@ -64,9 +72,22 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--grace-ms", grace_ms, "time between SIGTERM and SIGKILL when stopping workers")->capture_default_str();
   app.add_option("--run-id", options.run_id, "names the job in the store (default: $TINYDDP_RUN_ID or 'default')");
+  app.add_option("--timeout", timeout_s, "seconds any wait may last (rendezvous, collectives): sets TINYDDP_TIMEOUT "
+                 "for the workers (default: $TINYDDP_TIMEOUT or 300)")->check(CLI::PositiveNumber);
+  app.add_option("--explain", explain_dir, "read the flight records in this directory, say which rank lags, and exit");
   // Everything from the program's name on belongs to the program, options included.
   app.prefix_command();
   CLI11_PARSE(app, argc, argv);
+  if (!explain_dir.empty()) {
+    try {
+      std::cout << format_explanation(explain_flight_records(explain_dir));
+      return 0;
+    } catch (const tinyddp::Error& e) {
+      std::cerr << e.what() << std::endl;
+      return 1;
+    }
+  }
+  if (timeout_s > 0) setenv("TINYDDP_TIMEOUT", std::to_string(timeout_s).c_str(), 1);
   options.program = app.remaining();
   if (!options.program.empty() && options.program.front() == "--") options.program.erase(options.program.begin());
   options.grace = std::chrono::milliseconds(grace_ms);

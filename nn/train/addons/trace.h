@@ -12,12 +12,21 @@
 // Recording itself is core/trace.h (the Trainer and the layers record their spans there whenever
 // tracing is on, and DDP's buckets go there through nn/ddp/bucket_timeline.h). This add-on starts it
 // for the run, and at the end has every rank write its events and rank 0 merge them into the one file.
+//
+// Straggler view: at the end of each epoch, while tracing or with TINYDDP_DEBUG=INFO, every rank's
+// time inside collectives over the epoch is summed over the ranks (one small all-reduce), and each
+// rank says how long it waited for the slowest one (straggler_report.h): logged with INFO, and an
+// instant on the communication lane of the timeline carrying every rank's seconds.
 #pragma once
 
 #include <string>
 #include <type_traits>
+#include <vector>
 
+#include "tinyddp/comm/process_group.h"
+#include "tinyddp/core/log.h"
 #include "tinyddp/core/trace.h"
+#include "tinyddp/nn/train/addons/straggler_report.h"
 #include "tinyddp/nn/train/trainer.h"
 
 namespace tinyddp::nn {
@@ -45,6 +54,11 @@ class Trace : public Base {
     Base::on_run_begin(n_epoch);
   }
 
+  void on_epoch_end(const EpochRecord& record) override {
+    Base::on_epoch_end(record);
+    report_time_in_collectives(record.epoch);
+  }
+
   void on_run_end() override {
     Base::on_run_end();
     written_path_.clear();
@@ -57,6 +71,26 @@ class Trace : public Base {
   }
 
  private:
+  void report_time_in_collectives(int64_t epoch) {
+    comm::ProcessGroup* group = this->process_group();
+    const bool logging = debug_level() >= DebugLevel::info;
+    if (!group || group->size() < 2 || (!logging && !trace::enabled())) return;  // the same choice on every rank
+    const comm::ProcessGroup::CollectiveTime now = group->time_in_collectives();
+    std::vector<double> by_rank(size_t(group->size()), 0.0);
+    by_rank[size_t(group->rank())] = now.seconds - reported_.seconds;
+    const uint64_t collectives = now.collectives - reported_.collectives;
+    reported_ = now;
+    this->all_reduce_sum(by_rank);
+    const std::string line = straggler_line(group->rank(), epoch, collectives, by_rank);
+    if (logging) log_line(LogLevel::info, "ddp", line);
+    if (trace::enabled()) {
+      std::string args = "{\"epoch\": " + std::to_string(epoch) + ", \"seconds_in_collectives_by_rank\": [";
+      for (size_t r = 0; r < by_rank.size(); ++r) args += (r ? ", " : "") + std::to_string(by_rank[r]);
+      trace::record_instant("time in collectives", "communication", trace::Lane::comm, args + "]}");
+    }
+  }
+
+  comm::ProcessGroup::CollectiveTime reported_;
   std::string requested_path_;
   std::string written_path_;
 };

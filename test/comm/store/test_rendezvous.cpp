@@ -245,11 +245,13 @@ TEST_CASE("rendezvous errors: two processes claim one rank") {
   CHECK_MESSAGE(message_of(second).find("rank 1 is claimed by two processes") != std::string::npos, second.report);
   CHECK(message_of(second).find("pid") != std::string::npos);
   CHECK(message_of(second).find("; hint: every process needs its own RANK") != std::string::npos);
-  // The first one, alone, times out naming the ranks that never came.
+  // The first one does not wait out its timeout for ranks that will never come: it fails within a
+  // slice of its wait, naming the two processes.
   auto first_outcome = finish_child(first, 30s);
   CHECK(first_outcome.exit_code == 99);
-  CHECK_MESSAGE(first_outcome.report.find("1/3 ranks joined after 3.") != std::string::npos, first_outcome.report);
-  CHECK(first_outcome.report.find("missing: ranks 0, 2") != std::string::npos);
+  CHECK_MESSAGE(first_outcome.report.find("a process was refused: rank 1 is claimed by two processes") != std::string::npos,
+                first_outcome.report);
+  CHECK(first_outcome.report.find("pid") != std::string::npos);
 }
 
 TEST_CASE("rendezvous errors: world sizes differ") {
@@ -270,11 +272,16 @@ TEST_CASE("rendezvous errors: world sizes differ") {
                                return 0;
                              }),
                              30s);
+  // Every rank's message names the offender and what differs, the refused one's and the waiting one's.
   CHECK(second.exit_code == 99);
-  CHECK_MESSAGE(second.report.find("world size mismatch: this process has world size 3 but the ranks that joined "
-                                   "first have 2") != std::string::npos,
-                second.report);
-  CHECK(finish_child(first, 30s).exit_code == 99);
+  CHECK_MESSAGE(second.report.find("world size mismatch: rank 1 (") != std::string::npos, second.report);
+  CHECK_MESSAGE(second.report.find(") has WORLD_SIZE=3, but rank 0 (") != std::string::npos, second.report);
+  CHECK(second.report.find(") has WORLD_SIZE=2") != std::string::npos);
+  auto first_outcome = finish_child(first, 30s);
+  CHECK(first_outcome.exit_code == 99);
+  CHECK_MESSAGE(first_outcome.report.find("a process was refused: rank 1 (") != std::string::npos, first_outcome.report);
+  CHECK(first_outcome.report.find("has WORLD_SIZE=3, but rank 0 (") != std::string::npos);
+  CHECK(first_outcome.report.find("joined after") == std::string::npos);  // not called "missing"
 }
 
 TEST_CASE("rendezvous errors: a rank that never comes is named after the timeout") {
@@ -291,6 +298,7 @@ TEST_CASE("rendezvous errors: a rank that never comes is named after the timeout
     CHECK(outcome.exit_code == 99);
     CHECK_MESSAGE(outcome.report.find("3/4 ranks joined after 1.") != std::string::npos, outcome.report);
     CHECK(outcome.report.find("s; missing: rank 2; hint:") != std::string::npos);
+    CHECK(outcome.report.find("TINYDDP_TIMEOUT=<seconds>") != std::string::npos);
   }
 }
 
