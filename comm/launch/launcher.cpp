@@ -21,6 +21,7 @@
 #include "tinyddp/comm/store/prefix_store.h"
 #include "tinyddp/comm/store/store_server.h"
 #include "tinyddp/comm/store/tcp_store.h"
+#include "tinyddp/core/env.h"
 #include "tinyddp/core/error.h"
 
 namespace tinyddp::comm {
@@ -230,9 +231,8 @@ struct Launcher::Job {
 
   // Node 0 hosts the store; every node's launcher (node 0's too) is a client of it.
   void start_store() {
-    const char* env_token = std::getenv("TINYDDP_TOKEN");
-    if (env_token && *env_token) {
-      token = env_token;
+    if (std::optional<std::string> env_token = env::text("TINYDDP_TOKEN")) {
+      token = *env_token;
     } else if (o.nnodes == 1) {
       token = random_hex(16);
     } else {
@@ -608,8 +608,7 @@ Launcher::Launcher(LauncherOptions options) : options_(std::move(options)) {
   auto& o = options_;
   if (!o.log) o.log = stderr_log_sink("tinyddp-run");
   if (o.run_id.empty()) {
-    const char* id = std::getenv("TINYDDP_RUN_ID");
-    o.run_id = id && *id ? id : "default";
+    o.run_id = env::text("TINYDDP_RUN_ID").value_or("default");
   }
   TINYDDP_CHECK(!o.program.empty(), "tinyddp-run: no program to run; hint: tinyddp-run -n 2 -- ./my_program args...");
   TINYDDP_CHECK(o.nproc_per_node >= 1, "tinyddp-run: --nproc-per-node ", o.nproc_per_node,

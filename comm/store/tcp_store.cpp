@@ -9,6 +9,7 @@
 #include <asio.hpp>
 
 #include "tinyddp/comm/store/store_server.h"
+#include "tinyddp/core/env.h"
 #include "tinyddp/core/error.h"
 
 namespace tinyddp::comm {
@@ -237,8 +238,7 @@ class TcpStore::Connection {
 };
 
 std::string TcpStore::token_from_environment() {
-  const char* token = std::getenv("TINYDDP_TOKEN");
-  return token ? token : "";
+  return env::text("TINYDDP_TOKEN").value_or("");
 }
 
 TcpStore::TcpStore(std::string host, int port, bool is_master, TcpStoreOptions options)
