@@ -167,7 +167,7 @@ int main(int argc, char** argv) {
   app.add_option("--chunk", o.chunk, "bytes per send()/recv() call");
   app.add_option("--buffer", o.buffer, "SO_SNDBUF/SO_RCVBUF in bytes (0: the kernel's auto-tuning)");
   app.add_option("--message", o.message, "buffer bytes of the message-sized two-stream line");
-  CLI11_PARSE(app, argc, argv);
+  if (auto code = tinyddp::command_line::parse(app, argc, argv)) return *code;
   o.bytes = size_t(gib * double(size_t(1) << 30));
   try {
     double one = one_stream(o);

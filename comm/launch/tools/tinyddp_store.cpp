@@ -39,6 +39,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "tinyddp/core/command_line.h"
 #include "tinyddp/comm/store/store_server.h"
 #include "tinyddp/comm/store/tcp_store.h"
 #include "tinyddp/core/error.h"
@@ -218,7 +219,7 @@ int main(int argc, char** argv) {
                "listen on a non-loopback address without a token (anyone who reaches the port can change the keys)");
   bool log_ops = false;
   app.add_flag("--log-ops", log_ops, "print every request clients make (one line each, on stdout)");
-  CLI11_PARSE(app, argc, argv);
+  if (auto code = tinyddp::command_line::parse(app, argc, argv)) return *code;
   options.token = token;
   options.idle_limit = std::chrono::milliseconds(idle_limit_ms);
   if (token.empty() && !is_loopback_host(options.host)) {
