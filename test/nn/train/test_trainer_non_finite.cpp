@@ -2,10 +2,12 @@
 // (NonFiniteLoss::skip_step) and ends exactly where training without that batch ends.
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "tinyddp/nn/train/addons/multi_device.h"
 #include "test/nn/train/test_trainer_support.h"
 
 using namespace tinyddp;
@@ -74,4 +76,59 @@ TEST_CASE("Trainer: skip_step skips a non-finite step and ends where training wi
     CHECK(flat_weights(*skipping.model) == flat_weights(*reference.model));
     CHECK(trainer.history().back().train.at("loss") == plain.history().back().train.at("loss"));
   }
+}
+
+// ---- under DDP: every rank skips together -----------------------------------------------------------
+
+namespace {
+
+using Spawning = nn::WithAddOns<MlpTrainer, nn::MultiDevice>;
+constexpr const char* kCase = "Trainer: skip_step under MultiDevice skips on every rank when only one rank's loss is NaN";
+constexpr int64_t kDdpSamples = 100, kDdpBatch = 10;  // 50 rows per rank: 5 steps of 10
+constexpr int64_t kRankOneRow = 41;                    // rank 1's step 3 (rank r reads rows r, r + 2, ...)
+
+}  // namespace
+
+TEST_CASE(kCase) {
+  const bool worker = nn::detect_process_role(2) == nn::ProcessRole::spawned_worker;
+  Setup s(5, 1e-2);
+  auto data = three_class_data(kDdpSamples, 13);
+  Tensor x = data->features().clone();
+  x.data<float>()[kRankOneRow * 6 + 2] = std::numeric_limits<float>::quiet_NaN();
+  nn::DataLoader loader(std::make_shared<nn::TensorDataset>(x, data->targets().clone()), {.batch_size = kDdpBatch});
+  Spawning trainer(*s.model, std::vector<Device>(2, Device::cpu()), *s.optimizer, nullptr,
+                   {.log_bar = false, .non_finite_loss = nn::NonFiniteLoss::skip_step});
+  trainer.multi_device_options().worker_command = {nn::this_program_command()[0], std::string("--test-case=") + kCase,
+                                                   "--no-intro=true"};
+  trainer.multi_device_options().timeout = std::chrono::seconds(120);
+  trainer.run(1, loader);
+  if (worker) {
+    CHECK(trainer.skipped_steps() == 1);  // rank 0's loss was finite: it skipped because the average was not
+    return;
+  }
+  CHECK(trainer.global_step() == 4);
+  // One process on the same global batches (rank 0's 10 rows, then rank 1's), step 3 left out: DDP's
+  // average of two means of 10 is the mean of the 20.
+  std::vector<float> all_x = data->features().to_vector<float>(), kept_x;
+  std::vector<int64_t> all_y = data->targets().to_vector<int64_t>(), kept_y;
+  for (int64_t step = 0; step < 5; ++step) {
+    if (step == 2) continue;
+    for (int64_t rank = 0; rank < 2; ++rank)
+      for (int64_t j = 0; j < kDdpBatch; ++j) {
+        const int64_t row = rank + 2 * (step * kDdpBatch + j);
+        kept_x.insert(kept_x.end(), all_x.begin() + row * 6, all_x.begin() + (row + 1) * 6);
+        kept_y.push_back(all_y[size_t(row)]);
+      }
+  }
+  const int64_t n = int64_t(kept_y.size());
+  nn::DataLoader reference_loader(std::make_shared<nn::TensorDataset>(Tensor::from_vector(kept_x, {n, 6}),
+                                                                      Tensor::from_vector(kept_y, {n})),
+                                  {.batch_size = 2 * kDdpBatch});
+  Setup reference(5, 1e-2);
+  MlpTrainer plain(*reference.model, Device::cpu(), *reference.optimizer, nullptr, {.log_bar = false});
+  plain.run(1, reference_loader);
+  const std::vector<float> got = flat_weights(*s.model), want = flat_weights(*reference.model);
+  REQUIRE(got.size() == want.size());
+  CHECK(all_finite(got));
+  for (size_t i = 0; i < got.size(); ++i) CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-4));
 }
