@@ -36,6 +36,8 @@
 #include <thread>
 #include <vector>
 
+#include "tinyddp/core/command_line.h"
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
