@@ -37,7 +37,8 @@ inline void add_example_options(CLI::App& app, ExampleOptions& options) {
       ->check(command_line::between(1, 4096));
   app.add_option("--device", options.device_kind, "auto (GPUs when there are any), cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
-  app.add_option("--epochs", options.epochs, "passes over the training data")->check(at_least(1))->capture_default_str();
+  app.add_option("--epochs", options.epochs, "passes over the training data (0: none, e.g. to evaluate a --load'ed model)")
+      ->check(at_least(0))->capture_default_str();
   app.add_option("--batch-size", options.batch_size, "samples per step on each worker")
       ->check(at_least(1))->capture_default_str();
   app.add_option("--lr", options.lr, "Adam learning rate")->check(command_line::positive<double>())->capture_default_str();

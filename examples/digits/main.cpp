@@ -13,6 +13,7 @@
 // nn.Sequential of the same layers has the same parameter names (0.weight, 0.bias, 2.weight, ...), so
 // `model.load_state_dict(safetensors.torch.load_file(...))` reads what --save wrote.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -174,7 +175,8 @@ int main(int argc, char** argv) {
     auto model = make_mlp(64, widths, 10, init);
     if (!options.load_path.empty()) nn::load_model(options.load_path, *model);
     nn::Adam optimizer(model->named_parameters(), options.lr);
-    nn::CosineAnnealing scheduler(optimizer, options.epochs);  // stepped per epoch: from lr down to 0 at the end
+    // Stepped per epoch: from lr down to 0 at the end (with --epochs 0 it never steps).
+    nn::CosineAnnealing scheduler(optimizer, std::max(1, options.epochs));
 
     std::vector<Device> devices = examples::choose_devices(options.device_kind, options.world_size);
     DigitsJob trainer(*model, devices, optimizer, &scheduler);

@@ -75,7 +75,7 @@ struct HeldPort {
 
 TEST_CASE("programs: a number out of range or an unknown flag is a usage error (exit 2) naming the flag") {
   if (!have_programs({"dummy", "dummy_mgpu", "digits", "tinyddp-run", "train_bench", "ring_explain"})) return;
-  check_usage_error({"digits", "--epochs", "-1"}, "--epochs: must be >= 1, got -1");
+  check_usage_error({"digits", "--epochs", "-1"}, "--epochs: must be >= 0, got -1");
   check_usage_error({"dummy", "--epochs", "-1"}, "--epochs: must be >= 0, got -1");
   check_usage_error({"dummy", "--samples", "0"}, "--samples: must be >= 1, got 0");
   check_usage_error({"dummy", "--samples", "-5"}, "--samples: must be >= 1, got -5");
