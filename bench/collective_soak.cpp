@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "tinyddp/core/command_line.h"
 #include "tinyddp/comm/process_group.h"
 #include "tinyddp/comm/store/hash_store.h"
 #include "tinyddp/comm/store/rendezvous.h"
@@ -303,7 +304,7 @@ int main(int argc, char** argv) {
   app.add_option("--timeout-ms", timeout_ms, "every collective's timeout; waits give up 10 s after it");
   app.add_option("--max-in-flight", max_in_flight, "launch 1 to this many collectives before waiting for them");
   app.add_option("--report-every", report_every, "seconds between rank 0's progress lines (0: none)");
-  CLI11_PARSE(app, argc, argv);
+  if (auto code = tinyddp::command_line::parse(app, argc, argv)) return *code;
 
   try {
     const std::vector<std::string> transports = split(transports_text);

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "tinyddp/core/command_line.h"
 #include "tinyddp/core/random.h"
 #include "tinyddp/core/tensor.h"
 #include "tinyddp/kernels/cpu_gemm.h"
@@ -158,7 +159,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "threads of every library")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--rounds", rounds, "rounds; each figure is their median")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--seconds", seconds, "time per measurement")->check(CLI::PositiveNumber)->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  if (auto code = tinyddp::command_line::parse(app, argc, argv)) return *code;
 
   try {
     kernels::set_cpu_threads(threads);

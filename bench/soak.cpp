@@ -35,6 +35,7 @@
 #include <thread>
 #include <vector>
 
+#include "tinyddp/core/command_line.h"
 #include "tinyddp/core/error.h"
 #include "tinyddp/core/safetensors.h"
 #include "tinyddp/nn/train/addons/state_manager.h"
@@ -340,7 +341,7 @@ int main(int argc, char** argv) {
   app.add_option("--data", o.data, "digits: the CSV file")->capture_default_str();
   app.add_option("--work-dir", o.work_dir, "where the runs write (default: a new folder under /tmp, removed after)");
   app.add_flag("--keep", o.keep, "keep every run's folder (log.txt, ck/)");
-  CLI11_PARSE(app, argc, argv);
+  if (auto code = tinyddp::command_line::parse(app, argc, argv)) return *code;
   try {
     if (o.bin_dir.empty()) o.bin_dir = fs::read_symlink("/proc/self/exe").parent_path().string();
     std::shared_ptr<void> cleanup;

@@ -20,6 +20,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "tinyddp/core/command_line.h"
 #include "tinyddp/comm/store/store_server.h"
 #include "tinyddp/comm/store/tcp_store.h"
 #include "tinyddp/core/error.h"
@@ -65,7 +66,7 @@ int main(int argc, char** argv) {
   app.add_option("--value-bytes", value_bytes, "size of each value set")->capture_default_str();
   app.add_option("--host", host, "store address")->capture_default_str();
   app.add_option("--port", port, "store port (0: start a server in this process)")->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  if (auto code = tinyddp::command_line::parse(app, argc, argv)) return *code;
   make_room_for_descriptors(clients);
 
   try {

@@ -36,6 +36,8 @@
 #include <thread>
 #include <vector>
 
+#include "tinyddp/core/command_line.h"
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -167,7 +169,7 @@ int main(int argc, char** argv) {
   app.add_option("--chunk", o.chunk, "bytes per send()/recv() call");
   app.add_option("--buffer", o.buffer, "SO_SNDBUF/SO_RCVBUF in bytes (0: the kernel's auto-tuning)");
   app.add_option("--message", o.message, "buffer bytes of the message-sized two-stream line");
-  CLI11_PARSE(app, argc, argv);
+  if (auto code = tinyddp::command_line::parse(app, argc, argv)) return *code;
   o.bytes = size_t(gib * double(size_t(1) << 30));
   try {
     double one = one_stream(o);

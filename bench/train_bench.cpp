@@ -9,13 +9,13 @@
 // disturbs least: both sides of each pair see the same neighbours).
 //
 // With --world-size W > 1 it then trains the same model data-parallel on W CPU workers (the Trainer with
-// its MultiDevice add-on: W processes, DistributedDataParallel, batch --batch per rank), and prints the
+// its MultiDevice add-on: W processes, DistributedDataParallel, batch --batch-size per rank), and prints the
 // global samples/s and the scaling efficiency: W-rank samples/s / (W x single-process samples/s).
 // --torch-anchor runs PyTorch on the same job in the same run, in one process right after ours and
 // with DDP after our data-parallel part, and prints the ratios.
 //
 //   build/bin/train_bench                           # 784-1024-1024-10, batch 256, 16384 samples, 2 epochs
-//   build/bin/train_bench --in 10 --hidden 0 --out 2 --samples 1000 --batch 32 --epochs 10   # the seed job
+//   build/bin/train_bench --in 10 --hidden 0 --out 2 --samples 1000 --batch-size 32 --epochs 10   # the seed job
 //   build/bin/train_bench --world-size 2 --torch-anchor ../shared/anchors/torch_ddp_train.py
 //   build/bin/train_bench --cpu-gemm openblas       # the fallback library, on any CPU
 //   build/bin/tinyddp-run -n 2 build/bin/train_bench --world-size 2   # the data-parallel part, launched
@@ -31,6 +31,7 @@
 #include <string>
 
 #include "examples/dummy_dataset.h"
+#include "tinyddp/core/command_line.h"
 #include "tinyddp/kernels/cpu_gemm.h"
 #include "tinyddp/kernels/ops.h"
 #include "tinyddp/nn/activations.h"
@@ -186,26 +187,29 @@ double torch_anchor(const std::string& script, int world, int64_t in, int64_t hi
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"tinyddp train_bench: MLP training samples/s against the GEMM-only bound"};
+  CLI::App app{"tinyddp train_bench: MLP training samples/s against the GEMM-only bound", "train_bench"};
+  using command_line::at_least;
   int64_t in = 784, hidden = 1024, out = 10, samples = 16384, batch = 256, epochs = 2;
   int threads = 1, world_size = 1;
   int64_t interleaved = 64;
   std::string anchor, cpu_gemm = "auto";
-  app.add_option("--in", in)->capture_default_str();
-  app.add_option("--hidden", hidden, "0 for a single Linear(in, out)")->capture_default_str();
-  app.add_option("--out", out)->capture_default_str();
-  app.add_option("--samples", samples)->capture_default_str();
-  app.add_option("--batch", batch)->capture_default_str();
-  app.add_option("--epochs", epochs)->capture_default_str();
-  app.add_option("--threads", threads, "BLAS threads")->capture_default_str();
+  app.add_option("--in", in, "input features")->check(at_least<int64_t>(1))->capture_default_str();
+  app.add_option("--hidden", hidden, "width of both hidden layers (in-hidden-hidden-out); 0 for a single Linear(in, out)")
+      ->check(at_least<int64_t>(0))->capture_default_str();
+  app.add_option("--out", out, "classes")->check(at_least<int64_t>(2))->capture_default_str();
+  app.add_option("--samples", samples, "size of the dummy data set")->check(at_least<int64_t>(1))->capture_default_str();
+  app.add_option("--batch-size", batch, "samples per step (per rank in the data-parallel part)")
+      ->check(at_least<int64_t>(1))->capture_default_str();
+  app.add_option("--epochs", epochs, "passes over the data")->check(at_least<int64_t>(1))->capture_default_str();
+  app.add_option("--threads", threads, "BLAS threads")->check(command_line::between(1, 1024))->capture_default_str();
   app.add_option("--world-size", world_size, "also train data-parallel on this many CPU workers (batch per rank)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(command_line::between(1, 4096))->capture_default_str();
   app.add_option("--interleaved", interleaved, "then this many training steps, each beside a GEMM-only step (0: none)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(at_least<int64_t>(0))->capture_default_str();
   app.add_option("--torch-anchor", anchor, "torch_ddp_train.py: run PyTorch on the same job and compare");
   app.add_option("--cpu-gemm", cpu_gemm, "the CPU GEMM library: auto (this machine's choice), openblas or onednn")
       ->check(CLI::IsMember({"auto", "openblas", "onednn"}))->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  if (auto code = command_line::parse(app, argc, argv)) return *code;
 
   try {
     // Before anything computes, in the spawned workers too (they run with the same arguments).
@@ -257,8 +261,11 @@ int main(int argc, char** argv) {
     double gemm_s = std::accumulate(gemm_step_seconds.begin(), gemm_step_seconds.end(), 0.0);
     double train_rate = double(seen) / train_s, bound_rate = double(steps * batch) / gemm_s;
     double train_median = median(step_seconds), gemm_median = median(gemm_step_seconds);
-    std::printf("tinyddp train_bench model=%lld-%lld-%lld n=%lld batch=%lld epochs=%lld threads=%d\n", (long long)in,
-                (long long)hidden, (long long)out, (long long)samples, (long long)batch, (long long)epochs, threads);
+    const std::string layers = hidden == 0 ? std::to_string(in) + "-" + std::to_string(out)
+                                           : std::to_string(in) + "-" + std::to_string(hidden) + "-" +
+                                                 std::to_string(hidden) + "-" + std::to_string(out);
+    std::printf("tinyddp train_bench model=%s n=%lld batch=%lld epochs=%lld threads=%d\n", layers.c_str(),
+                (long long)samples, (long long)batch, (long long)epochs, threads);
     std::printf("  CPU GEMM      : %s\n", kernels::cpu_gemm_description().c_str());
     std::printf("  training      : %.3f s  %8.0f samples/s  (%lld steps, last loss %.4f)\n", train_s, train_rate,
                 (long long)steps, last_loss);
@@ -311,7 +318,7 @@ int main(int argc, char** argv) {
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());
-    return 1;
+    return command_line::kFailed;
   }
   return 0;
 }

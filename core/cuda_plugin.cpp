@@ -9,6 +9,7 @@
 #include <mutex>
 #include <vector>
 
+#include "tinyddp/core/env.h"
 #include "tinyddp/core/error.h"
 
 namespace tinyddp {
@@ -29,7 +30,7 @@ std::string folder_of_this_code() {
 
 std::vector<std::string> candidate_folders() {
   std::vector<std::string> folders;
-  if (const char* dir = std::getenv("TINYDDP_PLUGIN_DIR"); dir && *dir) folders.push_back(dir);
+  if (std::optional<std::string> dir = env::text("TINYDDP_PLUGIN_DIR")) folders.push_back(*dir);
   std::string here = folder_of_this_code();
   if (!here.empty()) {
     folders.push_back(here);

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "tinyddp/core/allocator.h"
+#include "tinyddp/core/env.h"
 #include "tinyddp/core/error.h"
 #include "tinyddp/core/log.h"
 #include "tinyddp/core/philox.h"
@@ -32,12 +33,9 @@ std::atomic<uint64_t> g_instances{0};
 std::atomic<FakeCuda*> g_installed{nullptr};
 
 FakeCuda* from_environment() {
-  const char* text = std::getenv(kEnvironment);
-  if (text == nullptr || *text == '\0') return nullptr;
-  char* end = nullptr;
-  long devices = std::strtol(text, &end, 10);
-  TINYDDP_CHECK(*end == '\0' && devices >= 1 && devices <= 64, kEnvironment, "=", text,
-                " is not a number of devices; hint: set it to a count from 1 to 64, or unset it");
+  std::optional<uint64_t> count = env::unsigned_integer(kEnvironment, 1, 64);
+  if (!count) return nullptr;
+  const long devices = long(*count);
   return new FakeCuda({.devices = int(devices)});  // never destroyed: tensors in statics may outlive main
 }
 

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "tinyddp/core/env.h"
 #include "tinyddp/core/error.h"
 
 namespace tinyddp::fault {
@@ -46,13 +47,14 @@ int64_t parse_number(std::string_view text, std::string_view what, std::string_v
 // The first of these variables that is set (0 when none is).
 int env_number_of(std::initializer_list<const char*> names) {
   for (const char* name : names)
-    if (const char* text = std::getenv(name); text && *text) return std::atoi(text);
+    if (std::optional<uint64_t> value = env::unsigned_integer(name, 0, 1 << 24)) return int(*value);
   return 0;
 }
 
 Plan* load_plan() {
-  const char* text = std::getenv(kVariable);
-  if (!text || !*text) return nullptr;
+  const std::optional<std::string> variable = env::text(kVariable);
+  if (!variable) return nullptr;
+  const char* text = variable->c_str();
   auto plan = std::make_unique<Plan>();
   // The rank and the attempt as whichever launcher started the process says them.
   plan->rank = env_number_of({"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"});

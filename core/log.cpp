@@ -24,11 +24,10 @@ const char* log_level_name(LogLevel level) {
 
 LogLevel log_threshold() {
   static const LogLevel threshold = [] {
-    const char* text = std::getenv("TINYDDP_LOG_LEVEL");
-    std::string value = text ? text : "";
-    for (LogLevel level : {LogLevel::debug, LogLevel::info, LogLevel::warn, LogLevel::error, LogLevel::off})
-      if (value == log_level_name(level)) return level;
-    return LogLevel::info;
+    return env::choice<LogLevel>("TINYDDP_LOG_LEVEL", {{"debug", LogLevel::debug}, {"info", LogLevel::info},
+                                                       {"warn", LogLevel::warn}, {"error", LogLevel::error},
+                                                       {"off", LogLevel::off}})
+        .value_or(LogLevel::info);
   }();
   return threshold;
 }

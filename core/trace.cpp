@@ -2,12 +2,15 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "tinyddp/core/env.h"
 #include "tinyddp/core/error.h"
+#include "tinyddp/core/output_path.h"
 
 namespace tinyddp::trace {
 
@@ -34,14 +37,15 @@ int64_t wall_us() {
   return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-// TINYDDP_TRACE turns tracing on at first use, with the rank from the launcher's RANK variable.
+// TINYDDP_TRACE turns tracing on at first use, with the rank from the launcher's RANK variable. A
+// path that cannot be written throws here, at the first use (the Trainer's first step, or the Trace
+// add-on's start), and again at every later use until it is fixed: never after the run.
 void start_from_environment_once() {
   static std::once_flag once;
   std::call_once(once, [] {
-    const char* path = std::getenv("TINYDDP_TRACE");
-    if (path && *path) {
-      const char* rank = std::getenv("RANK");
-      start(path, rank ? std::atoi(rank) : 0);
+    if (std::optional<std::string> path = env::text("TINYDDP_TRACE")) {
+      check_output_path("TINYDDP_TRACE", *path);
+      start(*path, int(env::unsigned_integer("RANK", 0, 1 << 24).value_or(0)));
     }
   });
 }
@@ -63,6 +67,7 @@ bool enabled() {
 }
 
 void start(const std::string& path, int rank) {
+  check_output_path("the trace file", path);
   Recorder& r = recorder();
   std::lock_guard<std::mutex> lock(r.mutex);
   r.path = path;
@@ -121,18 +126,29 @@ std::string flush() {
   return file;
 }
 
-void merge(const std::string& path, int world) {
+std::string merge(const std::string& path, int world) {
   json merged = json::array();
+  std::vector<std::string> parts;
   for (int rank = 0; rank < world; ++rank) {
-    std::ifstream in(path + ".rank" + std::to_string(rank));
+    std::string part_path = path + ".rank" + std::to_string(rank);
+    std::ifstream in(part_path);
     if (!in.good()) continue;  // a rank that died before flushing: show the others
+    parts.push_back(part_path);
     json part = json::parse(in, nullptr, false);
     if (part.is_discarded() || !part.contains("traceEvents")) continue;
     for (json& e : part["traceEvents"]) merged.push_back(std::move(e));
   }
-  std::ofstream out(path);
-  TINYDDP_CHECK(out.good(), "cannot write the trace file ", path, "; hint: check that the directory exists and is writable");
-  out << json{{"traceEvents", merged}, {"displayTimeUnit", "ms"}}.dump();
+  const std::string text = json{{"traceEvents", merged}, {"displayTimeUnit", "ms"}}.dump();
+  std::string written = write_with_fallback(path, [&](const std::string& file) {
+    std::ofstream out(file);
+    out << text;
+    out.close();
+    TINYDDP_CHECK(out.good(), "cannot write the trace file ", file, "; hint: check that the directory exists and is writable");
+  });
+  // The per-rank files were only the way there: the merged file holds every event.
+  std::error_code ignored;
+  for (const std::string& part : parts) std::filesystem::remove(part, ignored);
+  return written;
 }
 
 }  // namespace tinyddp::trace

@@ -2,8 +2,8 @@
 //
 // Set TINYDDP_TRACE=run.json (or call trace::start) and every rank records spans: forward and backward
 // per layer on the "compute" lane, each gradient bucket's all-reduce on the "comm" lane, the optimizer
-// step, and instants such as "bucket 0 ready". At exit (or trace::flush) rank r writes its events to
-// run.json.rank<r> and rank 0 merges every rank's file into run.json, one process row per rank, which
+// step, and instants such as "bucket 0 ready". At the end (trace::flush) rank r writes its events to
+// run.json.rank<r> and rank 0 merges every rank's file into run.json (and removes them), one process row per rank, which
 // opens in https://ui.perfetto.dev or chrome://tracing. That picture is how you *see* DDP overlap the
 // all-reduce of one bucket with the backward pass of the layers before it.
 //
@@ -21,13 +21,17 @@ enum class Lane : int { compute = 1, comm = 2, data = 3, host = 4 };
 
 bool enabled();
 // Starts recording into `path` for `rank` (TINYDDP_TRACE does this on first use with rank from RANK).
+// Throws when no file can be written at `path` (its directory is missing or read-only): before the
+// run, not after it.
 void start(const std::string& path, int rank);
 // Sets the rank recorded in events (call once the rank is known, e.g. after rendezvous).
 void set_rank(int rank);
 // Writes this rank's events to "<path>.rank<r>" and returns that file's name ("" when disabled).
 std::string flush();
-// Merges "<path>.rank0" ... "<path>.rank<world-1>" into "<path>" (rank 0 calls this after a barrier).
-void merge(const std::string& path, int world);
+// Merges "<path>.rank0" ... "<path>.rank<world-1>" into "<path>" and removes them (rank 0 calls this
+// after a barrier). When "<path>" cannot be written it writes output_path.h's fallback instead and says
+// so; returns the file written.
+std::string merge(const std::string& path, int world);
 // The path recording goes to ("" when disabled).
 std::string path();
 

@@ -7,12 +7,17 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <cstdlib>
+#include <cstdio>
 #include <string>
 #include <vector>
 
+#include "tinyddp/core/command_line.h"
 #include "tinyddp/core/cuda_runtime.h"
 #include "tinyddp/core/device.h"
 #include "tinyddp/core/error.h"
+#include "tinyddp/core/log.h"
+#include "tinyddp/core/output_path.h"
+#include "tinyddp/core/trace.h"
 
 namespace tinyddp::examples {
 
@@ -28,14 +33,18 @@ struct ExampleOptions {
 
 // Adds the shared options to `app`, with the values in `options` as their defaults.
 inline void add_example_options(CLI::App& app, ExampleOptions& options) {
-  app.add_option("--world-size", options.world_size, "workers: default every GPU, or 2 CPU workers without one");
+  using command_line::at_least;
+  app.add_option("--world-size", options.world_size, "workers [default: every GPU, or 2 CPU workers without one]")
+      ->check(command_line::between(1, 4096));
   app.add_option("--device", options.device_kind, "auto (GPUs when there are any), cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
-  app.add_option("--epochs", options.epochs, "passes over the training data")->capture_default_str();
-  app.add_option("--batch-size", options.batch_size, "samples per step on each worker")->capture_default_str();
-  app.add_option("--lr", options.lr, "Adam learning rate")->capture_default_str();
+  app.add_option("--epochs", options.epochs, "passes over the training data (0: none, e.g. to evaluate a --load'ed model)")
+      ->check(at_least(0))->capture_default_str();
+  app.add_option("--batch-size", options.batch_size, "samples per step on each worker")
+      ->check(at_least(1))->capture_default_str();
+  app.add_option("--lr", options.lr, "Adam learning rate")->check(command_line::positive<double>())->capture_default_str();
   app.add_option("--seed", options.seed, "seed of the initial weights and the shuffle")->capture_default_str();
-  app.add_option("--load", options.load_path, "start from the weights in this safetensors file");
+  app.add_option("--load", options.load_path, "start from the weights in this safetensors file")->check(CLI::ExistingFile);
   app.add_option("--save", options.save_path, "write the final weights here (empty: do not save)")->capture_default_str();
   app.add_option("--shuffle", options.shuffle, "shuffle the samples every epoch")
       ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
@@ -52,14 +61,38 @@ inline void add_example_options(CLI::App& app, ExampleOptions& options) {
       ->check(CLI::PositiveNumber);
 }
 
+// Before any work (and before any worker is spawned): --save names a file that can be written, and
+// so does TINYDDP_TRACE; TINYDDP_LOG_LEVEL and TINYDDP_DEBUG hold values they allow. Throws an Error
+// naming the flag or variable. (The transports' variables are read when the workers meet, still
+// before the first step.)
+inline void check_inputs(const ExampleOptions& options) {
+  if (!options.save_path.empty()) check_output_path("--save", options.save_path);
+  (void)trace::enabled();  // reads TINYDDP_TRACE, and refuses a path that cannot be written
+  (void)log_threshold();
+  (void)debug_level();
+}
+
+// Writes the final weights to --save, or to a fallback path when that fails after all (the disk
+// filled up during training); says where they went. Returns the exit code: 0, or 1 when only the
+// fallback could be written.
+template <class WriteModel>
+int save_final_weights(const std::string& path, WriteModel write_model) {
+  std::string written = write_with_fallback(path, write_model);
+  std::printf("saved %s\n", written.c_str());
+  return written == path ? 0 : command_line::kFailed;
+}
+
 // Where the workers meet. Spawning, the store listens on --init-method (the seed's
-// tcp://localhost:12355 by default). Under a launcher (tinyddp-run, torchrun, srun, mpirun) they join
+// tcp://localhost:12355 by default; only the default moves to a free port when it is taken). Under a launcher (tinyddp-run, torchrun, srun, mpirun) they join
 // by env://, unless --init-method was given: then rank 0 hosts the store there, as allreduce_perf
 // does with its --init-method.
 template <class MultiDeviceTrainer>
 void use_init_method(const CLI::App& app, const ExampleOptions& options, MultiDeviceTrainer& trainer) {
   trainer.set_init_method(options.init_method);
-  if (app.count("--init-method") > 0) trainer.multi_device_options().launched_init_method = options.init_method;
+  if (app.count("--init-method") == 0) return;
+  // Asked for by name: it is an error when the port is taken, and the launched workers meet there too.
+  trainer.multi_device_options().port_may_move = false;
+  trainer.multi_device_options().launched_init_method = options.init_method;
 }
 
 // Every GPU (or the first `world_size` of them); without GPUs, or with --device cpu, `world_size` CPU

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "tinyddp/core/env.h"
 #include "tinyddp/core/error.h"
 #include "tinyddp/core/log.h"
 #include "tinyddp/kernels/cpu_gemm_libraries.h"
@@ -58,13 +59,10 @@ void check_available(CpuGemm gemm, const std::string& asked_by) {
 }
 
 Choice choose_for_this_machine() {
-  if (const char* value = std::getenv(kChoiceVariable); value && *value) {
-    std::string name = value;
-    for (char& ch : name) ch = char(std::tolower(static_cast<unsigned char>(ch)));
-    const std::string asked_by = std::string(kChoiceVariable) + "=" + value;
-    TINYDDP_CHECK(name == "openblas" || name == "onednn", asked_by, " names no CPU GEMM",
-                  "; hint: set it to openblas or onednn, or unset it to let tinyddp choose");
-    const CpuGemm gemm = name == "onednn" ? CpuGemm::onednn : CpuGemm::openblas;
+  if (std::optional<CpuGemm> asked = env::choice<CpuGemm>(kChoiceVariable, {{"openblas", CpuGemm::openblas},
+                                                                            {"onednn", CpuGemm::onednn}})) {
+    const CpuGemm gemm = *asked;
+    const std::string asked_by = std::string(kChoiceVariable) + "=" + *env::text(kChoiceVariable);
     check_available(gemm, asked_by);
     return {gemm, asked_by};
   }

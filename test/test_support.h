@@ -16,6 +16,13 @@ namespace tinyddp::testing {
 
 inline std::string fixture(const std::string& name) { return std::string(TINYDDP_TEST_FIXTURES) + "/" + name; }
 
+// The UCI digits: ../shared/data beside the checkout, or data/ inside it (make data); "" when neither.
+inline std::string digits_data() {
+  for (std::string path : {std::string(TINYDDP_SHARED_DATA) + "/digits.csv.gz", std::string(TINYDDP_SOURCE_DIR) + "/data/digits.csv.gz"})
+    if (std::filesystem::exists(path)) return path;
+  return "";
+}
+
 // Checks |got - ref| <= atol + rtol*|ref| element by element, reporting the first offender by index.
 inline void check_close(const std::vector<float>& got, const std::vector<float>& ref, double atol, double rtol,
                         const std::string& what) {

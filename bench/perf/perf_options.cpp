@@ -11,6 +11,7 @@
 #include "bench/perf/algorithm_choice.h"
 #include "bench/perf/perf_collective.h"
 #include "tinyddp/comm/process_group.h"
+#include "tinyddp/core/command_line.h"
 
 namespace tinyddp::bench {
 namespace {
@@ -287,10 +288,14 @@ std::optional<PerfOptions> parse_perf_options(int argc, char** argv, const PerfC
   app.footer(help_footer(collective));
   FlagTexts x;
   add_flags(app, x, collective);
+  command_line::add_version(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
     std::cout << app.help();
+    return std::nullopt;
+  } catch (const CLI::CallForVersion& version) {
+    std::cout << version.what() << "\n";
     return std::nullopt;
   } catch (const CLI::ParseError& e) {
     throw UsageError(std::string(e.what()) + "; run with --help for the flags");

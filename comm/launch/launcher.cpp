@@ -249,9 +249,8 @@ struct Launcher::Job {
 
   // Node 0 hosts the store; every node's launcher (node 0's too) is a client of it.
   void start_store() {
-    const char* env_token = std::getenv("TINYDDP_TOKEN");
-    if (env_token && *env_token) {
-      token = env_token;
+    if (std::optional<std::string> env_token = env::text("TINYDDP_TOKEN")) {
+      token = *env_token;
     } else if (o.nnodes == 1) {
       token = random_hex(16);
     } else {
@@ -666,8 +665,7 @@ Launcher::Launcher(LauncherOptions options) : options_(std::move(options)) {
   auto& o = options_;
   if (!o.log) o.log = stderr_log_sink("tinyddp-run");
   if (o.run_id.empty()) {
-    const char* id = std::getenv("TINYDDP_RUN_ID");
-    o.run_id = id && *id ? id : "default";
+    o.run_id = env::text("TINYDDP_RUN_ID").value_or("default");
   }
   TINYDDP_CHECK(!o.program.empty(), "tinyddp-run: no program to run; hint: tinyddp-run -n 2 -- ./my_program args...");
   TINYDDP_CHECK(o.nproc_per_node >= 1, "tinyddp-run: --nproc-per-node ", o.nproc_per_node,

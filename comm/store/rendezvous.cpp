@@ -16,6 +16,7 @@
 #include "tinyddp/comm/store/prefix_store.h"
 #include "tinyddp/comm/store/tcp_store.h"
 #include "tinyddp/comm/store/torch_tcp_store.h"
+#include "tinyddp/core/env.h"
 #include "tinyddp/core/error.h"
 #include "tinyddp/core/log.h"
 
@@ -96,11 +97,7 @@ InitMethod InitMethod::parse(const std::string& text) {
 }
 
 EnvironmentLookup process_environment() {
-  return [](const std::string& name) -> std::optional<std::string> {
-    const char* value = std::getenv(name.c_str());
-    if (!value) return std::nullopt;
-    return std::string(value);
-  };
+  return [](const std::string& name) -> std::optional<std::string> { return env::text(name); };
 }
 
 namespace {
@@ -266,8 +263,10 @@ LaunchEnvironment read_launch_environment(const EnvironmentLookup& environment) 
   } else if (auto torch_run_id = lookup("TORCHELASTIC_RUN_ID"); torch_run_id && !torch_run_id->empty()) {
     env.run_id = *torch_run_id;
   }
-  if (auto launcher = lookup("TINYDDP_LAUNCHER_STORE")) env.launcher_store = *launcher == "1";
-  if (auto agent = lookup("TORCHELASTIC_USE_AGENT_STORE")) env.torch_agent_store = *agent == "True" || *agent == "1";
+  if (auto launcher = lookup("TINYDDP_LAUNCHER_STORE"); launcher && !launcher->empty())
+    env.launcher_store = env::parse_flag("TINYDDP_LAUNCHER_STORE", *launcher);
+  if (auto agent = lookup("TORCHELASTIC_USE_AGENT_STORE"); agent && !agent->empty())
+    env.torch_agent_store = env::parse_flag("TORCHELASTIC_USE_AGENT_STORE", *agent);
   if (auto file = lookup("TORCHELASTIC_ERROR_FILE")) env.torch_error_file = *file;
   return env;
 }

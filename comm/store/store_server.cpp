@@ -14,6 +14,7 @@
 
 #include <asio.hpp>
 
+#include "tinyddp/comm/transport/port_owner.h"
 #include "tinyddp/core/error.h"
 
 namespace tinyddp::comm {
@@ -582,11 +583,11 @@ StoreServer::StoreServer(StoreServerOptions options) : state_(std::make_unique<d
   s.acceptor.set_option(tcp::acceptor::reuse_address(true));
   s.acceptor.bind(endpoint, ec);
   if (ec == asio::error::address_in_use) {
-    TINYDDP_FAIL("store server: port ", s.options.port, " on ", host,
-                 " is already in use (another job, or an earlier run that is still exiting, holds it); hint: pick "
-                 "another port (MASTER_PORT, --master-port, or tcp://host:PORT), or 0 to let the system choose; "
-                 "`ss -ltnp 'sport = :",
-                 s.options.port, "'` shows who holds it");
+    const std::string owner = port_owner(s.options.port);
+    TINYDDP_FAIL("store server: port ", s.options.port, " on ", host, " is already in use",
+                 owner.empty() ? " (another job, or an earlier run that is still exiting, holds it)" : " by " + owner,
+                 "; hint: pick another port (MASTER_PORT, --master-port, or tcp://host:PORT), or 0 to let the system "
+                 "choose; `ss -ltnp 'sport = :", s.options.port, "'` shows who holds it");
   }
   TINYDDP_CHECK(!ec, "store server: cannot listen on ", host, ":", s.options.port, ": ", ec.message(),
                 "; hint: the address must belong to this host (or use 0.0.0.0)");

@@ -10,6 +10,7 @@
 
 #include "tinyddp/comm/store/store_server.h"
 #include "tinyddp/comm/timeout.h"
+#include "tinyddp/core/env.h"
 #include "tinyddp/core/error.h"
 
 namespace tinyddp::comm {
@@ -241,8 +242,7 @@ class TcpStore::Connection {
 };
 
 std::string TcpStore::token_from_environment() {
-  const char* token = std::getenv("TINYDDP_TOKEN");
-  return token ? token : "";
+  return env::text("TINYDDP_TOKEN").value_or("");
 }
 
 TcpStore::TcpStore(std::string host, int port, bool is_master, TcpStoreOptions options)

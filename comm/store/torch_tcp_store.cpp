@@ -14,6 +14,7 @@
 #include <cstring>
 #include <thread>
 
+#include "tinyddp/core/env.h"
 #include "tinyddp/core/error.h"
 
 namespace tinyddp::comm {
@@ -104,13 +105,10 @@ std::string describe(Io io) {
 }
 
 TorchStoreDialect dialect_from_environment() {
-  const char* text = std::getenv("TINYDDP_TORCH_STORE_PROTOCOL");
-  std::string value = text ? text : "";
-  if (value.empty()) return TorchStoreDialect::unknown;
-  if (value == "legacy") return TorchStoreDialect::legacy;
-  if (value == "current") return TorchStoreDialect::current;
-  TINYDDP_FAIL("TINYDDP_TORCH_STORE_PROTOCOL='", value,
-               "' is not understood; hint: legacy (PyTorch 1.x, 2.0), current (later 2.x), or unset it to ask the server");
+  // legacy: PyTorch 1.x and 2.0; current: later 2.x; unset: ask the server.
+  return env::choice<TorchStoreDialect>("TINYDDP_TORCH_STORE_PROTOCOL", {{"legacy", TorchStoreDialect::legacy},
+                                                                          {"current", TorchStoreDialect::current}})
+      .value_or(TorchStoreDialect::unknown);
 }
 
 std::string quoted(const std::vector<std::string>& keys) {

@@ -13,8 +13,10 @@
 // nn.Sequential of the same layers has the same parameter names (0.weight, 0.bias, 2.weight, ...), so
 // `model.load_state_dict(safetensors.torch.load_file(...))` reads what --save wrote.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <optional>
 #include <sstream>
 
@@ -132,14 +134,14 @@ std::shared_ptr<nn::TensorDataset> with_shifted_copies(const nn::TensorDataset& 
 }
 
 int main(int argc, char** argv) {
-  CLI::App app{"tinyddp digits: an MLP on the UCI handwritten digits, data-parallel"};
+  CLI::App app{"tinyddp digits: an MLP on the UCI handwritten digits, data-parallel", "digits"};
   examples::ExampleOptions options;
   options.epochs = 50;
   options.lr = 1e-2;  // cosine-annealed to 0 over the epochs
   double test_fraction = 0.2, noise = 0.2;
   std::string data_path = "data/digits.csv.gz", hidden = "128", augment = "on";
   examples::add_example_options(app, options);
-  app.add_option("--data", data_path, "the digits CSV (64 pixel counts, then the label; .gz or plain)")
+  app.add_option("--data", data_path, "the digits CSV (64 pixel counts, then the label; .gz or plain; `make data` writes it)")
       ->capture_default_str();
   app.add_option("--test-fraction", test_fraction, "the last fraction of the rows, held out for testing")
       ->check(CLI::Range(0.0, 0.9))->capture_default_str();
@@ -148,11 +150,20 @@ int main(int argc, char** argv) {
   app.add_option("--noise", noise, "standard deviation of the noise added to training inputs (0: none)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--hidden", hidden, "hidden layer widths, comma-separated (ReLU between layers)")->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  if (auto code = command_line::parse(app, argc, argv)) return *code;
 
+  std::vector<int64_t> widths;
   try {
-    std::vector<int64_t> widths = parse_widths(hidden);  // before the data: a typo should not wait for the file
-    nn::TensorDataset all = nn::read_csv(data_path, {.feature_scale = 1.f / 16});
+    widths = parse_widths(hidden);
+  } catch (const Error& e) {
+    return command_line::usage_error(app, e.message());
+  }
+  try {
+    examples::check_inputs(options);  // before the data and the training: a typo should not wait for them
+    TINYDDP_CHECK(std::filesystem::exists(data_path), "--data ", data_path, " does not exist; hint: ",
+                  data_path == "data/digits.csv.gz" ? "run `make data` in the source tree (it writes data/digits.csv.gz)"
+                                                    : "check the path, or run `make data` for data/digits.csv.gz");
+    nn::TensorDataset all = nn::read_csv(data_path, {.feature_scale = 1.f / 16, .num_classes = 10});
     const int64_t n = all.size(), n_test = int64_t(double(n) * test_fraction), n_train = n - n_test;
     TINYDDP_CHECK(n_train > 0 && all.features().size(1) == 64, data_path, ": ", n, " rows of ", all.features().size(1),
                   " features leave ", n_train, " for training; hint: the file should hold the 8x8 digits (64 features)");
@@ -164,7 +175,8 @@ int main(int argc, char** argv) {
     auto model = make_mlp(64, widths, 10, init);
     if (!options.load_path.empty()) nn::load_model(options.load_path, *model);
     nn::Adam optimizer(model->named_parameters(), options.lr);
-    nn::CosineAnnealing scheduler(optimizer, options.epochs);  // stepped per epoch: from lr down to 0 at the end
+    // Stepped per epoch: from lr down to 0 at the end (with --epochs 0 it never steps).
+    nn::CosineAnnealing scheduler(optimizer, std::max(1, options.epochs));
 
     std::vector<Device> devices = examples::choose_devices(options.device_kind, options.world_size);
     DigitsJob trainer(*model, devices, optimizer, &scheduler);
@@ -177,21 +189,21 @@ int main(int argc, char** argv) {
     if (!trainer.is_main_process()) return 0;  // the workers are done; the spawner reports
     // Under a launcher the job has as many workers as it started, whatever this host's devices.
     const int workers = trainer.world_size() > 1 ? trainer.world_size() : int(devices.size());
-    std::printf("digits: %lld training rows (%lld with the shifted copies), %lld test rows, MLP 64-%s-10, %d %s worker%s, %d epochs\n",
-                (long long)n_train, (long long)train_set->size(), (long long)n_test, hidden.c_str(), workers,
-                devices[0].is_cpu() ? "CPU" : "GPU", workers == 1 ? "" : "s", options.epochs);
+    std::string layers = "64";
+    for (int64_t width : widths) layers += "-" + std::to_string(width);
+    std::printf("digits: %lld training rows (%lld with the shifted copies), %lld test rows, MLP %s-10, %d %s worker%s, %d epoch%s\n",
+                (long long)n_train, (long long)train_set->size(), (long long)n_test, layers.c_str(), workers,
+                devices[0].is_cpu() ? "CPU" : "GPU", workers == 1 ? "" : "s", options.epochs, options.epochs == 1 ? "" : "s");
     if (n_test > 0) {
       nn::DataLoader test_loader(test_set, {.batch_size = 256});
       nn::InferenceResult test = trainer.inference(test_loader);
       std::printf("test loss %.4f  test accuracy %.4f\n", test.metrics.at("loss"), test.metrics.at("accuracy"));
     }
-    if (!options.save_path.empty()) {
-      nn::save_model(options.save_path, trainer.model());
-      std::printf("saved %s\n", options.save_path.c_str());
-    }
+    if (!options.save_path.empty())
+      return examples::save_final_weights(options.save_path, [&](const std::string& path) { nn::save_model(path, trainer.model()); });
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());
-    return 1;
+    return command_line::kFailed;
   }
   return 0;
 }

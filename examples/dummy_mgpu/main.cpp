@@ -69,17 +69,18 @@ class DummyTrainer : public nn::Trainer {
 using MultiDeviceTrainer = nn::WithAddOns<DummyTrainer, nn::MultiDevice, nn::StateManager, nn::Trace>;
 
 int main(int argc, char** argv) {
-  CLI::App app{"tinyddp dummy_mgpu: the seed's multi-device job (Linear(10, 2) on the dummy data set)"};
+  CLI::App app{"tinyddp dummy_mgpu: the seed's multi-device job (Linear(10, 2) on the dummy data set)", "dummy_mgpu"};
   examples::ExampleOptions options;  // the seed's: 10 epochs, batch 32, Adam 1e-3, all devices
   options.save_path = "dummy_model.safetensors";
   int samples = 1000, total_iters = 100;
   examples::add_example_options(app, options);
-  app.add_option("--samples", samples, "size of the dummy data set")->capture_default_str();
+  app.add_option("--samples", samples, "size of the dummy data set")->check(command_line::at_least(1))->capture_default_str();
   app.add_option("--total-iters", total_iters, "cosine schedule length T (in epochs: it steps per epoch, as in the seed)")
-      ->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+      ->check(command_line::at_least(1))->capture_default_str();
+  if (auto code = command_line::parse(app, argc, argv)) return *code;
 
   try {
+    examples::check_inputs(options);
     // DummyDataset(1000) and DataLoader(dataset, batch_size=32). Every worker builds the same data from
     // the seed; MultiDevice gives each its own share of it.
     auto dataset = examples::make_dummy_dataset(samples, 10, options.seed);
@@ -106,16 +107,14 @@ int main(int argc, char** argv) {
     nn::InferenceResult result = trainer.inference(everything);
     const double accuracy = double(kernels::count_correct(result.outputs, dataset->targets())) / double(samples);
     const int workers = trainer.world_size() > 1 ? trainer.world_size() : int(devices.size());
-    std::printf("%d %s worker%s, %d epochs: final loss %.4f  accuracy %.4f  (%d samples)\n", workers,
-                devices[0].is_cpu() ? "CPU" : "GPU", workers == 1 ? "" : "s", options.epochs,
+    std::printf("%d %s worker%s, %d epoch%s: final loss %.4f  accuracy %.4f  (%d samples)\n", workers,
+                devices[0].is_cpu() ? "CPU" : "GPU", workers == 1 ? "" : "s", options.epochs, options.epochs == 1 ? "" : "s",
                 result.metrics.at("loss"), accuracy, samples);
-    if (!options.save_path.empty()) {
-      nn::save_model(options.save_path, trainer.model());  // torch.save(trainer.model.state_dict(), ...)
-      std::printf("saved %s\n", options.save_path.c_str());
-    }
+    if (!options.save_path.empty())  // torch.save(trainer.model.state_dict(), ...)
+      return examples::save_final_weights(options.save_path, [&](const std::string& path) { nn::save_model(path, trainer.model()); });
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());
-    return 1;
+    return command_line::kFailed;
   }
   return 0;
 }

@@ -25,6 +25,7 @@
 #include "tinyddp/comm/process_group.h"
 #include "tinyddp/comm/store/hash_store.h"
 #include "tinyddp/comm/work.h"
+#include "tinyddp/core/command_line.h"
 #include "tinyddp/core/error.h"
 #include "tinyddp/core/tensor.h"
 #include "lockstep_transport.h"
@@ -78,19 +79,17 @@ float initial_value(int rank, size_t i) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"ring_explain: the library's ring all-reduce, step by step, on CPU threads"};
+  CLI::App app{"ring_explain: the library's ring all-reduce, step by step, on CPU threads", "ring_explain"};
   int ranks = 4;
   size_t count = 9;
-  app.add_option("--ranks", ranks, "ranks in the ring (threads)")->check(CLI::Range(2, 6))->capture_default_str();
+  app.add_option("--ranks", ranks, "ranks in the ring (threads)")->check(command_line::between(2, 6))->capture_default_str();
   app.add_option("--count", count, "floats per rank (at least --ranks, at most 9 so every digit stays a digit)")
-      ->check(CLI::Range(2, 9))
+      ->check(command_line::between<size_t>(2, 9))
       ->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
-  if (count < size_t(ranks)) {
-    std::fprintf(stderr, "ring_explain: --count %zu is smaller than --ranks %d; hint: give every chunk an element\n",
-                 count, ranks);
-    return 2;
-  }
+  if (auto code = command_line::parse(app, argc, argv)) return *code;
+  if (count < size_t(ranks))
+    return command_line::usage_error(app, "--count " + std::to_string(count) + " is smaller than --ranks " +
+                                              std::to_string(ranks) + " (every chunk needs an element)");
   const int n = ranks;
   const int steps = 2 * (n - 1);
 

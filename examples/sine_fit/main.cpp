@@ -1,4 +1,5 @@
 // Fit y = sin(x) with a small MLP on 2 CPU workers (or every GPU), as a program outside tinyddp's tree.
+#include <tinyddp/core/version.h>
 #include <tinyddp/nn/activations.h>
 #include <tinyddp/nn/data/data_loader.h>
 #include <tinyddp/nn/linear.h>
@@ -29,7 +30,8 @@ class SineTrainer : public nn::Trainer {
   nn::MSELoss loss_fn_;
 };
 
-int main() {
+int main(int argc, char** argv) {
+  if (auto code = answer_without_flags(argc, argv, "sine_fit: y = sin(x) by an MLP on 2 CPU workers")) return *code;
   Tensor x = Tensor::empty({1024, 1}), y = Tensor::empty({1024, 1});  // 1024 points on [-3, 3]
   for (int64_t i = 0; i < 1024; ++i) {
     x.data<float>()[i] = -3.f + 6.f * float(i) / 1023.f;

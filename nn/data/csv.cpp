@@ -101,7 +101,7 @@ float scaled(float value, const Where& at, const CsvOptions& options) {
   return result;
 }
 
-int64_t parse_class_label(std::string_view field, const Where& at, bool first_row_without_header) {
+int64_t parse_class_label(std::string_view field, const Where& at, bool first_row_without_header, int64_t num_classes) {
   int64_t label = 0;
   if (parse_number(field, label) != std::errc()) {
     // Not written as an integer: accept a whole number written as a float ("3.0"), refuse the rest.
@@ -115,6 +115,9 @@ int64_t parse_class_label(std::string_view field, const Where& at, bool first_ro
     label = int64_t(value);
   }
   TINYDDP_CHECK(label >= 0, at, ": the label ", label, " is negative; hint: class labels count from 0");
+  TINYDDP_CHECK(num_classes == 0 || label < num_classes, at, ": the label ", label, " is not a class of this model (",
+                num_classes, " classes: 0 to ", num_classes - 1, "); hint: fix the line, or check that the label is",
+                " the column CsvOptions::label_column names");
   return label;
 }
 
@@ -125,6 +128,8 @@ void check_options(const CsvOptions& options) {
                 "; hint: use ',', ';', '\\t' or ' '");
   TINYDDP_CHECK(std::isfinite(options.feature_scale), "read_csv: feature_scale ", options.feature_scale,
                 " is not finite; hint: pass for example 1.f / 16");
+  TINYDDP_CHECK(options.num_classes >= 0, "read_csv: num_classes is ", options.num_classes,
+                "; hint: pass the model's number of classes, or 0 for no upper bound");
   TINYDDP_CHECK(options.max_columns >= 2 && options.max_line_bytes > 0 && options.max_bytes > 0 && options.max_rows > 0,
                 "read_csv: the size limits must be positive (max_columns at least 2)",
                 "; hint: leave CsvOptions' limits at their defaults or raise them");
@@ -190,7 +195,7 @@ TensorDataset parse_csv(const std::string& text, const std::string& source, cons
       const std::string_view field = fields[size_t(column)];
       const Where at{source, line_number, column + 1};
       if (column != label_column) features.push_back(scaled(parse_value(field, at, first_row_without_header), at, options));
-      else if (options.class_labels) class_labels.push_back(parse_class_label(field, at, first_row_without_header));
+      else if (options.class_labels) class_labels.push_back(parse_class_label(field, at, first_row_without_header, options.num_classes));
       else value_labels.push_back(parse_value(field, at, first_row_without_header));
     }
     ++rows;

@@ -29,6 +29,9 @@ struct CsvOptions {
   // true: labels are class indices, whole numbers >= 0 ("3" or "3.0"), stored as i64 [N].
   // false: labels are real values (regression targets), stored as f32 [N].
   bool class_labels = true;
+  // With class labels: how many classes the model has (digits: 10), or 0 for no upper bound. A label
+  // of num_classes or more is refused at its line, instead of failing later inside the loss.
+  int64_t num_classes = 0;
   // Refuse inputs beyond these sizes instead of exhausting memory on a wrong or hostile file.
   uint64_t max_bytes = uint64_t(1) << 30;  // of text, after decompression
   uint64_t max_line_bytes = uint64_t(1) << 20;

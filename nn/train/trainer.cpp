@@ -229,7 +229,7 @@ Trainer::Totals Trainer::run_pass(DataLoader& loader, bool training, bool keep_o
     Batch batch = to_device(*it, device_);
     int64_t samples = batch.inputs.size(0);
     if (training) {
-      train_batch(batch, totals);
+      train_batch(batch, epoch, done, totals);
     } else {
       trace::Span span("test_step", "compute");
       StepOutput step = test_step(batch);
@@ -245,7 +245,7 @@ Trainer::Totals Trainer::run_pass(DataLoader& loader, bool training, bool keep_o
   return totals;
 }
 
-void Trainer::train_batch(const Batch& batch, Totals& totals) {
+void Trainer::train_batch(const Batch& batch, int64_t epoch, int64_t batch_index, Totals& totals) {
   optimizer_.zero_grad();
   StepOutput step;
   {
@@ -261,8 +261,14 @@ void Trainer::train_batch(const Batch& batch, Totals& totals) {
     }
     TINYDDP_CHECK(step.output_grad.defined(), "Trainer: train_step returned no output_grad",
                   "; hint: return {.loss = loss, .output_grad = loss_fn.backward()} so the backward pass can run");
+    check_loss(step.loss, epoch, batch_index, step);
     trace::Span span("backward pass", "compute");
     backward(step.output_grad);
+  }
+  if (options_.non_finite_loss == NonFiniteLoss::skip_step && !gradients_finite()) {
+    ++skipped_steps_;
+    optimizer_.zero_grad();
+    return;  // no step, and the batch stays out of the epoch's means
   }
   // Under DDP the gradients are already averaged over the ranks here, so every rank computes the
   // same norm and clips by the same factor: the replicas stay identical.
@@ -280,6 +286,27 @@ void Trainer::train_batch(const Batch& batch, Totals& totals) {
   if (scheduler_ && options_.scheduler_step_on_batch) scheduler_->step();
   ++global_step_;
   totals.add(step, batch.inputs.size(0));
+}
+
+// A NaN or infinite loss: stop before its gradient reaches the weights, or (skip_step) make the
+// gradient NaN so that, under DDP, the average tells every rank to skip this step together.
+void Trainer::check_loss(float loss, int64_t epoch, int64_t batch_index, StepOutput& step) {
+  if (std::isfinite(loss)) return;
+  if (options_.non_finite_loss == NonFiniteLoss::skip_step) {
+    kernels::fill(step.output_grad, std::numeric_limits<float>::quiet_NaN());
+    return;
+  }
+  TINYDDP_FAIL("Trainer: the loss is ", loss, " at epoch ", epoch + 1, ", batch ", batch_index + 1, " (step ",
+               global_step_ + 1, ", rank ", rank_, "); stopped before the optimizer step wrote it into the weights",
+               "; hint: look for NaN or huge values in the inputs and in --load'ed weights, lower the learning rate,",
+               " or set TrainerOptions::non_finite_loss = NonFiniteLoss::skip_step to skip such steps");
+}
+
+bool Trainer::gradients_finite() {
+  double sum = 0;
+  for (Parameter* p : model_.parameters())
+    if (p->has_grad) sum += kernels::sum_of_squares(p->grad);
+  return std::isfinite(sum);
 }
 
 std::map<std::string, double> Trainer::reduce_means(Totals& totals) {

@@ -77,6 +77,20 @@ struct StepOutput {
   std::map<std::string, double> metrics{};
 };
 
+// What a training step whose loss is not finite (NaN or infinite) does.
+enum class NonFiniteLoss {
+  // Stop the run with an error that names the epoch, the batch, the step and the rank, before the
+  // optimizer step spreads the NaN into the weights (the default: such a loss is almost always a bug,
+  // a bad input or too high a learning rate, and training on would only write NaN weights).
+  stop,
+  // Skip the step: no optimizer step, the batch left out of the epoch's means, a count kept in
+  // skipped_steps(). What PyTorch's AMP GradScaler does with a step whose gradients overflowed. Under
+  // DDP every rank skips together: the decision is made on the gradients after they are averaged
+  // (the same on every rank), and a rank whose own loss is not finite makes its gradient NaN first,
+  // so the average carries it to all.
+  skip_step,
+};
+
 struct TrainerOptions {
   // Show progress: a live bar on a terminal, one line per epoch otherwise (on stderr, rank 0 only).
   bool log_bar = true;
@@ -84,6 +98,8 @@ struct TrainerOptions {
   bool scheduler_step_on_batch = false;
   // Clip the global gradient norm to this before each optimizer step; 0: no clipping.
   double gradient_clip = 0;
+  // A NaN or infinite loss stops the run (the default), or its step is skipped.
+  NonFiniteLoss non_finite_loss = NonFiniteLoss::stop;
 };
 
 // One epoch of history. Means are over samples (each batch weighted by its size), over every rank.
@@ -152,6 +168,8 @@ class Trainer {
   const std::vector<EpochRecord>& history() const { return history_; }
   int64_t epochs_done() const { return epochs_done_; }
   int64_t global_step() const { return global_step_; }
+  // Training steps skipped for a non-finite loss or gradient (NonFiniteLoss::skip_step), in all.
+  int64_t skipped_steps() const { return skipped_steps_; }
 
   // The lowest epoch loss so far, the epoch it came from, and a copy of the weights then (CPU).
   std::optional<int64_t> best_epoch() const { return best_epoch_; }
@@ -208,7 +226,9 @@ class Trainer {
  private:
   struct Totals;  // sums of one pass over a loader
   Totals run_pass(DataLoader& loader, bool training, bool keep_outputs, int64_t epoch, int64_t n_epoch, ProgressBar* bar);
-  void train_batch(const Batch& batch, Totals& totals);
+  void train_batch(const Batch& batch, int64_t epoch, int64_t batch_index, Totals& totals);
+  void check_loss(float loss, int64_t epoch, int64_t batch_index, StepOutput& step);
+  bool gradients_finite();
   std::map<std::string, double> reduce_means(Totals& totals);
   void keep_if_best(const EpochRecord& record);
 
@@ -226,6 +246,7 @@ class Trainer {
   std::vector<EpochRecord> history_;
   int64_t epochs_done_ = 0;
   int64_t global_step_ = 0;
+  int64_t skipped_steps_ = 0;
   std::optional<int64_t> best_epoch_;
   double best_loss_ = 0;
   NamedTensors best_weights_;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "test/comm/helpers/child_process.h"
+#include "test/test_support.h"
 
 namespace tinyddp::testing {
 
@@ -33,13 +34,6 @@ inline bool programs_built(std::initializer_list<const char*> names) {
       return false;
     }
   return true;
-}
-
-// The UCI digits: ../shared/data beside the checkout, or data/ inside it (make data); "" when neither.
-inline std::string digits_data() {
-  for (std::string path : {std::string(TINYDDP_SHARED_DATA) + "/digits.csv.gz", source_file("data/digits.csv.gz")})
-    if (std::filesystem::exists(path)) return path;
-  return "";
 }
 
 inline std::string slurp(const std::string& path) {

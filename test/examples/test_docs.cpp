@@ -25,6 +25,8 @@
 #include <string>
 #include <vector>
 
+#include "test/test_support.h"
+
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
@@ -170,9 +172,9 @@ TEST_CASE("docs/how-ddp-works.md: every marked command runs and prints what the 
   fs::create_directory_symlink(TINYDDP_BIN_DIR, dir.path / "build/bin");
   fs::create_directory_symlink(root / "scripts", dir.path / "scripts");
   fs::create_directories(dir.path / "docs/images");  // trace_to_svg writes here, not into the repository
-  const fs::path data = fs::path(TINYDDP_SHARED_DATA);
-  const bool have_data = fs::exists(data / "digits.csv.gz");
-  if (have_data) fs::create_directory_symlink(data, dir.path / "data");
+  const std::string digits = tinyddp::testing::digits_data();  // ../shared/data, or data/ (make data)
+  const bool have_data = !digits.empty();
+  if (have_data) fs::create_directory_symlink(fs::path(digits).parent_path(), dir.path / "data");
   const bool have_python = python3_available();
 
   static const std::regex program(R"re(build/bin/([A-Za-z0-9_.-]+))re");
@@ -187,7 +189,7 @@ TEST_CASE("docs/how-ddp-works.md: every marked command runs and prints what the 
       continue;
     }
     if (command.script.find("data/") != std::string::npos && !have_data) {
-      MESSAGE("skipped the block after line ", command.line, ": ", (data / "digits.csv.gz").string(), " is absent");
+      MESSAGE("skipped the block after line ", command.line, ": digits.csv.gz is absent (make data extracts it)");
       continue;
     }
     if (command.script.find("python3 ") != std::string::npos && !have_python) {

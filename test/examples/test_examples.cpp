@@ -21,6 +21,7 @@
 #include "tinyddp/nn/loss.h"
 #include "tinyddp/nn/train/checkpoint.h"
 #include "test/comm/helpers/child_process.h"
+#include "test/examples/example_programs.h"
 #include "test/test_support.h"
 
 using namespace tinyddp;
@@ -29,33 +30,10 @@ using namespace std::chrono_literals;
 namespace {
 
 using tinyddp::testing::TempDir;
-
-std::string program(const std::string& name) { return std::string(TINYDDP_BIN_DIR) + "/" + name; }
-
-bool have_programs(std::initializer_list<const char*> names) {
-  for (const char* name : names)
-    if (!std::filesystem::exists(program(name))) {
-      MESSAGE("skipped: ", program(name), " is not built (configure with -DTINYDDP_EXAMPLES=ON and build it)");
-      return false;
-    }
-  return true;
-}
-
-// Runs a program to its end (at most two minutes, then it is killed: its workers die with it), with
-// stdout and stderr together.
-testing::ChildOutcome run(std::vector<std::string> argv, const std::vector<std::string>& env = {}) {
-  argv[0] = program(argv[0]);
-  testing::ChildOutcome outcome = testing::finish_child(testing::spawn_program(argv, env), 120s);
-  INFO(outcome.report);
-  CHECK_MESSAGE(!outcome.timed_out, argv[0], " did not finish within 120 s");
-  return outcome;
-}
-
-size_t count(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
+using tinyddp::testing::count;
+using tinyddp::testing::have_programs;
+using tinyddp::testing::program;
+using tinyddp::testing::run;
 
 // The number after `label` in `text` (the first occurrence); fails the test when there is none.
 double number_after(const std::string& text, const std::string& label) {
@@ -144,6 +122,9 @@ TEST_CASE("examples/dummy_mgpu: TINYDDP_TRACE writes one timeline with both rank
   auto out = run({"dummy_mgpu", "--device", "cpu", "--world-size", "2", "--epochs", "1", "--save", ""},
                  {"TINYDDP_TRACE=" + dir.file("trace.json")});
   REQUIRE(out.exit_code == 0);
+  // One file: the ranks' parts were merged into it and removed.
+  CHECK_FALSE(std::filesystem::exists(dir.file("trace.json.rank0")));
+  CHECK_FALSE(std::filesystem::exists(dir.file("trace.json.rank1")));
   std::ifstream in(dir.file("trace.json"));
   REQUIRE(in.good());
   nlohmann::json trace = nlohmann::json::parse(in);
@@ -167,9 +148,9 @@ TEST_CASE("examples/dummy_mgpu: TINYDDP_TRACE writes one timeline with both rank
 
 TEST_CASE("examples/digits: at least 95% test accuracy with 2 workers, saved under PyTorch's names") {
   if (!have_programs({"digits"})) return;
-  std::string data = std::string(TINYDDP_SHARED_DATA) + "/digits.csv.gz";
-  if (!std::filesystem::exists(data)) {
-    MESSAGE("skipped: ", data, " is absent (make data extracts the same file into data/)");
+  std::string data = testing::digits_data();
+  if (data.empty()) {
+    MESSAGE("skipped: neither " TINYDDP_SHARED_DATA "/digits.csv.gz nor data/digits.csv.gz is there (make data extracts it)");
     return;
   }
   TempDir dir;
@@ -192,7 +173,7 @@ TEST_CASE("examples/digits: at least 95% test accuracy with 2 workers, saved und
 TEST_CASE("examples/digits: bad options are refused with a message that says what to do") {
   if (!have_programs({"digits"})) return;
   auto bad_hidden = run({"digits", "--data", "/nonexistent.csv", "--hidden", "12,x"});
-  CHECK(bad_hidden.exit_code == 1);
+  CHECK(bad_hidden.exit_code == 2);  // a usage error: nothing ran
   CHECK(bad_hidden.report.find("\"x\" is not a positive layer width; hint: ") != std::string::npos);
   auto missing = run({"digits", "--data", "/nonexistent/digits.csv.gz", "--world-size", "1"});
   CHECK(missing.exit_code == 1);

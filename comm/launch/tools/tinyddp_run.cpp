@@ -28,6 +28,7 @@
 #include "tinyddp/comm/launch/launcher.h"
 #include "tinyddp/comm/transport/shm_budget.h"
 #include "tinyddp/comm/tuning.h"
+#include "tinyddp/core/command_line.h"
 #include "tinyddp/core/error.h"
 
 namespace {
@@ -58,38 +59,54 @@ void write_all(int fd, const std::string& text) {
 int main(int argc, char** argv) {
   using namespace tinyddp::comm;
   CLI::App app{"tinyddp-run [options] [--] program args...\n\nStarts N workers of a program with RANK, WORLD_SIZE, "
-               "MASTER_ADDR/PORT set, watches them, and restarts the group when one fails."};
+               "MASTER_ADDR/PORT set, watches them, and restarts the group when one fails.",
+               "tinyddp-run"};
   LauncherOptions options;
   int grace_ms = 5000;
   std::string explain_dir;
   double timeout_s = 0;
-  app.add_option("-n,--nproc-per-node", options.nproc_per_node, "workers on this node")->capture_default_str();
-  app.add_option("--nnodes", options.nnodes, "nodes in the job")->capture_default_str();
-  app.add_option("--node-rank", options.node_rank, "this node's rank, 0 .. nnodes-1")->capture_default_str();
+  using tinyddp::command_line::at_least;
+  using tinyddp::command_line::between;
+  app.add_option("-n,--nproc-per-node", options.nproc_per_node, "workers on this node")
+      ->check(between(1, 4096))->capture_default_str();
+  app.add_option("--nnodes", options.nnodes, "nodes in the job")->check(between(1, 65536))->capture_default_str();
+  app.add_option("--node-rank", options.node_rank, "this node's rank, 0 .. nnodes-1")
+      ->check(at_least(0))->capture_default_str();
   app.add_option("--master-addr", options.master_addr, "node 0's address (where the store runs)")->capture_default_str();
-  app.add_option("--master-port", options.master_port, "the store's port (default on one node: a free port)");
+  app.add_option("--master-port", options.master_port, "the store's port [default on one node: a free port]")
+      ->check(between(1, 65535));
   app.add_option("--max-restarts", options.max_restarts, "restarts of the whole group after a failure")
-      ->capture_default_str();
-  app.add_option("--grace-ms", grace_ms, "time between SIGTERM and SIGKILL when stopping workers")->capture_default_str();
-  app.add_option("--run-id", options.run_id, "names the job in the store (default: $TINYDDP_RUN_ID or 'default')");
+      ->check(between(0, 1000000))->capture_default_str();
+  app.add_option("--grace-ms", grace_ms, "time between SIGTERM and SIGKILL when stopping workers")
+      ->check(between(0, 3600000))->capture_default_str();
+  app.add_option("--run-id", options.run_id, "names the job in the store [default: $TINYDDP_RUN_ID or 'default']");
   app.add_option("--timeout", timeout_s, "seconds any wait may last (rendezvous, collectives): sets TINYDDP_TIMEOUT "
-                 "for the workers (default: $TINYDDP_TIMEOUT or 300)")->check(CLI::PositiveNumber);
+                 "for the workers [default: $TINYDDP_TIMEOUT or 300]")->check(CLI::PositiveNumber);
   app.add_option("--explain", explain_dir, "read the flight records in this directory, say which rank lags, and exit");
   // Everything from the program's name on belongs to the program, options included.
   app.prefix_command();
-  CLI11_PARSE(app, argc, argv);
+  if (auto code = tinyddp::command_line::parse(app, argc, argv)) return *code;
   if (!explain_dir.empty()) {
     try {
       std::cout << format_explanation(explain_flight_records(explain_dir));
       return 0;
     } catch (const tinyddp::Error& e) {
       std::cerr << e.what() << std::endl;
-      return 1;
+      return tinyddp::command_line::kFailed;
     }
   }
   if (timeout_s > 0) setenv("TINYDDP_TIMEOUT", std::to_string(timeout_s).c_str(), 1);
   options.program = app.remaining();
-  if (!options.program.empty() && options.program.front() == "--") options.program.erase(options.program.begin());
+  const bool separated = !options.program.empty() && options.program.front() == "--";
+  if (separated) options.program.erase(options.program.begin());
+  // Without "--", a word that starts with '-' where the program should be is a flag tinyddp-run does
+  // not know (a program named "-x" is started as `tinyddp-run -- -x`).
+  if (!separated && !options.program.empty() && options.program.front().starts_with("-"))
+    return tinyddp::command_line::usage_error(app, "unknown flag " + options.program.front());
+  if (options.program.empty()) return tinyddp::command_line::usage_error(app, "no program to start");
+  if (options.node_rank >= options.nnodes)
+    return tinyddp::command_line::usage_error(app, "--node-rank " + std::to_string(options.node_rank) +
+                                                       " is not below --nnodes " + std::to_string(options.nnodes));
   options.grace = std::chrono::milliseconds(grace_ms);
   options.output = [](int rank, int stream, std::string_view line) {
     write_all(stream == 2 ? 2 : 1, "[rank " + std::to_string(rank) + "] " + std::string(line) + "\n");
@@ -116,6 +133,6 @@ int main(int argc, char** argv) {
     return result.exit_code;
   } catch (const tinyddp::Error& e) {
     std::cerr << e.what() << std::endl;
-    return 1;
+    return tinyddp::command_line::kFailed;
   }
 }

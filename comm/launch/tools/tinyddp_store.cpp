@@ -34,11 +34,13 @@
 #include <cstdio>
 #include <iostream>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
 #include <CLI/CLI.hpp>
 
+#include "tinyddp/core/command_line.h"
 #include "tinyddp/comm/store/store_server.h"
 #include "tinyddp/comm/store/tcp_store.h"
 #include "tinyddp/core/error.h"
@@ -46,6 +48,35 @@
 namespace {
 
 using namespace tinyddp::comm;
+
+// SIGINT and SIGTERM stop the store. Any thread may be the one the kernel picks to receive them,
+// including threads that libraries started before main() (OpenBLAS starts its pool when it is
+// loaded), so a blocked mask plus sigwait() is not enough: a handler on every thread writes the
+// signal's number into a pipe, and main() reads it there.
+int g_stop_pipe[2] = {-1, -1};
+
+void on_stop_signal(int signal) {
+  const unsigned char number = static_cast<unsigned char>(signal);
+  [[maybe_unused]] ssize_t written = ::write(g_stop_pipe[1], &number, 1);
+}
+
+void install_stop_handlers() {
+  if (::pipe(g_stop_pipe) != 0) throw std::runtime_error("tinyddp-store: cannot create the stop pipe");
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  action.sa_flags = SA_RESTART;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+}
+
+// Blocks until SIGINT or SIGTERM arrived; returns its number.
+int wait_for_stop_signal() {
+  unsigned char number = 0;
+  while (::read(g_stop_pipe[0], &number, 1) != 1) {
+  }
+  return number;
+}
 
 // Reads exactly n bytes; false at EOF or on an error.
 bool read_exactly(int fd, void* data, size_t n) {
@@ -218,7 +249,7 @@ int main(int argc, char** argv) {
                "listen on a non-loopback address without a token (anyone who reaches the port can change the keys)");
   bool log_ops = false;
   app.add_flag("--log-ops", log_ops, "print every request clients make (one line each, on stdout)");
-  CLI11_PARSE(app, argc, argv);
+  if (auto code = tinyddp::command_line::parse(app, argc, argv)) return *code;
   options.token = token;
   options.idle_limit = std::chrono::milliseconds(idle_limit_ms);
   if (token.empty() && !is_loopback_host(options.host)) {
@@ -242,19 +273,12 @@ int main(int argc, char** argv) {
     setrlimit(RLIMIT_NOFILE, &files);
   }
 
-  // Block the stop signals before the server's thread starts (it inherits the mask), then wait for
-  // them here: the event loop is never interrupted by a handler.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  install_stop_handlers();
   try {
     if (!log_ops) {
       StoreServer server(options);
       std::cout << "tinyddp-store listening on " << server.host() << ":" << server.port() << std::endl;
-      int signal = 0;
-      sigwait(&stop_signals, &signal);
+      const int signal = wait_for_stop_signal();
       std::cerr << "tinyddp-store: stopping on signal " << signal << std::endl;
       server.stop();
       return 0;
@@ -275,8 +299,7 @@ int main(int argc, char** argv) {
     });
     std::cout << "tinyddp-store listening on " << public_host << ":" << public_port << " (logging every request)"
               << std::endl;
-    int signal = 0;
-    sigwait(&stop_signals, &signal);
+    const int signal = wait_for_stop_signal();
     std::cerr << "tinyddp-store: stopping on signal " << signal << std::endl;
     ::shutdown(listener, SHUT_RDWR);
     acceptor.join();

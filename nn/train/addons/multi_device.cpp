@@ -1,8 +1,13 @@
+#include <fcntl.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -15,6 +20,7 @@
 #include "tinyddp/comm/store/rendezvous.h"
 #include "tinyddp/comm/store/tcp_store.h"
 #include "tinyddp/core/cuda_runtime.h"
+#include "tinyddp/core/env.h"
 #include "tinyddp/core/error.h"
 #include "tinyddp/kernels/ops.h"
 #include "tinyddp/nn/data/distributed_sampler.h"
@@ -51,10 +57,10 @@ std::string join(const std::vector<Device>& devices) {
 }
 
 // The job's store, hosted by the spawner for the whole run: on the requested port when it is free,
-// else on one the system picks. Hosting it here (not in rank 0) means there is no moment between
-// "this port is free" and "rank 0 binds it" for another program to take the port.
-std::unique_ptr<comm::TcpStore> host_store(const std::string& init_method, const std::string& token) {
-  comm::InitMethod method = comm::InitMethod::parse(init_method);
+// else (options.port_may_move) on one the system picks. Hosting it here (not in rank 0) means there is
+// no moment between "this port is free" and "rank 0 binds it" for another program to take the port.
+std::unique_ptr<comm::TcpStore> host_store(const MultiDeviceOptions& multi_device, const std::string& token) {
+  comm::InitMethod method = comm::InitMethod::parse(multi_device.init_method);
   std::string host = method.kind == comm::InitMethod::Kind::tcp ? method.host : "127.0.0.1";
   int port = method.kind == comm::InitMethod::Kind::tcp ? method.port : 0;
   comm::TcpStoreOptions options;
@@ -63,16 +69,40 @@ std::unique_ptr<comm::TcpStore> host_store(const std::string& init_method, const
   if (port != 0) {
     try {
       return std::make_unique<comm::TcpStore>(host, port, true, options);
-    } catch (const Error&) {
-      // Taken (another job, or the previous run's socket in TIME_WAIT): use a free one instead.
+    } catch (const Error& e) {
+      // Taken (another job, or the previous run's socket in TIME_WAIT): a default moves to a free port.
+      if (!multi_device.port_may_move)
+        TINYDDP_FAIL("MultiDevice: the init method ", multi_device.init_method, " cannot be used: ", e.message());
     }
   }
   return std::make_unique<comm::TcpStore>(host, 0, true, options);
 }
 
+// The spawner's temporary directories are named after its pid: tinyddp_spawn_<pid>_XXXXXX. One whose
+// spawner no longer runs was left by a spawner killed with SIGKILL (which nothing can catch): removed
+// here, by the next one.
+constexpr const char* kResultDirPrefix = "tinyddp_spawn_";
+
+void remove_stale_result_dirs(const std::filesystem::path& tmp) {
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(tmp, error)) {
+    const std::string name = entry.path().filename().string();
+    if (!name.starts_with(kResultDirPrefix)) continue;
+    const std::string rest = name.substr(std::strlen(kResultDirPrefix));
+    const size_t underscore = rest.find('_');
+    if (underscore == std::string::npos || underscore == 0) continue;  // not a name this code made
+    const pid_t pid = pid_t(std::atol(rest.substr(0, underscore).c_str()));
+    if (pid <= 0 || kill(pid, 0) == 0 || errno != ESRCH) continue;  // its spawner may still run
+    std::error_code ignored;
+    std::filesystem::remove_all(entry.path(), ignored);
+  }
+}
+
 // A private temporary directory, removed with everything in it when the last handle goes.
 std::shared_ptr<const std::string> make_result_dir() {
-  std::string pattern = (std::filesystem::temp_directory_path() / "tinyddp_spawn_XXXXXX").string();
+  const std::filesystem::path tmp = std::filesystem::temp_directory_path();
+  remove_stale_result_dirs(tmp);
+  std::string pattern = (tmp / (std::string(kResultDirPrefix) + std::to_string(getpid()) + "_XXXXXX")).string();
   TINYDDP_CHECK(mkdtemp(pattern.data()) != nullptr, "MultiDevice: cannot create a temporary directory from ",
                 pattern, ": ", std::strerror(errno), "; hint: set TMPDIR to a writable directory");
   return std::shared_ptr<const std::string>(new std::string(pattern), [](const std::string* dir) {
@@ -89,29 +119,62 @@ int64_t wall_clock_us() {
       .count();
 }
 
-// Of the workers that failed on their own, the one that started it, and its message. A worker that
-// ended without reporting (a crash, a signal, an exit() in user code) cannot have been knocked over by
-// a peer's error, which would have been reported: it is the root cause. Otherwise the earliest report
-// wins -- the others failed afterwards, because it had gone.
-std::pair<WorkerEnd, std::string> root_cause(const std::vector<WorkerEnd>& failures, comm::TcpStore& store) {
-  std::optional<std::pair<int64_t, size_t>> earliest;
-  std::vector<std::string> messages(failures.size());
-  for (size_t i = 0; i < failures.size(); ++i) {
-    if (failures[i].timed_out) return {failures[i], ""};
-    std::string key = failure_key(failures[i].rank);
-    bool reported = false;
-    try {
-      reported = store.check({key});
-      if (reported) messages[i] = store.get(key);
-    } catch (...) {
-    }
-    if (!reported) return {failures[i], ""};
-    size_t space = messages[i].find(' ');
-    int64_t when = std::atoll(messages[i].substr(0, space).c_str());
-    messages[i] = space == std::string::npos ? std::string() : messages[i].substr(space + 1);
-    if (!earliest || when < earliest->first) earliest = {when, i};
+// What one rank reported through the store before it failed: when (wall clock, us) and its message.
+struct Report {
+  int64_t when_us = 0;
+  std::string message;
+};
+
+std::optional<Report> read_report(comm::TcpStore& store, int rank) {
+  try {
+    const std::string key = failure_key(rank);
+    if (!store.check({key})) return std::nullopt;
+    const std::string text = store.get(key);
+    const size_t space = text.find(' ');
+    return Report{std::atoll(text.substr(0, space).c_str()), space == std::string::npos ? "" : text.substr(space + 1)};
+  } catch (...) {
+    return std::nullopt;  // the store is gone too: go by the exit statuses alone
   }
-  return {failures[earliest->second], messages[earliest->second]};
+}
+
+// Of the workers that failed on their own, the one that started it. A worker that ended without
+// reporting (a crash, a signal, an exit() in user code) cannot have been knocked over by a peer's
+// error, which would have been reported: it is the root cause. Otherwise the earliest report wins --
+// the others failed afterwards, because it had gone.
+size_t root_cause(const std::vector<WorkerEnd>& failures, const std::vector<std::optional<Report>>& reports) {
+  std::optional<size_t> earliest;
+  for (size_t i = 0; i < failures.size(); ++i) {
+    const std::optional<Report>& report = reports[size_t(failures[i].rank)];
+    if (failures[i].timed_out || !report) return i;
+    if (!earliest || report->when_us < reports[size_t(failures[*earliest].rank)]->when_us) earliest = i;
+  }
+  return *earliest;
+}
+
+// The job's failure, said once: the root cause with its own message and hint, then one line for every
+// rank that reported an error, as it reported it (so a rank that failed because its peer had gone
+// is seen as that, after the cause).
+std::string failure_text(const std::vector<WorkerEnd>& failures, comm::TcpStore& store, const std::vector<Device>& devices) {
+  std::vector<std::optional<Report>> reports;
+  for (size_t rank = 0; rank < devices.size(); ++rank) reports.push_back(read_report(store, int(rank)));
+  const WorkerEnd& root = failures[root_cause(failures, reports)];
+  std::string text = "MultiDevice: " + root.describe() + " while training on " + std::to_string(devices.size()) +
+                     " devices (" + join(devices) + "); the other workers were stopped";
+  const std::optional<Report>& own = reports[size_t(root.rank)];
+  if (root.timed_out) {
+    text += "; hint: raise multi_device_options().timeout, or look for a rank stuck above";
+  } else if (!own) {
+    text += "; hint: the worker's own output is above";
+  } else {
+    // The worker's own message ends with its own hint, which is the one that helps.
+    text += ". Rank " + std::to_string(root.rank) + "'s error: " + own->message;
+    if (own->message.find("; hint: ") == std::string::npos) text += "; hint: the worker's own output is above";
+  }
+  // Their hints are the root cause's, or beside the point: each line stops before its own.
+  for (size_t rank = 0; rank < reports.size(); ++rank)
+    if (reports[rank] && int(rank) != root.rank)
+      text += "\n  then rank " + std::to_string(rank) + ": " + reports[rank]->message.substr(0, reports[rank]->message.find("; hint: "));
+  return text;
 }
 
 }  // namespace
@@ -127,12 +190,11 @@ const char* process_role_name(ProcessRole role) {
 }
 
 ProcessRole detect_process_role(size_t device_count) {
-  const char* result_dir = std::getenv(kResultDirVariable);
-  if (result_dir && *result_dir) return ProcessRole::spawned_worker;
+  if (env::text(kResultDirVariable)) return ProcessRole::spawned_worker;
   comm::LaunchEnvironment env = comm::read_launch_environment();
   // RANK and WORLD_SIZE, or a launcher's own variables for more than one task (a single-task srun
   // allocation still sets SLURM_PROCID, and should not stop us from spawning).
-  bool launched = env.world_size > 1 || (std::getenv("RANK") && std::getenv("WORLD_SIZE"));
+  bool launched = env.world_size > 1 || (env::text("RANK") && env::text("WORLD_SIZE"));
   if (launched) return ProcessRole::launched_worker;
   return device_count > 1 ? ProcessRole::spawner : ProcessRole::single;
 }
@@ -169,7 +231,7 @@ namespace multi_device {
 int launched_rank() { return comm::read_launch_environment().rank; }
 
 JoinedJob join_job(const std::vector<Device>& devices, const MultiDeviceOptions& options) {
-  const bool spawned = std::getenv(kResultDirVariable) != nullptr;  // the spawner's variables say it all
+  const bool spawned = env::text(kResultDirVariable).has_value();  // the spawner's variables say it all
   comm::Rendezvous joined = comm::rendezvous(spawned ? "env://" : options.launched_init_method);
   JoinedJob job;
   job.rank = joined.rank;
@@ -184,7 +246,7 @@ JoinedJob join_job(const std::vector<Device>& devices, const MultiDeviceOptions&
   job.device = device_for_local_rank(devices, job.local_rank, job.local_world_size, cuda_device_count(), backend == "nccl");
   require_device(job.device);
   if (job.device.is_cuda()) cuda_set_device(job.device.index);
-  if (const char* dir = std::getenv(kResultDirVariable)) job.result_dir = dir;
+  job.result_dir = env::text(kResultDirVariable).value_or("");
 
   if (job.device.is_cpu()) {
     // Data parallelism on CPU cores: each rank gets its share of the cores for its BLAS, so N ranks
@@ -213,13 +275,22 @@ void report_failure(const JoinedJob& job, const std::string& message) {
   try {
     job.store->set(failure_key(job.rank), std::to_string(wall_clock_us()) + " " + message);
   } catch (...) {
-    // The store is gone too: the spawner will go by exit statuses alone.
+    return;  // the store is gone too: the spawner will go by exit statuses alone, and this worker's own words count
+  }
+  // The spawner prints this message, once, beside every other rank's: the worker's main() printing it
+  // too (every example does) would say it again, once per rank. Its output so far stays as it was.
+  std::fflush(stderr);
+  const int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+  if (null >= 0) {
+    dup2(null, STDERR_FILENO);
+    close(null);
   }
 }
 
 std::shared_ptr<const std::string> spawn_workers(const std::vector<Device>& devices, const MultiDeviceOptions& options) {
   std::string token = random_hex(16);
-  std::unique_ptr<comm::TcpStore> store = host_store(options.init_method, token);
+  StopSignals stop_signals;  // first made, last gone: a signal is raised again after everything below is cleaned up
+  std::unique_ptr<comm::TcpStore> store = host_store(options, token);
   auto result_dir = make_result_dir();
 
   const int world = int(devices.size());
@@ -242,16 +313,7 @@ std::shared_ptr<const std::string> spawn_workers(const std::vector<Device>& devi
 
   SpawnedWorkers workers(command, environments);
   std::vector<WorkerEnd> failures = workers.wait(options.timeout, options.grace);
-  if (!failures.empty()) {
-    auto [root, message] = root_cause(failures, *store);
-    std::string what = "MultiDevice: " + root.describe() + " while training on " + std::to_string(world) +
-                       " devices (" + join(devices) + "); the other workers were stopped";
-    if (root.timed_out) TINYDDP_FAIL(what, "; hint: raise multi_device_options().timeout, or look for a rank stuck above");
-    if (message.empty()) TINYDDP_FAIL(what, "; hint: the worker's own output is above");
-    // The worker's own message ends with its own hint, which is the one that helps.
-    bool has_hint = message.find("; hint: ") != std::string::npos;
-    TINYDDP_FAIL(what, ". Rank ", root.rank, "'s error: ", message, has_hint ? "" : "; hint: the worker's own output is above");
-  }
+  if (!failures.empty()) TINYDDP_FAIL(failure_text(failures, *store, devices));
   TINYDDP_CHECK(checkpoint_exists(*result_dir + "/" + kFinalState), "MultiDevice: every worker exited with 0, but rank 0 left no ",
                 kFinalState, "; hint: the worker program must call run() on the same trainer type as this one");
   return result_dir;

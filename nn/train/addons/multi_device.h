@@ -54,8 +54,13 @@
 namespace tinyddp::nn {
 
 struct MultiDeviceOptions {
-  // Where the job's store listens: the seed's default. When the port is taken, a free one is used.
+  // Where the job's store listens: the seed's default.
   std::string init_method = "tcp://localhost:12355";
+  // When init_method's port is taken: true, use a free port instead (right for a default nobody
+  // chose); false, fail naming the process that holds it (right for a port the user asked for, which
+  // something else -- a firewall rule, a second job's address -- may count on). The examples set it
+  // false when --init-method is given.
+  bool port_may_move = true;
   // How a process started by a launcher joins: env:// (the launcher's variables), or tcp://host:port
   // (rank 0 hosts the store there; ranks and world size still from the launcher).
   std::string launched_init_method = "env://";
@@ -106,6 +111,8 @@ void leave_job(const JoinedJob& job);
 // A spawned worker whose run() throws tells the spawner why, with the time, through the store, so the
 // spawner can name the rank that failed first (the others then fail because it is gone) and quote
 // its message. Under torchrun it writes TORCHELASTIC_ERROR_FILE (comm/launch/failure_report.h).
+// Once the spawner has the message, the worker's stderr goes to /dev/null: the spawner prints the
+// root cause once, with each rank's line after it, instead of every rank printing its own.
 void report_failure(const JoinedJob& job, const std::string& message);
 // Runs one worker per device and waits for them; throws naming the rank that failed. Returns the
 // directory holding rank 0's final state (removed by the returned handle's destructor).

@@ -4,9 +4,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <cstring>
+#include <iterator>
+#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -90,7 +93,35 @@ pid_t start_worker(const std::vector<std::string>& argv_strings, const SpawnedWo
   return pid;
 }
 
+// StopSignals' state: how many guards live, the signal caught, the handlers they replaced.
+constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP};
+std::atomic<int> g_received{0};
+std::mutex g_guards_mutex;
+int g_guards = 0;
+struct sigaction g_previous[std::size(kStopSignals)];
+
+void on_stop_signal(int signal) { g_received.store(signal); }
+
 }  // namespace
+
+StopSignals::StopSignals() {
+  std::lock_guard<std::mutex> lock(g_guards_mutex);
+  if (g_guards++ > 0) return;
+  g_received = 0;
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  for (size_t i = 0; i < std::size(kStopSignals); ++i) sigaction(kStopSignals[i], &action, &g_previous[i]);
+}
+
+StopSignals::~StopSignals() {
+  std::lock_guard<std::mutex> lock(g_guards_mutex);
+  if (--g_guards > 0) return;
+  for (size_t i = 0; i < std::size(kStopSignals); ++i) sigaction(kStopSignals[i], &g_previous[i], nullptr);
+  if (int signal = g_received.exchange(0)) raise(signal);  // now that the cleanup is done
+}
+
+int StopSignals::received() { return g_received.load(); }
 
 std::string WorkerEnd::describe() const {
   std::string who = "rank " + std::to_string(rank) + " (pid " + std::to_string(pid) + ")";
@@ -135,6 +166,12 @@ std::vector<WorkerEnd> SpawnedWorkers::wait(std::chrono::milliseconds timeout, s
   std::vector<WorkerEnd> failures;
   std::optional<Clock::time_point> settle_until;
   for (;;) {
+    if (int signal = StopSignals::received()) {
+      stop_running(grace);
+      TINYDDP_FAIL("MultiDevice: stopped by signal ", signal, " (", strsignal(signal), "); the ", pids_.size(),
+                   " workers were stopped and the temporary files removed",
+                   "; hint: run with --checkpoint-dir to resume where it stopped");
+    }
     bool any_running = false;
     for (size_t rank = 0; rank < pids_.size(); ++rank) {
       bool was_running = running_[rank];

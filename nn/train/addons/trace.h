@@ -45,7 +45,10 @@ class Trace : public Base {
 
  protected:
   void on_run_begin(int64_t n_epoch) override {
-    // Start before the wrapped add-ons run their part, so that even restoring a checkpoint is on the timeline.
+    // Start before the wrapped add-ons run their part, so that even restoring a checkpoint is on the
+    // timeline. trace::enabled() reads TINYDDP_TRACE and refuses a path that cannot be written: here,
+    // before anything trains.
+    (void)trace::enabled();
     if (!requested_path_.empty() && trace::path() != requested_path_) trace::start(requested_path_, this->rank());
     if (trace::enabled()) {
       trace::set_rank(this->rank());
@@ -66,8 +69,7 @@ class Trace : public Base {
     trace::record_instant("run ends", "host", trace::Lane::host);
     trace::flush();    // this rank's events -> <path>.rank<r>
     this->barrier();   // every rank's file is complete before rank 0 reads them
-    if (this->is_rank_zero()) trace::merge(trace::path(), this->world_size());
-    written_path_ = trace::path();
+    written_path_ = this->is_rank_zero() ? trace::merge(trace::path(), this->world_size()) : trace::path();
   }
 
  private:

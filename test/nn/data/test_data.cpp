@@ -236,6 +236,18 @@ TEST_CASE("parse_csv reads features and class labels, with the label column anyw
   CHECK(second_last.targets().to_vector<int64_t>() == std::vector<int64_t>{3, 6});
 }
 
+TEST_CASE("parse_csv with num_classes refuses a label that is not a class, at its line") {
+  CHECK(parse_csv("1,2,9\n3,4,0\n", "t.csv", {.num_classes = 10}).targets().to_vector<int64_t>() ==
+        std::vector<int64_t>{9, 0});
+  CHECK(csv_error("1,2,3\n4,5,10\n", {.num_classes = 10})
+            .find("data.csv:2, column 3: the label 10 is not a class of this model (10 classes: 0 to 9); hint: ") !=
+        std::string::npos);
+  CHECK(csv_error("7.0,1,2\n", {.label_column = 0, .num_classes = 3}).find("data.csv:1, column 1: the label 7 is not") !=
+        std::string::npos);
+  CHECK(csv_error("1,2,300\n").empty());  // 0: no upper bound
+  CHECK(csv_error("1,2,0\n", {.num_classes = -1}).find("num_classes is -1") != std::string::npos);
+}
+
 TEST_CASE("parse_csv options: header, delimiter, scale, real-valued labels, number spellings") {
   TensorDataset data = parse_csv("a;b;label\n 8 ; +16 ; 3.0 \n0;-4e0;1\n", "t.csv",
                                  {.has_header = true, .feature_scale = 1.f / 16, .delimiter = ';'});
@@ -345,9 +357,9 @@ TEST_CASE("read_csv reads plain and gzip files, and names the file in its errors
 }
 
 TEST_CASE("the digits data set: 1797 rows, 64 features, labels 0..9, and pixel values as Python reads them") {
-  const std::string path = std::string(TINYDDP_SHARED_DATA) + "/digits.csv.gz";
-  if (!std::filesystem::exists(path)) {
-    MESSAGE("skipped: ", path, " is absent (it comes with scikit-learn's Debian package, see the data README)");
+  const std::string path = testing::digits_data();
+  if (path.empty()) {
+    MESSAGE("skipped: neither " TINYDDP_SHARED_DATA "/digits.csv.gz nor data/digits.csv.gz is there (make data extracts it)");
     return;
   }
   TensorDataset digits = read_csv(path, {.feature_scale = 1.f / 16});
