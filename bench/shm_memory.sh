@@ -3,8 +3,8 @@
 # sizes, for one or more builds side by side (e.g. the branch point's build folder beside this one).
 #
 #   bench/shm_memory.sh BUILD_DIR [BUILD_DIR ...]
-#   RANKS="2 8 32 64" SIZE=1M bench/shm_memory.sh /work/main/build build
-#   TRANSPORT=tcp RANKS="2 8 16" bench/shm_memory.sh /work/main/build build
+#   RANKS="2 8 32 64" SIZE=1M bench/shm_memory.sh ../base/build build
+#   TRANSPORT=tcp RANKS="2 8 16" bench/shm_memory.sh ../base/build build
 #
 # Each job is `tinyddp-run -n N all_reduce_perf -b SIZE -e SIZE --transport shm`: a few all-reduces
 # (ITERS timed, default 3, after one warm-up; more at small N so that the job lives long enough to
