@@ -26,7 +26,8 @@ void Executor::submit(Task task) {
     last_small_ = task.small;
     last_awaited_ = false;
     last_work_ = task.work.get();
-    last_submit_ = task.queued_at = std::chrono::steady_clock::now();
+    if (task.queued_at == std::chrono::steady_clock::time_point{}) task.queued_at = std::chrono::steady_clock::now();
+    last_submit_ = task.queued_at;
     queue_.push_back(std::move(task));
     queued_.store(queue_.size(), std::memory_order_release);
     // A runner drains what is queued behind it, and a poller sees it. A thread in its timed sleep

@@ -66,7 +66,7 @@ class Executor : public Work::Helper, public std::enable_shared_from_this<Execut
   Executor(Runner run, int cpu, WaitPolicy wait);
   ~Executor() override;  // shutdown()
 
-  // Queues `task` (queued_at is set here) and makes this executor its Work's helper.
+  // Queues `task` (queued_at is set here unless the caller set it) and makes this executor its Work's helper.
   void submit(Task task);
   // Work::wait() calls this first; see the header comment.
   void help(Work& target) override;

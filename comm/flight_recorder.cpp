@@ -75,20 +75,20 @@ FlightRecorder::Entry* FlightRecorder::find(uint64_t sequence) {
   return &ring_[sequence % ring_.size()];
 }
 
-void FlightRecorder::queued(const Fingerprint& fingerprint, int bucket) {
+void FlightRecorder::queued(const Fingerprint& fingerprint, int bucket, Clock::time_point at) {
   std::lock_guard<std::mutex> lock(mutex_);
   const uint64_t sequence = fingerprint.sequence;
   if (!any_) oldest_ = sequence;
   any_ = true;
   next_ = std::max(next_, sequence + 1);
   if (next_ - oldest_ > ring_.size()) oldest_ = next_ - ring_.size();
-  ring_[sequence % ring_.size()] = Entry{fingerprint, bucket, State::queued, Clock::now(), {}, {}};
+  ring_[sequence % ring_.size()] = Entry{fingerprint, bucket, State::queued, at, {}, {}};
 }
 
-void FlightRecorder::started(uint64_t sequence) {
+void FlightRecorder::started(uint64_t sequence, Clock::time_point at) {
   std::lock_guard<std::mutex> lock(mutex_);
   last_started_ = int64_t(sequence);
-  if (Entry* e = find(sequence)) e->state = State::started, e->started_at = Clock::now();
+  if (Entry* e = find(sequence)) e->state = State::started, e->started_at = at;
 }
 
 void FlightRecorder::finished(uint64_t sequence, bool succeeded) {

@@ -3,7 +3,7 @@
 // Every collective a process group runs passes through three states here: queued (the caller made
 // the call), started (the communication thread began it) and finished (or failed). The recorder
 // keeps the last `capacity` of them in a fixed ring, indexed by sequence number, so recording costs
-// a lock and a clock read per state, and nothing grows.
+// a lock and at most a clock read per state, and nothing grows.
 //
 // With TINYDDP_FLIGHT_RECORDER=DIR, the ring is written as DIR/rank-<r>.json (one file per rank,
 // written whole and renamed into place):
@@ -54,8 +54,10 @@ class FlightRecorder {
 
   FlightRecorder(int rank, int world_size, std::string group, size_t capacity = kDefaultCapacity);
 
-  void queued(const Fingerprint& fingerprint, int bucket);
-  void started(uint64_t sequence);
+  // `at`: when it happened. A caller that has just read the clock passes its reading, so that a
+  // small collective pays for as few clock reads as possible.
+  void queued(const Fingerprint& fingerprint, int bucket, Clock::time_point at = Clock::now());
+  void started(uint64_t sequence, Clock::time_point at = Clock::now());
   void finished(uint64_t sequence, bool succeeded);
   // The failure the next dump() reports.
   void set_error(const std::string& message);

@@ -188,15 +188,17 @@ WorkPtr RingBackend::submit(Fingerprint fingerprint, const CallOptions& call, Ex
   auto timeout = call.timeout.count() > 0 ? call.timeout : options_.timeout;
   const size_t bytes = size_t(fingerprint.count) * dtype_size(DType(fingerprint.dtype));  // per rank; a barrier's is 0
   const bool small = bytes <= std::min(small_message_bytes_, tuning::kBlockingCallerBytes);
-  recorder_->queued(fingerprint, call.bucket);
-  executor_->submit({work, fingerprint, timeout, std::move(body), small});
+  const auto now = std::chrono::steady_clock::now();  // one reading for the recorder and the executor
+  recorder_->queued(fingerprint, call.bucket, now);
+  executor_->submit({work, fingerprint, timeout, std::move(body), small, now});
   return work;
 }
 
 // Runs on whichever thread the Executor picked; a failure is thrown to it, which fails the Work.
 void RingBackend::run_task(const Executor::Task& task) {
-  const auto deadline = std::chrono::steady_clock::now() + task.timeout;
-  recorder_->started(task.fingerprint.sequence);
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + task.timeout;
+  recorder_->started(task.fingerprint.sequence, start);
   try {
     TINYDDP_CHECK(aborted_.empty(), "rank ", rank(), ": ", task.work->description(),
                   " cannot run: this process group was aborted by an earlier failure: ", aborted_,
