@@ -68,7 +68,11 @@ const char* flight_state_name(FlightRecorder::State state) {
 }
 
 FlightRecorder::FlightRecorder(int rank, int world_size, std::string group, size_t capacity)
-    : rank_(rank), world_size_(world_size), group_(std::move(group)), ring_(std::max<size_t>(capacity, 1)) {}
+    : rank_(rank),
+      world_size_(world_size),
+      group_(std::move(group)),
+      restart_count_(env::restart_count()),
+      ring_(std::max<size_t>(capacity, 1)) {}
 
 FlightRecorder::Entry* FlightRecorder::find(uint64_t sequence) {
   if (!any_ || sequence < oldest_ || sequence >= next_) return nullptr;
@@ -159,6 +163,7 @@ std::string FlightRecorder::to_json(const std::string& reason) const {
   j["group"] = group_;
   j["host"] = host_name();
   j["pid"] = int(getpid());
+  j["restart_count"] = restart_count_;
   j["reason"] = reason;
   j["written_unix_ms"] = unix_ms(Clock::now());
   Position p = position();

@@ -12,7 +12,7 @@
 //     sends it to the workers still alive when a group fails), written by the group's watchdog thread.
 // The file, as comm/launch/flight_explain.h reads it back:
 //
-//   {"rank": 1, "world_size": 3, "group": "default", "host": "node7", "pid": 4242,
+//   {"rank": 1, "world_size": 3, "group": "default", "host": "node7", "pid": 4242, "restart_count": 0,
 //    "reason": "timeout", "written_unix_ms": 1764040000123, "error": "rank 1: all_reduce #12 ...",
 //    "last_queued": 12, "last_started": 12, "last_finished": 11,   (finished: succeeded; -1: none yet)
 //    "entries": [{"sequence": 12, "op": "all_reduce", "dtype": "f32", "count": 1048576, "bytes": 4194304,
@@ -100,6 +100,9 @@ class FlightRecorder {
 
   const int rank_, world_size_;
   const std::string group_;
+  // Which attempt of the job wrote the record (TINYDDP_RESTART_COUNT, TORCHELASTIC_RESTART_COUNT; 0
+  // when neither is set): a restarted job's records must not be read beside the failed attempt's.
+  const int restart_count_;
   mutable std::mutex mutex_;
   std::vector<Entry> ring_;
   bool any_ = false;

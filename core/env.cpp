@@ -42,6 +42,12 @@ std::optional<uint64_t> unsigned_integer(std::string_view name, uint64_t min, ui
   return parse_unsigned_integer(name, *value, min, max);
 }
 
+int restart_count() {
+  for (const char* name : {"TINYDDP_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT"})
+    if (std::optional<uint64_t> value = unsigned_integer(name, 0, 1 << 24)) return int(*value);
+  return 0;
+}
+
 std::chrono::milliseconds parse_seconds(std::string_view name, std::string_view text, double max_seconds) {
   std::string_view number = text;
   if (!number.empty() && (number.back() == 's' || number.back() == 'S')) number.remove_suffix(1);

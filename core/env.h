@@ -39,6 +39,10 @@ uint64_t parse_unsigned_integer(std::string_view name, std::string_view text, ui
 std::optional<uint64_t> unsigned_integer(std::string_view name, uint64_t min = 0,
                                          uint64_t max = std::numeric_limits<uint64_t>::max());
 
+// Which attempt of a restarted job this process belongs to, as its launcher says it:
+// TINYDDP_RESTART_COUNT (tinyddp-run), else TORCHELASTIC_RESTART_COUNT (torchrun), else 0.
+int restart_count();
+
 // A duration in seconds, greater than zero and at most max_seconds: "30", "2.5" (a trailing "s" is
 // allowed: "30s"). Returned in milliseconds, rounded up so that "0.0001" is not zero.
 std::chrono::milliseconds parse_seconds(std::string_view name, std::string_view text, double max_seconds = 1e7);

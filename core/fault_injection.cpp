@@ -58,7 +58,7 @@ Plan* load_plan() {
   auto plan = std::make_unique<Plan>();
   // The rank and the attempt as whichever launcher started the process says them.
   plan->rank = env_number_of({"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"});
-  plan->attempt = env_number_of({"TINYDDP_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT"});
+  plan->attempt = env::restart_count();
   std::string_view all(text);
   while (!all.empty()) {
     std::string_view entry = all.substr(0, all.find(','));

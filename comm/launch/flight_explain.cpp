@@ -45,6 +45,7 @@ RankFlightRecord read_record(const std::filesystem::path& path) {
   r.host = j.value("host", "");
   r.pid = j.value("pid", 0);
   r.world_size = j.value("world_size", 0);
+  r.restart_count = j.value("restart_count", 0);
   r.reason = j.value("reason", "");
   r.error = j.value("error", "");
   r.group = j.value("group", "default");
@@ -106,6 +107,12 @@ FlightExplanation explain_flight_records(const std::string& dir, const std::stri
   TINYDDP_CHECK(!found.empty(), "--explain ", dir, ": no flight records (rank-<r>.json) there; hint: records are "
                 "written on a collective's failure or on SIGUSR1, when TINYDDP_FLIGHT_RECORDER names this directory");
   FlightExplanation x;
+  for (const auto& r : found) x.restart_count = std::max(x.restart_count, r.restart_count);
+  std::erase_if(found, [&x](const RankFlightRecord& r) {
+    if (r.restart_count == x.restart_count) return false;
+    x.earlier_records += 1;
+    return true;
+  });
   for (const auto& r : found) x.world_size = std::max({x.world_size, r.rank + 1, r.world_size});
   x.ranks.resize(size_t(x.world_size));
   for (int r = 0; r < x.world_size; ++r) x.ranks[size_t(r)].rank = r;
@@ -130,6 +137,9 @@ std::string format_explanation(const FlightExplanation& x) {
     out << std::setw(16) << r.host << std::setw(9) << r.pid << std::setw(13) << num(r.last_queued) << std::setw(14)
         << num(r.last_started) << std::setw(15) << num(r.last_finished) << r.reason << "\n";
   }
+  if (x.earlier_records > 0)
+    out << "(" << x.earlier_records << " record" << (x.earlier_records > 1 ? "s" : "") << " of earlier attempts left out: these are restart "
+        << x.restart_count << "'s)\n";
   out << "verdict: " << x.verdict << "\n";
   return out.str();
 }

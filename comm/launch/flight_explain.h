@@ -12,6 +12,9 @@
 // The rule: the furthest collective any rank started is the one the job is in; a rank that did not
 // start it (its last started is lower, or it left no record) is lagging. A rank with no file at
 // all counts as lagging only when the others waited (a file written because of a timeout or SIGUSR1).
+// Only the newest attempt's records are read: after a restart the directory may still hold files the
+// failed attempt wrote ("restart_count" in each file), and a rank of the new attempt that wrote
+// nothing yet must not be judged by its predecessor's record.
 #pragma once
 
 #include <cstdint>
@@ -24,7 +27,7 @@ struct RankFlightRecord {
   int rank = -1;
   bool present = false;  // false: no file for this rank
   std::string host, reason, error, group;
-  int pid = 0, world_size = 0;
+  int pid = 0, world_size = 0, restart_count = 0;
   int64_t last_queued = -1, last_started = -1, last_finished = -1;
   std::string last_started_op;  // "all_reduce #13 (f32 x1048576, 4 MiB, bucket 2)", "" when not in the ring
 };
@@ -37,6 +40,8 @@ struct FlightExplanation {
   std::vector<int> lagging;             // the verdict
   std::vector<int> waiting;             // ranks in the furthest collective, not finished
   std::string verdict;                  // one sentence
+  int restart_count = 0;                // the attempt the records are from
+  int earlier_records = 0;              // files of earlier attempts, left out
 };
 
 // Reads DIR/rank-*.json of the group `group` ("default": rank-<r>.json). Throws when DIR holds none.

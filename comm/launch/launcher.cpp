@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -323,7 +324,31 @@ struct Launcher::Job {
     return true;
   }
 
+  // Records already in a directory the user named were written by an earlier attempt or an earlier
+  // job; they would be read as this attempt's. Each node moves those of its own ranks (node 0 also
+  // those of ranks beyond this world) into DIR/previous/, where they stay readable.
+  void set_aside_old_records() {
+    if (records_dir.empty() || owns_records_dir) return;
+    std::error_code ec;
+    std::vector<std::filesystem::path> old;
+    for (const auto& file : std::filesystem::directory_iterator(records_dir, ec)) {
+      const std::string name = file.path().filename().string();
+      int rank = -1;
+      if (name.rfind("rank-", 0) != 0 || !file.is_regular_file(ec)) continue;
+      std::from_chars(name.data() + 5, name.data() + name.size(), rank);
+      const bool mine = rank / o.nproc_per_node == o.node_rank || (o.node_rank == 0 && rank >= world_size);
+      if (rank >= 0 && mine) old.push_back(file.path());
+    }
+    const std::filesystem::path previous = std::filesystem::path(records_dir) / "previous";
+    for (const auto& path : old) {
+      std::filesystem::create_directories(previous, ec);
+      std::filesystem::rename(path, previous / path.filename(), ec);
+      if (ec) log(LogLevel::warn, "cannot move the old flight record " + path.string() + " aside: " + ec.message());
+    }
+  }
+
   void spawn_workers(int attempt, int port) {
+    set_aside_old_records();
     workers.assign(o.nproc_per_node, {});
     for (int local = 0; local < o.nproc_per_node; ++local) {
       WorkerProcess& w = workers[local];

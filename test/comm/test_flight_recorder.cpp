@@ -127,6 +127,32 @@ TEST_CASE("flight explain: the rank that did not start the furthest collective l
                        Error);
 }
 
+TEST_CASE("flight explain: only the newest attempt's records are read; an earlier attempt's file is left out") {
+  TempDir dir;
+  EnvVar var("TINYDDP_FLIGHT_RECORDER", dir.path.string());
+  {
+    EnvVar attempt("TORCHELASTIC_RESTART_COUNT", "0");  // the failed attempt: rank 1 stalled at #3
+    FlightRecorder r0(0, 2, "default"), r1(1, 2, "default");
+    run(r0, 4, 4);
+    run(r1, 3);
+    r0.dump("timeout");
+    r1.dump("SIGUSR1");
+  }
+  EnvVar attempt("TINYDDP_RESTART_COUNT", "1");  // the restart: only rank 0 wrote, and names the new rank 1
+  FlightRecorder again(0, 2, "default");
+  run(again, 2, 2);
+  CHECK(nlohmann::json::parse(again.to_json("timeout"))["restart_count"] == 1);
+  again.dump("timeout");
+  FlightExplanation x = explain_flight_records(dir.path.string());
+  CHECK(x.restart_count == 1);
+  CHECK(x.earlier_records == 1);
+  CHECK_FALSE(x.ranks[1].present);  // not the failed attempt's rank 1, with its #2 finished
+  CHECK(x.furthest == 2);
+  CHECK(x.lagging == std::vector<int>{1});
+  CHECK_MESSAGE(x.verdict.find("rank 1: it left no record") != std::string::npos, x.verdict);
+  CHECK(format_explanation(x).find("(1 record of earlier attempts left out: these are restart 1's)") != std::string::npos);
+}
+
 TEST_CASE("watchdog: the board's verdict names who has not entered the collective, and who waits in it") {
   std::vector<BoardEntry> board(3);
   board[0] = {0, true, true, 12, 20.0, 100, "a"};   // in #12

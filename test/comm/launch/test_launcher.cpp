@@ -184,6 +184,20 @@ TEST_CASE("Launcher: a worker that fails on every attempt uses up the restarts a
   CHECK_MESSAGE(captured.log.size() == 2, log);
 }
 
+TEST_CASE("Launcher: flight records already in the named directory are moved to previous/ before the workers start") {
+  ScratchDir dir;
+  for (const char* name : {"rank-0.json", "rank-1.experts.json", "rank-7.json", "notes.txt"}) std::ofstream(dir.path / name) << "{}";
+  Captured captured;
+  auto options = captured.options({"/bin/sh", "-c", "echo records: $(ls $TINYDDP_FLIGHT_RECORDER | grep -c ^rank-)"}, 2);
+  options.flight_recorder_dir = dir.path.string();
+  LaunchResult result = Launcher(options).run();
+  REQUIRE_MESSAGE(result.exit_code == 0, result.summary);
+  CHECK(captured.has("out 0: records: 0"));  // what the workers found: no record of another job
+  for (const char* name : {"rank-0.json", "rank-1.experts.json", "rank-7.json"})
+    CHECK_MESSAGE(std::filesystem::exists(dir.path / "previous" / name), name);
+  CHECK(std::filesystem::exists(dir.path / "notes.txt"));
+}
+
 TEST_CASE("Launcher: a program that does not exist is an error before anything starts") {
   Captured captured;
   CHECK_THROWS_WITH_AS(Launcher(captured.options({"no-such-program-tinyddp"}, 2)).run(),
