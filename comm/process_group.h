@@ -93,8 +93,9 @@ class ProcessGroup {
 
   // The collectives this rank ran so far and the seconds they took, start to end: the transfers plus
   // the time spent waiting for the other ranks. Every rank moves the same bytes, so a rank whose
-  // total is far below the others' is the one they wait for (a straggler). Zero where the backend
-  // does not keep it (nccl).
+  // total is far below the others' is the one they wait for (a straggler). The nccl backend counts
+  // from the hand-over to NCCL to the end event, which also covers waiting on the stream behind
+  // earlier collectives.
   struct CollectiveTime {
     uint64_t collectives = 0;
     double seconds = 0;

@@ -17,7 +17,12 @@
 //     enqueue ends (GroupScope);
 //   - teardown by NCCL's protocol: ncclCommFinalize, poll until the communicator is quiescent, then
 //     ncclCommDestroy; ncclCommAbort when that fails or takes longer than the timeout;
-//   - the DETAIL fingerprint check through the store.
+//   - the DETAIL fingerprint check through the store;
+//   - the flight recorder (flight_recorder.h), as in the ring backend: queued when called, started
+//     when handed to NCCL on the stream, finished when its end event fires; written on a failure and
+//     on SIGUSR1 (the watchdog thread writes it), and the source of time_in_collectives. On a GPU
+//     "started" to "finished" also covers the time the collective waited on the stream behind
+//     earlier ones.
 //
 // The communicator is non-blocking (config.blocking = 0): every call returns at once (ncclInProgress
 // while NCCL finishes it on a thread of its own), so no thread of this process is ever stuck inside
@@ -42,6 +47,7 @@
 #include <thread>
 
 #include "tinyddp/comm/debug_check.h"
+#include "tinyddp/comm/flight_recorder.h"
 #include "tinyddp/comm/nccl/nccl_api.h"
 #include "tinyddp/comm/store/rendezvous.h"
 #include "tinyddp/core/cuda_runtime.h"
@@ -119,10 +125,15 @@ class NcclBackend final : public ProcessGroup {
   WorkPtr all_gather(const Tensor& out, const Tensor& in, const CallOptions& call) override;
   WorkPtr reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op, const CallOptions& call) override;
   WorkPtr barrier(const CallOptions& call) override;
+  CollectiveTime time_in_collectives() const override {
+    auto t = recorder_.totals();
+    return {t.collectives, t.seconds};
+  }
 
  private:
   struct Pending {
     WorkPtr work;
+    uint64_t sequence = 0;  // the flight recorder's
     CudaEvent done;
     Clock::time_point deadline;
     std::vector<Tensor> keep_alive;  // the caching allocator must not reuse them while NCCL runs
@@ -152,7 +163,8 @@ class NcclBackend final : public ProcessGroup {
   void help(Work& target);
   void watch();
   void check_oldest();
-  void fail_pending(const std::string& reason);
+  void fail_pending(const std::string& reason, bool timed_out);
+  std::string record_failure(const std::string& reason, bool timed_out);
   std::string culprits();
   void teardown();
   CudaEvent take_event();
@@ -178,13 +190,16 @@ class NcclBackend final : public ProcessGroup {
   int helpers_ = 0;
   bool stop_ = false;
   std::shared_ptr<Completer> completer_;
+  FlightRecorder recorder_;
+  uint64_t dumps_served_ = FlightRecorder::dump_requests();  // SIGUSR1s already answered
   std::thread watchdog_;
 };
 
 NcclBackend::NcclBackend(std::shared_ptr<Store> store, int rank, int size, const ProcessGroupOptions& options,
                          NcclApi& nccl, CudaApi& cuda)
     : ProcessGroup(rank, size), store_(std::move(store)), options_(options),
-      debug_detail_(options.debug_detail.value_or(debug_detail_from_environment())), cuda_(cuda), nccl_(nccl) {
+      debug_detail_(options.debug_detail.value_or(debug_detail_from_environment())), cuda_(cuda), nccl_(nccl),
+      recorder_(rank, size, options.group_name, FlightRecorder::capacity_from_environment()) {
   TINYDDP_CHECK(store_ != nullptr, "nccl backend: no store was given; hint: pass the TcpStore the ranks share");
   TINYDDP_CHECK(size >= 1 && rank >= 0 && rank < size, "nccl backend: rank ", rank, " of world size ", size,
                 " is impossible; hint: ranks go from 0 to world size - 1");
@@ -209,6 +224,7 @@ NcclBackend::NcclBackend(std::shared_ptr<Store> store, int rank, int size, const
     throw;
   }
   completer_ = std::make_shared<Completer>(*this);
+  if (!FlightRecorder::directory().empty()) FlightRecorder::install_dump_signal();
   watchdog_ = std::thread([this] { watch(); });
 }
 
@@ -318,7 +334,8 @@ WorkPtr NcclBackend::launch(Fingerprint f, const CallOptions& call, std::vector<
   const auto deadline = Clock::now() + timeout;
   if (debug_detail_ && size() > 1) check_fingerprints(f, deadline);
   auto work = std::make_shared<Work>(f);
-  work->set_helper(completer_, tuning::kWorkWaitSpin);  // the GPU runs the collective: no host core to give away
+  work->set_helper(completer_, tuning::kWorkWaitSpin);
+  recorder_.queued(f, call.bucket);  // the GPU runs the collective: no host core to give away
 
   // The collective waits for the compute (legacy default) stream's work so far, not the reverse.
   cuda_.set_device(device_);
@@ -335,14 +352,20 @@ WorkPtr NcclBackend::launch(Fingerprint f, const CallOptions& call, std::vector<
       issued = group.end();
     }
     // No NCCL call may run inside an open group (ncclCommAbort included), so results are judged here.
-    check_locked(queued, work->description());
-    settle_locked(issued, deadline, work->description());
+    try {
+      check_locked(queued, work->description());
+      settle_locked(issued, deadline, work->description());
+    } catch (const Error& e) {
+      recorder_.finished(f.sequence, false);
+      throw Error(e.message() + record_failure(e.message(), Clock::now() > deadline), "", __FILE__, __LINE__);
+    }
   }
+  recorder_.started(f.sequence);
   CudaEvent done = take_event();
   cuda_.record_event(done, stream_);
   {
     std::lock_guard<std::mutex> state(state_mutex_);
-    pending_.push_back({work, done, deadline, std::move(tensors)});
+    pending_.push_back({work, f.sequence, done, deadline, std::move(tensors)});
   }
   wake_.notify_all();
   return work;
@@ -424,6 +447,7 @@ bool NcclBackend::complete_finished() {
   std::lock_guard<std::mutex> state(state_mutex_);
   while (!pending_.empty() && aborted_.empty() && cuda_.query_event(pending_.front().done, nullptr) == CudaEventState::done) {
     free_events_.push_back(pending_.front().done);
+    recorder_.finished(pending_.front().sequence, true);
     pending_.front().work->mark_succeeded();
     pending_.pop_front();
     any = true;
@@ -458,6 +482,11 @@ void NcclBackend::watch() {
   std::unique_lock<std::mutex> lock(state_mutex_);
   while (!stop_) {
     wake_.wait_for(lock, std::chrono::milliseconds(1));
+    if (FlightRecorder::dump_requests() != dumps_served_) {
+      dumps_served_ = FlightRecorder::dump_requests();
+      std::string path = recorder_.dump("SIGUSR1");
+      if (!path.empty()) log_line(LogLevel::info, "flight recorder", "rank " + std::to_string(rank()) + ": wrote " + path);
+    }
     if (pending_.empty() || !aborted_.empty()) continue;
     lock.unlock();
     complete_finished();
@@ -470,6 +499,7 @@ void NcclBackend::watch() {
 // error fails every pending one.
 void NcclBackend::check_oldest() {
   std::string reason, described;
+  bool timed_out = false;
   {
     std::lock_guard<std::mutex> state(state_mutex_);
     if (pending_.empty() || !aborted_.empty()) return;
@@ -477,7 +507,7 @@ void NcclBackend::check_oldest() {
     described = front.work->description();
     std::string error;
     if (cuda_.query_event(front.done, &error) == CudaEventState::failed) reason = described + ": CUDA error " + error;
-    else if (Clock::now() > front.deadline) reason = described + ": timed out";
+    else if (Clock::now() > front.deadline) reason = described + ": timed out", timed_out = true;
   }
   if (reason.empty()) {
     std::lock_guard<std::mutex> lock(nccl_mutex_);
@@ -486,10 +516,17 @@ void NcclBackend::check_oldest() {
       reason = described + ": NCCL reported an asynchronous error: " + nccl_.error_string(async) + " (" +
                nccl_.last_error(comm_) + ")";
   }
-  if (!reason.empty()) fail_pending(reason);
+  if (!reason.empty()) fail_pending(reason, timed_out);
 }
 
-void NcclBackend::fail_pending(const std::string& reason) {
+// Writes the flight record of a failure; returns " (flight record: PATH)", or "" when none is kept.
+std::string NcclBackend::record_failure(const std::string& reason, bool timed_out) {
+  recorder_.set_error(reason);
+  const std::string path = recorder_.dump(timed_out ? "timeout" : "error");
+  return path.empty() ? "" : " (flight record: " + path + ")";
+}
+
+void NcclBackend::fail_pending(const std::string& reason, bool timed_out) {
   {
     std::lock_guard<std::mutex> lock(nccl_mutex_);
     abort_locked(reason);
@@ -500,8 +537,10 @@ void NcclBackend::fail_pending(const std::string& reason) {
     std::lock_guard<std::mutex> state(state_mutex_);
     failed.swap(pending_);
   }
+  for (Pending& p : failed) recorder_.finished(p.sequence, false);
+  const std::string record = record_failure(reason + named, timed_out);
   for (Pending& p : failed) {
-    p.work->mark_failed(std::make_exception_ptr(Error("nccl backend: rank " + std::to_string(rank()) + ": " + reason + named +
+    p.work->mark_failed(std::make_exception_ptr(Error("nccl backend: rank " + std::to_string(rank()) + ": " + reason + named + record +
                                                           "; hint: look at the named ranks' output; every rank must make the same calls",
                                                       "", __FILE__, __LINE__)));
     try {

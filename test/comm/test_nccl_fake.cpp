@@ -6,7 +6,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "tinyddp/comm/nccl/fake_nccl.h"
 #include "tinyddp/comm/process_group.h"
@@ -14,6 +20,7 @@
 #include "tinyddp/core/fake_cuda.h"
 #include "test/comm/test_collectives_support.h"
 #include "test/gpu/gpu_test_support.h"
+#include "test/test_support.h"
 
 using namespace tinyddp;
 using namespace tinyddp::comm;
@@ -126,6 +133,44 @@ TEST_CASE("nccl backend: a collective NCCL refuses ends its group, aborts the co
     CHECK(fake_nccl().live_communicators() == 0);  // aborted
     CHECK_THROWS_WITH_AS(groups[0]->all_reduce(t), doctest::Contains("aborted by an earlier failure"), Error);
   }
+}
+
+TEST_CASE("nccl backend: the flight recorder keeps its collectives; a failure and SIGUSR1 write the record") {
+  FakeCudaDevices devices(ranks_as_threads(2));
+  TempDir dir;
+  setenv("TINYDDP_FLIGHT_RECORDER", dir.path.string().c_str(), 1);
+  {
+    auto groups = nccl_groups(1, "recorded");
+    Tensor t = Tensor::zeros({4}, DType::f32, Device::cuda(0));
+    groups[0]->all_reduce(t)->wait();
+    groups[0]->all_reduce(t, ReduceOp::sum, {.bucket = 3})->wait();
+    CHECK(groups[0]->time_in_collectives().collectives == 2);
+    fake_nccl().fail_next_collective(NcclResult::invalid_usage, "injected failure");
+    const std::string written = "(flight record: " + dir.path.string() + "/rank-0.recorded.json)";
+    CHECK_THROWS_WITH_AS(groups[0]->all_reduce(t)->wait(), doctest::Contains(written.c_str()), Error);
+    std::ifstream in(dir.path / "rank-0.recorded.json");
+    auto record = nlohmann::json::parse(in);
+    CHECK(record["reason"] == "error");
+    CHECK(record["last_finished"] == 1);
+    CHECK(record["entries"][1]["bucket"] == 3);
+    CHECK(record["entries"][2]["state"] == "failed");
+    CHECK(std::string(record["error"]).find("injected failure") != std::string::npos);
+  }
+  {
+    // SIGUSR1 (what tinyddp-run sends a stuck job): the watchdog thread writes the record.
+    auto groups = nccl_groups(1, "signalled");
+    Tensor t = Tensor::zeros({4}, DType::f32, Device::cuda(0));
+    groups[0]->all_reduce(t)->wait();
+    raise(SIGUSR1);
+    const auto path = dir.path / "rank-0.signalled.json";
+    for (int i = 0; i < 2000 && !std::filesystem::exists(path); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    REQUIRE(std::filesystem::exists(path));
+    std::ifstream in(path);
+    auto record = nlohmann::json::parse(in);
+    CHECK(record["reason"] == "SIGUSR1");
+    CHECK(record["last_finished"] == 0);
+  }
+  unsetenv("TINYDDP_FLIGHT_RECORDER");
 }
 
 TEST_CASE("nccl backend: one thread at a time per communicator, with the watchdog polling throughout") {
