@@ -85,7 +85,9 @@ void ZeroRedundancyOptimizer::build_shards() {
     shard.staging = Tensor::zeros({shard.layout.slot * world}, DType::f32, buffer.device());
     shard.reduced = Tensor::zeros({shard.layout.slot}, DType::f32, buffer.device());
     shard.owned = std::make_unique<Parameter>();
-    shard.owned->value = Tensor::zeros({shard.layout.length}, DType::f32, buffer.device());
+    // The weights to step live in this rank's own slot of the staging buffer: the reduce-scatter has
+    // consumed it by then, and the all-gather sends them from there without a copy.
+    shard.owned->value = shard.staging.view(rank * shard.layout.slot, {shard.layout.length});
     shard.owned->grad = shard.reduced.view(0, {shard.layout.length});
     owned.push_back({shard_name(b), shard.owned.get()});
   }
@@ -150,8 +152,7 @@ void ZeroRedundancyOptimizer::step() {
   const int rank = group_->rank();
   for (size_t b = 0; b < shards_.size(); ++b) {
     Shard& shard = shards_[b];
-    Tensor mine = shard.staging.view(rank * shard.layout.slot, {shard.layout.slot});
-    if (shard.layout.length > 0) mine.view(0, {shard.layout.length}).copy_from(shard.owned->value);
+    Tensor mine = shard.staging.view(rank * shard.layout.slot, {shard.layout.slot});  // holds owned->value
     comm::CallOptions call;
     call.bucket = int(b);
     shard.all_gather = group_->all_gather(shard.staging, mine, call);

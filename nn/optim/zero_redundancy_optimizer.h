@@ -89,7 +89,8 @@ class ZeroRedundancyOptimizer : public Optimizer {
     ShardLayout layout;
     Tensor staging;   // world * slot: the reduce-scatter's input, then the all-gather's output
     Tensor reduced;   // slot: the reduce-scatter's output, this rank's averaged gradients (+ padding)
-    std::unique_ptr<Parameter> owned;  // value: this rank's weights; grad: a view into `reduced`
+    // value: this rank's weights, a view into its slot of `staging`; grad: a view into `reduced`
+    std::unique_ptr<Parameter> owned;
     comm::WorkPtr all_gather;  // pending after step()
   };
   // The state by key ("exp_avg") and parameter (registration order), unsharded.

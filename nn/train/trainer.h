@@ -216,6 +216,9 @@ class Trainer {
   virtual void on_run_end() {}
   // Sums `values` element-wise over every rank (MultiDevice); a single process has nothing to add.
   virtual void all_reduce_sum(std::vector<double>& values) { (void)values; }
+  // True when an add-on saves the optimizer's state at every epoch end (StateManager with a
+  // directory): an add-on that shards that state (MultiDevice's ZeRO-1) then consolidates it first.
+  virtual bool saves_state_each_epoch() const { return false; }
 
   void set_device(Device device);
   // `group` may be null: a spawner records the job it ran, without taking part in it.

@@ -197,8 +197,8 @@ class MultiDevice : public Base {
   }
   void on_epoch_end(const EpochRecord& record) override {
     // Every rank, before an add-on after this one (StateManager) saves on rank 0: the sharded state
-    // consolidated, so the checkpoint holds all of it.
-    if (zero_) zero_->consolidate_state_dict();
+    // consolidated, so the checkpoint holds all of it. Only then: it costs the unsharded state's memory.
+    if (zero_ && this->saves_state_each_epoch()) zero_->consolidate_state_dict();
     Base::on_epoch_end(record);
   }
   void all_reduce_sum(std::vector<double>& values) override {
@@ -244,7 +244,9 @@ class MultiDevice : public Base {
     if (valid_loader) valid = multi_device::shard_loader(*valid_loader, job.rank, job.world_size);
     Base::run(n_epoch, train ? *train : loader, valid ? valid.get() : valid_loader);
 
-    if (zero_) zero_->consolidate_state_dict();  // every rank: the state rank 0 hands to the spawner
+    // Every rank, when rank 0 hands its state to a spawner (a launched worker's given optimizer keeps
+    // no state after run(): its checkpoints have it).
+    if (zero_ && !job.result_dir.empty()) zero_->consolidate_state_dict();
     if (!job.result_dir.empty() && job.rank == 0) multi_device::save_result(job.result_dir, *this);
     multi_device::leave_job(job);
   }
