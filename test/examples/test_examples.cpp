@@ -146,13 +146,22 @@ TEST_CASE("examples/dummy_mgpu: TINYDDP_TRACE writes one timeline with both rank
   }
 }
 
+namespace {
+
+// The digits data set, or "" after saying why the test is skipped.
+std::string digits_data_or_skip() {
+  std::string data = testing::digits_data();
+  if (data.empty())
+    MESSAGE("skipped: neither " TINYDDP_SHARED_DATA "/digits.csv.gz nor data/digits.csv.gz is there (make data extracts it)");
+  return data;
+}
+
+}  // namespace
+
 TEST_CASE("examples/digits: at least 95% test accuracy with 2 workers, saved under PyTorch's names") {
   if (!have_programs({"digits"})) return;
-  std::string data = testing::digits_data();
-  if (data.empty()) {
-    MESSAGE("skipped: neither " TINYDDP_SHARED_DATA "/digits.csv.gz nor data/digits.csv.gz is there (make data extracts it)");
-    return;
-  }
+  const std::string data = digits_data_or_skip();
+  if (data.empty()) return;
   TempDir dir;
   auto out = run({"digits", "--data", data, "--device", "cpu", "--world-size", "2", "--save", dir.file("digits.safetensors")});
   REQUIRE(out.exit_code == 0);
@@ -172,11 +181,8 @@ TEST_CASE("examples/digits: at least 95% test accuracy with 2 workers, saved und
 
 TEST_CASE("examples/digits --zero 1: plain DDP's weights to the bit at 2 and 3 workers; its checkpoint resumes at 1") {
   if (!have_programs({"digits"})) return;
-  std::string data = testing::digits_data();
-  if (data.empty()) {
-    MESSAGE("skipped: neither " TINYDDP_SHARED_DATA "/digits.csv.gz nor data/digits.csv.gz is there (make data extracts it)");
-    return;
-  }
+  const std::string data = digits_data_or_skip();
+  if (data.empty()) return;
   TempDir dir;
   // The all-reduce pinned to the ring, whose order ZeRO's reduce-scatter follows (docs/zero.md).
   const std::vector<std::string> ring{"TINYDDP_ALGO=ring"};
