@@ -170,6 +170,35 @@ TEST_CASE("ZeRO-1's shards and their state follow DDP's bucket rebuild, still bi
   CHECK(ddp_weights[0] != std::vector<float>(25, 0.f));
 }
 
+TEST_CASE("ZeRO-1 with buckets smaller than the world: ranks that own nothing of a bucket still take part") {
+  constexpr int kWorld = 4;
+  auto groups = ring_groups(kWorld);
+  std::vector<std::vector<float>> zero_weights(kWorld), ddp_weights(kWorld);
+  run_ranks(kWorld, [&](int rank) {
+    for (bool zero : {true, false}) {
+      ForwardOrderModule model({1, 2, 3}, rank);  // one bucket each: 1, 2 and 3 elements for 4 ranks
+      DistributedDataParallel ddp(model, groups[size_t(rank)], {.bucket_cap_mb = 0.000001, .first_bucket_mb = 0.000001});
+      SGD sgd(ddp.named_parameters(), 0.1, 0.9);
+      std::unique_ptr<ZeroRedundancyOptimizer> sharded;
+      if (zero) sharded = std::make_unique<ZeroRedundancyOptimizer>(ddp, sgd);
+      Optimizer& optimizer = zero ? static_cast<Optimizer&>(*sharded) : sgd;
+      for (int step = 0; step < 3; ++step) {
+        optimizer.zero_grad();
+        ddp.forward(Tensor::zeros({1}));
+        ddp.backward(Tensor::zeros({1}));
+        optimizer.step();
+      }
+      if (sharded) {
+        sharded->wait_for_parameters();
+        CHECK(sharded->owned_elements() <= 3);
+      }
+      (zero ? zero_weights : ddp_weights)[size_t(rank)] = flat_values(model);
+    }
+  });
+  for (int rank = 0; rank < kWorld; ++rank) CHECK(zero_weights[size_t(rank)] == ddp_weights[0]);
+  CHECK(ddp_weights[0] != std::vector<float>(6, 0.f));
+}
+
 TEST_CASE("ZeRO-1 keeps 1/N of Adam's state on each rank") {
   size_t unsharded = 0;
   {
