@@ -135,6 +135,23 @@ class ForwardOrderModule : public Module {
   std::vector<Parameter*> parameters_;
 };
 
+// `steps` steps of a ForwardOrderModule under `ddp`: with ZeRO-1 over `plain`'s settings, or with
+// `plain` itself. Returns the ZeroRedundancyOptimizer (null without), its all-gathers finished.
+std::unique_ptr<ZeroRedundancyOptimizer> step_forward_order(DistributedDataParallel& ddp, Optimizer& plain, bool zero,
+                                                            int steps) {
+  std::unique_ptr<ZeroRedundancyOptimizer> sharded;
+  if (zero) sharded = std::make_unique<ZeroRedundancyOptimizer>(ddp, plain);
+  Optimizer& optimizer = zero ? static_cast<Optimizer&>(*sharded) : plain;
+  for (int step = 0; step < steps; ++step) {
+    optimizer.zero_grad();
+    ddp.forward(Tensor::zeros({1}));
+    ddp.backward(Tensor::zeros({1}));
+    optimizer.step();
+  }
+  if (sharded) sharded->wait_for_parameters();
+  return sharded;
+}
+
 }  // namespace
 
 TEST_CASE("ZeRO-1's shards and their state follow DDP's bucket rebuild, still bitwise equal to DDP") {
@@ -148,16 +165,7 @@ TEST_CASE("ZeRO-1's shards and their state follow DDP's bucket rebuild, still bi
       DistributedDataParallel ddp(model, groups[size_t(rank)], {.bucket_cap_mb = 0.00004, .first_bucket_mb = 0.00002});
       const std::vector<BucketSpec> planned = ddp.reducer().buckets();
       Adam adam(ddp.named_parameters(), 0.05);
-      std::unique_ptr<ZeroRedundancyOptimizer> sharded;
-      if (zero) sharded = std::make_unique<ZeroRedundancyOptimizer>(ddp, adam);
-      Optimizer& optimizer = zero ? static_cast<Optimizer&>(*sharded) : adam;
-      for (int step = 0; step < 4; ++step) {
-        optimizer.zero_grad();
-        ddp.forward(Tensor::zeros({1}));
-        ddp.backward(Tensor::zeros({1}));
-        optimizer.step();
-      }
-      if (sharded) sharded->wait_for_parameters();
+      auto sharded = step_forward_order(ddp, adam, zero, 4);
       (zero ? zero_weights : ddp_weights)[size_t(rank)] = flat_values(model);
       if (zero) rebuilt[size_t(rank)] = ddp.reducer().buckets()[0].parameters != planned[0].parameters;
     }
@@ -179,19 +187,8 @@ TEST_CASE("ZeRO-1 with buckets smaller than the world: ranks that own nothing of
       ForwardOrderModule model({1, 2, 3}, rank);  // one bucket each: 1, 2 and 3 elements for 4 ranks
       DistributedDataParallel ddp(model, groups[size_t(rank)], {.bucket_cap_mb = 0.000001, .first_bucket_mb = 0.000001});
       SGD sgd(ddp.named_parameters(), 0.1, 0.9);
-      std::unique_ptr<ZeroRedundancyOptimizer> sharded;
-      if (zero) sharded = std::make_unique<ZeroRedundancyOptimizer>(ddp, sgd);
-      Optimizer& optimizer = zero ? static_cast<Optimizer&>(*sharded) : sgd;
-      for (int step = 0; step < 3; ++step) {
-        optimizer.zero_grad();
-        ddp.forward(Tensor::zeros({1}));
-        ddp.backward(Tensor::zeros({1}));
-        optimizer.step();
-      }
-      if (sharded) {
-        sharded->wait_for_parameters();
-        CHECK(sharded->owned_elements() <= 3);
-      }
+      auto sharded = step_forward_order(ddp, sgd, zero, 3);
+      if (sharded) CHECK(sharded->owned_elements() <= 3);
       (zero ? zero_weights : ddp_weights)[size_t(rank)] = flat_values(model);
     }
   });
