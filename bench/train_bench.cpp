@@ -19,6 +19,7 @@
 //   build/bin/train_bench --world-size 2 --torch-anchor ../shared/anchors/torch_ddp_train.py
 //   build/bin/train_bench --cpu-gemm openblas       # the fallback library, on any CPU
 //   build/bin/tinyddp-run -n 2 build/bin/train_bench --world-size 2   # the data-parallel part, launched
+//   build/bin/tinyddp-run -n 2 build/bin/train_bench --world-size 2 --zero 1   # ... with ZeRO-1 (bench/compare_zero.sh)
 //
 // The PyTorch figure for the same job: ../shared/anchors/torch_ddp_train.py 1 784 1024 10 16384 256 2
 // (bench/run_all.sh runs both in one command).
@@ -140,7 +141,7 @@ struct DataParallelResult {
 // Trains on `world` CPU ranks; the time is rank 0's, from the first batch to the end of the last epoch
 // (what the PyTorch anchor times between its barriers): process start-up and joining are not in it.
 DataParallelResult data_parallel(int world, int64_t in, int64_t hidden, int64_t out, int64_t samples, int64_t batch,
-                                 int64_t epochs) {
+                                 int64_t epochs, int zero_stage) {
   auto dataset = examples::make_dummy_dataset(samples, in, 0);
   nn::DataLoader loader(dataset, {.batch_size = batch, .shuffle = true, .seed = 0});
   Generator init(1);
@@ -150,6 +151,7 @@ DataParallelResult data_parallel(int world, int64_t in, int64_t hidden, int64_t 
   nn::WithAddOns<BenchTrainer, nn::MultiDevice, nn::Trace> trainer(*model, std::vector<Device>(size_t(world), Device::cpu()),
                                                          optimizer, &scheduler,
                                                          {.log_bar = false, .scheduler_step_on_batch = true});
+  trainer.multi_device_options().zero_stage = zero_stage;
   trainer.run(epochs, loader);
   DataParallelResult result;
   result.main_process = trainer.is_main_process();
@@ -190,7 +192,7 @@ int main(int argc, char** argv) {
   CLI::App app{"tinyddp train_bench: MLP training samples/s against the GEMM-only bound", "train_bench"};
   using command_line::at_least;
   int64_t in = 784, hidden = 1024, out = 10, samples = 16384, batch = 256, epochs = 2;
-  int threads = 1, world_size = 1;
+  int threads = 1, world_size = 1, zero_stage = 0;
   int64_t interleaved = 64;
   std::string anchor, cpu_gemm = "auto";
   app.add_option("--in", in, "input features")->check(at_least<int64_t>(1))->capture_default_str();
@@ -204,6 +206,8 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "BLAS threads")->check(command_line::between(1, 1024))->capture_default_str();
   app.add_option("--world-size", world_size, "also train data-parallel on this many CPU workers (batch per rank)")
       ->check(command_line::between(1, 4096))->capture_default_str();
+  app.add_option("--zero", zero_stage, "the data-parallel part's ZeRO stage: 0 (plain DDP) or 1 (sharded Adam state)")
+      ->check(CLI::Range(0, 1))->capture_default_str();
   app.add_option("--interleaved", interleaved, "then this many training steps, each beside a GEMM-only step (0: none)")
       ->check(at_least<int64_t>(0))->capture_default_str();
   app.add_option("--torch-anchor", anchor, "torch_ddp_train.py: run PyTorch on the same job and compare");
@@ -217,7 +221,7 @@ int main(int argc, char** argv) {
     // A worker of the data-parallel run (spawned by it, or started by tinyddp-run) does only that part.
     nn::ProcessRole role = nn::detect_process_role(size_t(world_size));
     if (role == nn::ProcessRole::spawned_worker || role == nn::ProcessRole::launched_worker) {
-      DataParallelResult dp = data_parallel(world_size, in, hidden, out, samples, batch, epochs);
+      DataParallelResult dp = data_parallel(world_size, in, hidden, out, samples, batch, epochs, zero_stage);
       if (role == nn::ProcessRole::launched_worker && dp.main_process)
         std::printf("  data-parallel : %.3f s  %8.0f samples/s  (launched ranks, last epoch loss %.4f)\n", dp.seconds,
                     dp.samples_per_second, dp.last_loss);
@@ -304,7 +308,7 @@ int main(int argc, char** argv) {
     }
 
     if (world_size > 1) {
-      DataParallelResult dp = data_parallel(world_size, in, hidden, out, samples, batch, epochs);
+      DataParallelResult dp = data_parallel(world_size, in, hidden, out, samples, batch, epochs, zero_stage);
       std::printf("  data-parallel : %.3f s  %8.0f samples/s  (%d CPU ranks, batch %lld per rank, last epoch loss %.4f)\n",
                   dp.seconds, dp.samples_per_second, world_size, (long long)batch, dp.last_loss);
       std::printf("  scaling efficiency = %.1f%%  (%d-rank samples/s / (%d x single-process samples/s); speed-up %.2fx)\n",

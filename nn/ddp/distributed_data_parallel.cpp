@@ -126,6 +126,7 @@ void DistributedDataParallel::broadcast_parameters() {
 
 Tensor DistributedDataParallel::forward(const Tensor& input) {
   trace::Span span("forward", "ddp");
+  for (const auto& [id, hook] : forward_pre_hooks_) hook();
   // PyTorch decides at forward time too: a forward inside no_sync() leads to a local-only backward,
   // even when an earlier forward (say, an evaluation without backward) had armed the reducer.
   if (require_sync_)
@@ -147,6 +148,21 @@ Tensor DistributedDataParallel::backward(const Tensor& grad_output, bool want_in
   trace::Span span("wait for gradients", "ddp");
   reducer_->finalize();
   return grad_input;
+}
+
+void DistributedDataParallel::register_comm_hook(std::shared_ptr<comm::ProcessGroup> state, CommHook hook) {
+  reducer_->register_comm_hook(std::move(state), std::move(hook));
+}
+
+int DistributedDataParallel::add_forward_pre_hook(std::function<void()> hook) {
+  TINYDDP_CHECK(hook != nullptr, "DistributedDataParallel::add_forward_pre_hook: the hook is empty; hint: pass a "
+                "function to run before every forward");
+  forward_pre_hooks_.emplace_back(next_hook_id_, std::move(hook));
+  return next_hook_id_++;
+}
+
+void DistributedDataParallel::remove_forward_pre_hook(int id) {
+  std::erase_if(forward_pre_hooks_, [id](const auto& entry) { return entry.first == id; });
 }
 
 std::string DistributedDataParallel::describe() const {

@@ -29,15 +29,21 @@
 //   { auto guard = ddp.no_sync(); ddp.backward(...); }       // micro-batch 1: local only
 //   ddp.backward(...);                                       // micro-batch 2: all-reduces 1 + 2
 //
+// Comm hooks: register_comm_hook(state, hook) replaces how each bucket is reduced (comm_hook.h),
+// e.g. with a user's own reduction or ZeRO's reduce-scatter; the default is the averaging all-reduce.
+//
 // Names: named_parameters() are the wrapped model's own ("0.weight", ...), without the "module."
 // prefix PyTorch's DDP adds, so checkpoints move between the wrapped and the plain model.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tinyddp/comm/process_group.h"
+#include "tinyddp/nn/ddp/comm_hook.h"
 #include "tinyddp/nn/ddp/reducer.h"
 #include "tinyddp/nn/module.h"
 
@@ -84,6 +90,17 @@ class DistributedDataParallel : public Module {
   // or outside an iteration, does nothing). PyTorch runs this when autograd finishes backward.
   void wait_for_gradients() { reducer_->finalize(); }
 
+  // PyTorch's register_comm_hook(state, hook): from now on every bucket is reduced by `hook`, run
+  // over `state` (the process group its collectives use; null: this DDP's own). Call it once, on
+  // every rank, after wrapping and before the first backward; a second call, or one after a
+  // synchronised backward, throws. The hook's own state lives in what the function captures.
+  void register_comm_hook(std::shared_ptr<comm::ProcessGroup> state, CommHook hook);
+
+  // Runs `hook` at the start of every forward(), before anything else (ZeRO waits there for the
+  // all-gather of the updated parameters). Returns an id for remove_forward_pre_hook.
+  int add_forward_pre_hook(std::function<void()> hook);
+  void remove_forward_pre_hook(int id);
+
   // Gradient accumulation: while the returned guard lives, forward() does not arm the reducer, so the
   // following backward only accumulates into param.grad. The guard restores the previous mode.
   class NoSyncGuard {
@@ -125,6 +142,8 @@ class DistributedDataParallel : public Module {
   DdpOptions options_;
   std::unique_ptr<Reducer> reducer_;
   bool require_sync_ = true;
+  std::vector<std::pair<int, std::function<void()>>> forward_pre_hooks_;
+  int next_hook_id_ = 0;
 };
 
 }  // namespace tinyddp::nn

@@ -98,8 +98,15 @@ void Reducer::install(std::vector<BucketSpec> specs) {
     int64_t elements = 0;
     for (size_t index : specs[b].parameters) elements += parameters_[index].parameter->value.numel();
     buckets[b].buffer = Tensor::zeros({elements}, DType::f32, device);
+    GradBucket& view = buckets[b].view;
+    view.index = b;
+    view.last = b + 1 == specs.size();
+    view.buffer = buckets[b].buffer;
+    view.parameters = specs[b].parameters;
     int64_t offset = 0;
     for (size_t index : specs[b].parameters) {
+      view.offsets.push_back(offset);
+      view.lengths.push_back(parameters_[index].parameter->value.numel());
       Parameter& p = *parameters_[index].parameter;
       Tensor view = buckets[b].buffer.view(offset, p.value.shape());
       // Keep whatever the gradient holds (a gradient accumulated before wrapping, or before a
@@ -121,7 +128,7 @@ void Reducer::prepare_for_backward() {
   wait_for_abandoned_work();
   for (size_t b = 0; b < buckets_.size(); ++b) {
     buckets_[b].pending = specs_[b].parameters.size();
-    buckets_[b].work = nullptr;
+    buckets_[b].future = {};
   }
   marked_.assign(parameters_.size(), false);
   ready_order_.clear();
@@ -143,6 +150,7 @@ void Reducer::mark(size_t index, bool observed) {
                 "gradient cannot be included; hint: use each layer once per forward pass, or run the extra "
                 "backward passes of gradient accumulation under no_sync()");
   marked_[index] = true;
+  backward_seen_ = true;
   if (observed) ready_order_.push_back(index);
   const size_t b = locations_[index].bucket;
   if (--buckets_[b].pending == 0) {
@@ -158,14 +166,59 @@ void Reducer::launch_ready_buckets() {
   // issue its collectives in the same sequence.
   while (next_to_launch_ < buckets_.size() && buckets_[next_to_launch_].pending == 0) {
     Bucket& bucket = buckets_[next_to_launch_];
-    // avg = sum over the ranks, then one division by the world size (in the backend, after the sum).
-    // The bucket's index travels with the call, so a hung all-reduce is named by its bucket too.
-    comm::CallOptions call;
-    call.bucket = int(next_to_launch_);
-    bucket.work = group_->all_reduce(bucket.buffer, comm::ReduceOp::avg, call);
-    if (observer_) observer_->bucket_launched(next_to_launch_, specs_[next_to_launch_], bucket.work);
+    // By default: avg = sum over the ranks, then one division by the world size (in the backend,
+    // after the sum). The bucket's index travels with the call, so a hung all-reduce is named by its
+    // bucket too.
+    bucket.future = run_hook(next_to_launch_);
+    if (observer_) observer_->bucket_launched(next_to_launch_, specs_[next_to_launch_], bucket.future.work());
     ++next_to_launch_;
   }
+}
+
+CommHookFuture Reducer::run_hook(size_t b) {
+  comm::ProcessGroup& group = hook_group_ ? *hook_group_ : *group_;
+  if (!custom_hook_) return hook_(group, buckets_[b].view);
+  CommHookFuture future;
+  try {
+    future = hook_(group, buckets_[b].view);
+  } catch (const std::exception& e) {
+    const auto* error = dynamic_cast<const Error*>(&e);
+    TINYDDP_FAIL("DistributedDataParallel: the comm hook failed on bucket ", b, " (", specs_[b].parameters.size(),
+                 " parameter(s): ", list_names(parameters_, specs_[b].parameters), ") on rank ", group_->rank(), ": ",
+                 error ? error->message() : std::string(e.what()));
+  }
+  TINYDDP_CHECK(future.valid(), "DistributedDataParallel: the comm hook returned an empty future for bucket ", b,
+                " on rank ", group_->rank(), "; hint: return CommHookFuture(work) with the Work of the collective "
+                "the hook started");
+  return future;
+}
+
+void Reducer::wait_for_bucket(size_t b) {
+  if (!custom_hook_) return buckets_[b].future.wait();
+  try {
+    buckets_[b].future.wait();
+  } catch (const std::exception& e) {
+    const auto* error = dynamic_cast<const Error*>(&e);
+    TINYDDP_FAIL("DistributedDataParallel: the comm hook's future failed for bucket ", b, " (",
+                 list_names(parameters_, specs_[b].parameters), ") on rank ", group_->rank(), ": ",
+                 error ? error->message() : std::string(e.what()));
+  }
+}
+
+void Reducer::register_comm_hook(std::shared_ptr<comm::ProcessGroup> group, CommHook hook) {
+  TINYDDP_CHECK(hook != nullptr, "DistributedDataParallel::register_comm_hook: the hook is empty; hint: pass a "
+                "function (ProcessGroup&, GradBucket&) -> CommHookFuture, e.g. nn::comm_hooks::allreduce");
+  TINYDDP_CHECK(!custom_hook_, "DistributedDataParallel::register_comm_hook: a comm hook is already registered; "
+                "hint: register_comm_hook may be called only once (as in PyTorch); do everything in one hook");
+  TINYDDP_CHECK(!backward_seen_ && iterations_ == 0, "DistributedDataParallel::register_comm_hook: called after "
+                "a synchronised backward pass already ran; hint: register the hook right after wrapping the model, "
+                "before the first backward (every rank at the same point)");
+  TINYDDP_CHECK(!group || group->size() == group_->size(), "DistributedDataParallel::register_comm_hook: the hook's "
+                "process group has ", group ? group->size() : 0, " ranks but DDP's has ", group_->size(),
+                "; hint: pass nullptr to use DDP's own group");
+  hook_ = std::move(hook);
+  hook_group_ = std::move(group);
+  custom_hook_ = true;
 }
 
 void Reducer::finalize() {
@@ -199,14 +252,14 @@ void Reducer::finalize() {
                 buckets_.size(), " buckets started although every gradient is ready; hint: this is a bug in tinyddp");
   for (size_t b = 0; b < buckets_.size(); ++b) {
     try {
-      buckets_[b].work->wait();
+      wait_for_bucket(b);
     } catch (...) {
       abandon_iteration();
       throw;
     }
     if (observer_) observer_->bucket_finished(b);
   }
-  for (Bucket& bucket : buckets_) bucket.work = nullptr;
+  for (Bucket& bucket : buckets_) bucket.future = {};
   armed_ = false;
   ++iterations_;
   if (options_.rebuild_buckets && !options_.find_unused_parameters && !rebuilt_) rebuild_from_observed_order();
@@ -214,8 +267,8 @@ void Reducer::finalize() {
 
 void Reducer::abandon_iteration() {
   for (Bucket& bucket : buckets_) {
-    if (bucket.work) abandoned_.push_back(std::move(bucket.work));
-    bucket.work = nullptr;
+    if (bucket.future.valid()) abandoned_.push_back(bucket.future.work());
+    bucket.future = {};
   }
   armed_ = false;
 }

@@ -47,6 +47,11 @@
 // Threads: hooks run on the thread that runs backward, so the Reducer's state has one writer. The
 // all-reduces themselves run on the process group's communication thread.
 //
+// Comm hook (comm_hook.h): what "all-reduce the bucket" means can be replaced, once, before the first
+// backward: the Reducer then calls the hook where it would have started the all-reduce, and waits on
+// the future it returns where it would have waited on the all-reduce. The default hook is that
+// all-reduce, so without a registered hook nothing changes, the overlap included.
+//
 // An Observer sees each iteration's moments (a bucket ready, its all-reduce launched, found
 // finished): that is how the trace shows the overlap (bucket_timeline.h), without the Reducer
 // knowing of traces.
@@ -59,6 +64,7 @@
 #include <vector>
 
 #include "tinyddp/comm/process_group.h"
+#include "tinyddp/nn/ddp/comm_hook.h"
 #include "tinyddp/nn/ddp/bucket_plan.h"
 #include "tinyddp/nn/module.h"
 
@@ -114,6 +120,11 @@ class Reducer {
   // all-reduces already started to be awaited by the next prepare_for_backward().
   void abandon_iteration();
 
+  // Replaces the default all-reduce of every bucket by `hook`, run over `group` (null: the Reducer's
+  // own). Only once, and only before the first synchronised backward; throws otherwise.
+  void register_comm_hook(std::shared_ptr<comm::ProcessGroup> group, CommHook hook);
+  bool has_custom_comm_hook() const { return custom_hook_; }
+
   bool armed() const { return armed_; }
   // The current bucket layout, in launch order.
   const std::vector<BucketSpec>& buckets() const { return specs_; }
@@ -135,7 +146,8 @@ class Reducer {
   struct Bucket {
     Tensor buffer;          // the flat buffer; every parameter's grad is a view into it
     size_t pending = 0;     // gradients still to be marked ready in this iteration
-    comm::WorkPtr work;     // the all-reduce of this iteration, once started
+    CommHookFuture future;  // the hook's (by default: the all-reduce) of this iteration, once started
+    GradBucket view;        // what the hook is given: the buffer, its parameters and their places
   };
   struct Location {
     size_t bucket = 0;
@@ -146,6 +158,8 @@ class Reducer {
   void install(std::vector<BucketSpec> specs);
   void mark(size_t index, bool observed);
   void launch_ready_buckets();
+  CommHookFuture run_hook(size_t b);
+  void wait_for_bucket(size_t b);
   void wait_for_abandoned_work();
   void rebuild_from_observed_order();
   const std::string& name(size_t index) const { return parameters_[index].name; }
@@ -167,6 +181,10 @@ class Reducer {
   int64_t iterations_ = 0;
   bool rebuilt_ = false;
   std::shared_ptr<Observer> observer_;
+  CommHook hook_ = comm_hooks::allreduce;
+  std::shared_ptr<comm::ProcessGroup> hook_group_;  // the hook's group when it is not group_
+  bool custom_hook_ = false;
+  bool backward_seen_ = false;  // a synchronised backward has marked a gradient: too late for a hook
 };
 
 }  // namespace tinyddp::nn

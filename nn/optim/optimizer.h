@@ -48,6 +48,10 @@ class Optimizer {
   virtual std::vector<std::pair<std::string, Tensor>> state_tensors() = 0;
   // Restores counters after the state tensors were copied into state_tensors()'s tensors.
   void set_step_count(int64_t steps) { step_count_ = steps; }
+  // Called by load_checkpoint once the values were copied into state_tensors()'s tensors and the
+  // counters set: an optimizer whose state_tensors() are a copy (ZeRO's consolidated state) takes
+  // its state from them here. The others hold their state in those very tensors: nothing to do.
+  virtual void state_loaded() {}
 
  protected:
   // Checks that `p` has a gradient of its own shape, on its own device, before an update reads it.

@@ -216,6 +216,7 @@ CheckpointInfo load_checkpoint(const std::string& path, Module& model, Optimizer
   if (optimizer) {
     optimizer->set_step_count(optimizer_steps);
     optimizer->set_lr(lr);  // ... and the saved lr, which is what the run had, wins
+    optimizer->state_loaded();
   }
   return info;
 }

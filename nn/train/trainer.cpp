@@ -246,7 +246,7 @@ Trainer::Totals Trainer::run_pass(DataLoader& loader, bool training, bool keep_o
 }
 
 void Trainer::train_batch(const Batch& batch, int64_t epoch, int64_t batch_index, Totals& totals) {
-  optimizer_.zero_grad();
+  optimizer().zero_grad();
   StepOutput step;
   {
     // Set for train_step and its backward pass, and cleared however they end (an exception included).
@@ -267,7 +267,7 @@ void Trainer::train_batch(const Batch& batch, int64_t epoch, int64_t batch_index
   }
   if (options_.non_finite_loss == NonFiniteLoss::skip_step && !gradients_finite()) {
     ++skipped_steps_;
-    optimizer_.zero_grad();
+    optimizer().zero_grad();
     return;  // no step, and the batch stays out of the epoch's means
   }
   // Under DDP the gradients are already averaged over the ranks here, so every rank computes the
@@ -281,7 +281,8 @@ void Trainer::train_batch(const Batch& batch, int64_t epoch, int64_t batch_index
   }
   {
     trace::Span span("optimizer step", "compute");
-    optimizer_.step();
+    if (stepping_optimizer_) stepping_optimizer_->set_lr(optimizer_.lr());  // the scheduler sets the given one's
+    optimizer().step();
   }
   if (scheduler_ && options_.scheduler_step_on_batch) scheduler_->step();
   ++global_step_;

@@ -160,7 +160,12 @@ class Trainer {
 
   // ---- state ----
   Module& model() { return model_; }
-  Optimizer& optimizer() { return optimizer_; }
+  // The optimizer that steps the weights: the one given, or the one an add-on put in its place while
+  // a worker trains (MultiDevice's ZeroRedundancyOptimizer, which takes the given one's settings and
+  // follows its lr). Checkpoints save and load this one.
+  Optimizer& optimizer() { return stepping_optimizer_ ? *stepping_optimizer_ : optimizer_; }
+  // The optimizer the caller gave (its lr is what the scheduler sets).
+  Optimizer& given_optimizer() { return optimizer_; }
   LRScheduler* scheduler() { return scheduler_; }
   const std::vector<Device>& devices() const { return devices_; }
   Device device() const { return device_; }
@@ -211,6 +216,9 @@ class Trainer {
   virtual void on_run_end() {}
   // Sums `values` element-wise over every rank (MultiDevice); a single process has nothing to add.
   virtual void all_reduce_sum(std::vector<double>& values) { (void)values; }
+  // True when an add-on saves the optimizer's state at every epoch end (StateManager with a
+  // directory): an add-on that shards that state (MultiDevice's ZeRO-1) then consolidates it first.
+  virtual bool saves_state_each_epoch() const { return false; }
 
   void set_device(Device device);
   // `group` may be null: a spawner records the job it ran, without taking part in it.
@@ -220,6 +228,9 @@ class Trainer {
   // (see run()). run() calls it; a MultiDevice spawner calls it before it starts its workers.
   void fit_schedule_to_run(int64_t n_epoch, int64_t batches_per_epoch, int world_size);
   comm::ProcessGroup* process_group() { return group_.get(); }
+  // Puts `optimizer` (null: none) in the given one's place for step(), zero_grad() and checkpoints;
+  // before each step it is given the given optimizer's lr.
+  void set_stepping_optimizer(Optimizer* optimizer) { stepping_optimizer_ = optimizer; }
   // Waits for every rank (nothing to wait for in a single process).
   void barrier();
 
@@ -236,6 +247,7 @@ class Trainer {
   std::vector<Device> devices_;
   Device device_;
   Optimizer& optimizer_;
+  Optimizer* stepping_optimizer_ = nullptr;
   LRScheduler* scheduler_;
   TrainerOptions options_;
 

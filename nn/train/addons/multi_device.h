@@ -49,6 +49,7 @@
 #include "tinyddp/comm/process_group.h"
 #include "tinyddp/comm/store/tcp_store.h"
 #include "tinyddp/nn/ddp/distributed_data_parallel.h"
+#include "tinyddp/nn/optim/zero_redundancy_optimizer.h"
 #include "tinyddp/nn/train/trainer.h"
 
 namespace tinyddp::nn {
@@ -67,6 +68,11 @@ struct MultiDeviceOptions {
   // "ring" or "nccl"; empty: nccl for CUDA devices when this build has it, ring otherwise.
   std::string backend;
   DdpOptions ddp;
+  // ZeRO stage: 0 (plain DDP: every rank holds the whole optimizer state) or 1 (each worker steps a
+  // ZeroRedundancyOptimizer with the given optimizer's settings and lr, holding 1/N of the state;
+  // nn/optim/zero_redundancy_optimizer.h). Checkpoints then carry the consolidated state, which the
+  // given optimizer loads.
+  int zero_stage = 0;
   // The spawner's limit for the whole job (zero: none). Past it, the workers are stopped and run() throws.
   std::chrono::milliseconds timeout{0};
   // Between SIGTERM and SIGKILL when workers are stopped.
@@ -114,6 +120,8 @@ void leave_job(const JoinedJob& job);
 // Once the spawner has the message, the worker's stderr goes to /dev/null: the spawner prints the
 // root cause once, with each rank's line after it, instead of every rank printing its own.
 void report_failure(const JoinedJob& job, const std::string& message);
+// Refuses a zero_stage other than 0 or 1, and the Trainer options ZeRO-1 cannot honour yet.
+void check_zero_options(const MultiDeviceOptions& options, const TrainerOptions& trainer);
 // Runs one worker per device and waits for them; throws naming the rank that failed. Returns the
 // directory holding rank 0's final state (removed by the returned handle's destructor).
 std::shared_ptr<const std::string> spawn_workers(const std::vector<Device>& devices, const MultiDeviceOptions& options);
@@ -159,6 +167,7 @@ class MultiDevice : public Base {
     switch (role()) {
       case ProcessRole::single: Base::run(n_epoch, loader, valid_loader); return;
       case ProcessRole::spawner: {
+        multi_device::check_zero_options(options_, this->options());
         // The schedule checked (and sized) as every worker will, before any of them starts.
         const int world = int(this->devices().size());
         this->fit_schedule_to_run(n_epoch, multi_device::batches_per_rank(loader, world), world);
@@ -174,6 +183,9 @@ class MultiDevice : public Base {
 
  protected:
   Tensor forward(const Tensor& input) override {
+    // ZeRO's all-gathers of the weights updated by the last step end here (ddp_->forward would wait
+    // too; an evaluation forward bypasses it).
+    if (zero_) zero_->wait_for_parameters();
     // Only a training forward goes through DDP: it arms the reducer for the backward pass to come.
     if (ddp_ && this->is_training()) return ddp_->forward(input);
     return Base::forward(input);
@@ -182,6 +194,12 @@ class MultiDevice : public Base {
     if (!ddp_) return Base::backward(output_grad);
     // Buckets are all-reduced while this runs; it returns once every gradient is the global average.
     ddp_->backward(output_grad, /*want_input_grad=*/false);
+  }
+  void on_epoch_end(const EpochRecord& record) override {
+    // Every rank, before an add-on after this one (StateManager) saves on rank 0: the sharded state
+    // consolidated, so the checkpoint holds all of it. Only then: it costs the unsharded state's memory.
+    if (zero_ && this->saves_state_each_epoch()) zero_->consolidate_state_dict();
+    Base::on_epoch_end(record);
   }
   void all_reduce_sum(std::vector<double>& values) override {
     Base::all_reduce_sum(values);
@@ -206,23 +224,36 @@ class MultiDevice : public Base {
     this->set_distributed(job.rank, job.world_size, job.group);
     // The model must sit on its device before DDP lays the gradient buckets out there.
     this->set_device(job.device);
+    multi_device::check_zero_options(options_, this->options());
     ddp_ = std::make_unique<DistributedDataParallel>(this->model(), job.group, options_.ddp);
     struct DropDdp {  // the wrapper unhooks the parameters when the run ends, however it ends
-      std::unique_ptr<DistributedDataParallel>& ddp;
-      ~DropDdp() { ddp.reset(); }
-    } drop{ddp_};
+      MultiDevice& trainer;
+      ~DropDdp() {
+        trainer.set_stepping_optimizer(nullptr);
+        trainer.zero_.reset();  // it refers to the DDP wrapper
+        trainer.ddp_.reset();
+      }
+    } drop{*this};
+    if (options_.zero_stage == 1) {
+      zero_ = std::make_unique<ZeroRedundancyOptimizer>(*ddp_, this->given_optimizer());
+      this->set_stepping_optimizer(zero_.get());
+    }
 
     auto train = multi_device::shard_loader(loader, job.rank, job.world_size);
     std::unique_ptr<DataLoader> valid;
     if (valid_loader) valid = multi_device::shard_loader(*valid_loader, job.rank, job.world_size);
     Base::run(n_epoch, train ? *train : loader, valid ? valid.get() : valid_loader);
 
+    // Every rank, when rank 0 hands its state to a spawner (a launched worker's given optimizer keeps
+    // no state after run(): its checkpoints have it).
+    if (zero_ && !job.result_dir.empty()) zero_->consolidate_state_dict();
     if (!job.result_dir.empty() && job.rank == 0) multi_device::save_result(job.result_dir, *this);
     multi_device::leave_job(job);
   }
 
   MultiDeviceOptions options_;
   std::unique_ptr<DistributedDataParallel> ddp_;
+  std::unique_ptr<ZeroRedundancyOptimizer> zero_;  // with zero_stage 1, while a worker trains
 };
 
 }  // namespace tinyddp::nn

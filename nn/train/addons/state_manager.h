@@ -129,6 +129,8 @@ class StateManager : public Base {
     check_same_resume_point(sums, this->epochs_done(), this->global_step(), last_checkpoint_path());
   }
 
+  bool saves_state_each_epoch() const override { return !directory_.empty() || Base::saves_state_each_epoch(); }
+
   void on_epoch_end(const EpochRecord& record) override {
     Base::on_epoch_end(record);
     if (directory_.empty() || !this->is_rank_zero()) return;

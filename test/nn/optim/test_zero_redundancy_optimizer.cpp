@@ -1,0 +1,321 @@
+// ZeroRedundancyOptimizer (ZeRO-1): the same weights as plain DDP to the bit, 1/N of the optimizer
+// state per rank, and checkpoints that move between world sizes and into a plain optimizer. The
+// references are independent: plain DDP with the unsharded optimizer on the same batches, and the
+// same run continued without interruption at the original world size.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tinyddp/core/error.h"
+#include "tinyddp/nn/ddp/distributed_data_parallel.h"
+#include "tinyddp/nn/optim/adam.h"
+#include "tinyddp/nn/optim/sgd.h"
+#include "tinyddp/nn/optim/zero_redundancy_optimizer.h"
+#include "tinyddp/nn/train/checkpoint.h"
+#include "test/nn/ddp/test_ddp_support.h"
+#include "test/test_support.h"
+
+using namespace tinyddp;
+using namespace tinyddp::nn;
+using namespace tinyddp::testing;
+
+namespace {
+
+// Odd widths: buckets whose element counts do not divide by 3 or 4, so chunks and slots differ.
+const std::vector<int64_t> kWidths{13, 17, 11, 3};
+constexpr int64_t kGlobalBatch = 12;  // divides by 1, 2, 3, 4
+const DdpOptions kSmallBuckets{.bucket_cap_mb = 0.0004, .first_bucket_mb = 0.0001};
+
+// DDP's all-reduce pinned to the ring: ZeRO's reduce-scatter adds in the ring's order (zero_shard.h);
+// recursive doubling or the direct exchange would add in another order for small buckets.
+std::vector<std::shared_ptr<comm::ProcessGroup>> ring_groups(int world) {
+  comm::ProcessGroupOptions options;
+  options.timeout = std::chrono::seconds(60);
+  options.algorithm = "ring";
+  return make_groups(world, options);
+}
+
+struct Data {
+  Tensor x = random_features(kGlobalBatch * 8, kWidths.front(), 11);
+  Tensor y = random_labels(kGlobalBatch * 8, kWidths.back(), 12);
+  // Global batch `step`, rank's contiguous share of it.
+  std::vector<int64_t> rows(int64_t step, int rank, int world) const {
+    const int64_t per_rank = kGlobalBatch / world, first = (step % 8) * kGlobalBatch + rank * per_rank;
+    std::vector<int64_t> out;
+    for (int64_t i = 0; i < per_rank; ++i) out.push_back(first + i);
+    return out;
+  }
+};
+
+using MakeOptimizer = std::function<std::unique_ptr<Optimizer>(std::vector<NamedParameter>)>;
+
+// Trains `steps` steps at `world` ranks (step 2 accumulates two micro-batches under no_sync) and
+// returns rank 0's weights, checking that every rank ends with the same ones.
+std::vector<float> train(int world, bool zero, const MakeOptimizer& make, int steps) {
+  const Data data;
+  auto groups = ring_groups(world);
+  std::vector<std::vector<float>> weights(static_cast<size_t>(world));
+  run_ranks(world, [&](int rank) {
+    auto model = make_mlp(kWidths, 3);
+    DistributedDataParallel ddp(*model, groups[size_t(rank)], kSmallBuckets);
+    std::unique_ptr<Optimizer> plain = make(ddp.named_parameters());
+    std::unique_ptr<ZeroRedundancyOptimizer> sharded;
+    if (zero) sharded = std::make_unique<ZeroRedundancyOptimizer>(ddp, *plain);
+    Optimizer& optimizer = zero ? static_cast<Optimizer&>(*sharded) : *plain;
+    for (int step = 0; step < steps; ++step) {
+      optimizer.zero_grad();
+      const auto rows = data.rows(step, rank, world);
+      if (step == 2) {
+        auto guard = ddp.no_sync();
+        std::vector<int64_t> extra(rows.begin(), rows.end());
+        for (int64_t& r : extra) r += kGlobalBatch;
+        train_step_backward(ddp, gather_rows<float>(data.x, extra), gather_rows<int64_t>(data.y, extra));
+      }
+      train_step_backward(ddp, gather_rows<float>(data.x, rows), gather_rows<int64_t>(data.y, rows));
+      optimizer.step();
+    }
+    if (sharded) sharded->wait_for_parameters();
+    weights[size_t(rank)] = flat_values(*model);
+  });
+  for (int rank = 1; rank < world; ++rank) CHECK(weights[size_t(rank)] == weights[0]);
+  return weights[0];
+}
+
+}  // namespace
+
+TEST_CASE("ZeRO-1 ends with plain DDP's weights to the bit (ring all-reduce), at 1 to 4 ranks, with no_sync") {
+  MakeOptimizer adam = [](std::vector<NamedParameter> p) { return std::make_unique<Adam>(std::move(p), 0.01); };
+  MakeOptimizer adamw = [](std::vector<NamedParameter> p) {
+    return std::make_unique<AdamW>(std::move(p), 0.01, std::make_pair(0.9, 0.99), 1e-8, 0.1);
+  };
+  MakeOptimizer sgd = [](std::vector<NamedParameter> p) { return std::make_unique<SGD>(std::move(p), 0.05, 0.9, 0, 1e-3, true); };
+  const std::vector<float> start = flat_values(*make_mlp(kWidths, 3));
+  for (int world : {1, 2, 3, 4}) {
+    CAPTURE(world);
+    const std::vector<float> ddp = train(world, false, adam, 5);
+    CHECK(ddp != start);
+    CHECK(train(world, true, adam, 5) == ddp);
+  }
+  CHECK(train(3, true, adamw, 4) == train(3, false, adamw, 4));
+  CHECK(train(3, true, sgd, 4) == train(3, false, sgd, 4));
+}
+
+namespace {
+
+// Parameters whose gradients become ready in registration order (not the reverse that DDP plans
+// for), so DDP's rebuild after the first iteration lays the buckets out anew. Every element's
+// gradient differs (by element, parameter, call and rank), so state moved to a wrong place would show.
+class ForwardOrderModule : public Module {
+ public:
+  ForwardOrderModule(const std::vector<int64_t>& sizes, int rank) : rank_(rank) {
+    for (size_t i = 0; i < sizes.size(); ++i)
+      parameters_.push_back(&register_parameter("p" + std::to_string(i), Tensor::zeros({sizes[i]})));
+  }
+  Tensor forward(const Tensor& input) override { return input; }
+  Tensor backward(const Tensor& grad_output, bool) override {
+    for (size_t k = 0; k < parameters_.size(); ++k) {
+      Parameter& p = *parameters_[k];
+      const float beta = p.begin_grad_write();
+      float* g = p.grad.data<float>();
+      for (int64_t i = 0; i < p.grad.numel(); ++i)
+        g[i] = (beta == 0.f ? 0.f : g[i]) + std::sin(0.37f * float(i) + 1.3f * float(k) + 0.71f * float(calls_) + float(rank_));
+      p.mark_grad_ready();
+    }
+    ++calls_;
+    return grad_output;
+  }
+  std::string describe() const override { return "ForwardOrderModule"; }
+
+ private:
+  int rank_, calls_ = 0;
+  std::vector<Parameter*> parameters_;
+};
+
+// `steps` steps of a ForwardOrderModule under `ddp`: with ZeRO-1 over `plain`'s settings, or with
+// `plain` itself. Returns the ZeroRedundancyOptimizer (null without), its all-gathers finished.
+std::unique_ptr<ZeroRedundancyOptimizer> step_forward_order(DistributedDataParallel& ddp, Optimizer& plain, bool zero,
+                                                            int steps) {
+  std::unique_ptr<ZeroRedundancyOptimizer> sharded;
+  if (zero) sharded = std::make_unique<ZeroRedundancyOptimizer>(ddp, plain);
+  Optimizer& optimizer = zero ? static_cast<Optimizer&>(*sharded) : plain;
+  for (int step = 0; step < steps; ++step) {
+    optimizer.zero_grad();
+    ddp.forward(Tensor::zeros({1}));
+    ddp.backward(Tensor::zeros({1}));
+    optimizer.step();
+  }
+  if (sharded) sharded->wait_for_parameters();
+  return sharded;
+}
+
+}  // namespace
+
+TEST_CASE("ZeRO-1's shards and their state follow DDP's bucket rebuild, still bitwise equal to DDP") {
+  constexpr int kWorld = 3;
+  auto groups = ring_groups(kWorld);
+  std::vector<std::vector<float>> zero_weights(kWorld), ddp_weights(kWorld);
+  std::vector<bool> rebuilt(kWorld);
+  run_ranks(kWorld, [&](int rank) {
+    for (bool zero : {true, false}) {
+      ForwardOrderModule model({7, 5, 9, 4}, rank);
+      DistributedDataParallel ddp(model, groups[size_t(rank)], {.bucket_cap_mb = 0.00004, .first_bucket_mb = 0.00002});
+      const std::vector<BucketSpec> planned = ddp.reducer().buckets();
+      Adam adam(ddp.named_parameters(), 0.05);
+      auto sharded = step_forward_order(ddp, adam, zero, 4);
+      (zero ? zero_weights : ddp_weights)[size_t(rank)] = flat_values(model);
+      if (zero) rebuilt[size_t(rank)] = ddp.reducer().buckets()[0].parameters != planned[0].parameters;
+    }
+  });
+  for (int rank = 0; rank < kWorld; ++rank) {
+    CHECK(rebuilt[size_t(rank)]);
+    CHECK(zero_weights[size_t(rank)] == ddp_weights[size_t(rank)]);
+    CHECK(zero_weights[size_t(rank)] == zero_weights[0]);
+  }
+  CHECK(ddp_weights[0] != std::vector<float>(25, 0.f));
+}
+
+TEST_CASE("ZeRO-1 with buckets smaller than the world: ranks that own nothing of a bucket still take part") {
+  constexpr int kWorld = 4;
+  auto groups = ring_groups(kWorld);
+  std::vector<std::vector<float>> zero_weights(kWorld), ddp_weights(kWorld);
+  run_ranks(kWorld, [&](int rank) {
+    for (bool zero : {true, false}) {
+      ForwardOrderModule model({1, 2, 3}, rank);  // one bucket each: 1, 2 and 3 elements for 4 ranks
+      DistributedDataParallel ddp(model, groups[size_t(rank)], {.bucket_cap_mb = 0.000001, .first_bucket_mb = 0.000001});
+      SGD sgd(ddp.named_parameters(), 0.1, 0.9);
+      auto sharded = step_forward_order(ddp, sgd, zero, 3);
+      if (sharded) CHECK(sharded->owned_elements() <= 3);
+      (zero ? zero_weights : ddp_weights)[size_t(rank)] = flat_values(model);
+    }
+  });
+  for (int rank = 0; rank < kWorld; ++rank) CHECK(zero_weights[size_t(rank)] == ddp_weights[0]);
+  CHECK(ddp_weights[0] != std::vector<float>(6, 0.f));
+}
+
+TEST_CASE("ZeRO-1 keeps 1/N of Adam's state on each rank") {
+  size_t unsharded = 0;
+  {
+    auto model = make_mlp(kWidths, 3);
+    Adam adam(model->named_parameters(), 0.01);
+    for (auto& [name, tensor] : adam.state_tensors()) unsharded += tensor.nbytes();
+  }
+  REQUIRE(unsharded > 0);
+  const Data data;
+  for (int world : {1, 2, 4}) {
+    auto groups = ring_groups(world);
+    std::vector<size_t> bytes(static_cast<size_t>(world));
+    size_t buckets = 0;
+    run_ranks(world, [&](int rank) {
+      auto model = make_mlp(kWidths, 3);
+      DistributedDataParallel ddp(*model, groups[size_t(rank)], kSmallBuckets);
+      Adam settings(ddp.named_parameters(), 0.01);
+      ZeroRedundancyOptimizer zero(ddp, settings);
+      for (int step = 0; step < 2; ++step) {  // past the rebuild of the buckets
+        zero.zero_grad();
+        const auto rows = data.rows(step, rank, world);
+        train_step_backward(ddp, gather_rows<float>(data.x, rows), gather_rows<int64_t>(data.y, rows));
+        zero.step();
+      }
+      bytes[size_t(rank)] = zero.state_bytes();
+      if (rank == 0) buckets = ddp.reducer().buckets().size();
+    });
+    size_t total = 0;
+    for (size_t b : bytes) {
+      total += b;
+      // Each bucket's chunks differ by at most one element: 2 states x 4 bytes per bucket.
+      CHECK(double(b) <= double(unsharded) / world + 8.0 * double(buckets));
+      CHECK(double(b) >= double(unsharded) / world - 8.0 * double(buckets));
+    }
+    CHECK(total == unsharded);  // nothing stored twice, nothing missing
+    MESSAGE("Adam state per rank at N = " << world << ": " << bytes[0] << " bytes (unsharded " << unsharded
+            << ", " << buckets << " buckets)");
+  }
+}
+
+TEST_CASE("a ZeRO checkpoint saved at 4 ranks resumes at 2 (ZeRO) and at 1 (plain Adam) where it stopped") {
+  constexpr int kSaved = 3, kTotal = 6;
+  const Data data;
+  TempDir dir("tinyddp_zero");
+  const std::string path = (dir.path / "zero.safetensors").string();
+  // Losses are averaged over the ranks: each rank holds an equal share of the global batch.
+  auto run = [&](int world, int first_step, bool resume, std::vector<double>& losses) {
+    auto groups = ring_groups(world);
+    std::vector<std::vector<double>> rank_losses(size_t(world), std::vector<double>(kTotal, 0.0));
+    run_ranks(world, [&](int rank) {
+      auto model = make_mlp(kWidths, 3);
+      DistributedDataParallel ddp(*model, groups[size_t(rank)], kSmallBuckets);
+      Adam settings(ddp.named_parameters(), 0.01);
+      ZeroRedundancyOptimizer zero(ddp, settings);
+      if (resume) load_checkpoint(path, *model, &zero, nullptr);
+      for (int step = first_step; step < kTotal; ++step) {
+        zero.zero_grad();
+        const auto rows = data.rows(step, rank, world);
+        rank_losses[size_t(rank)][size_t(step)] =
+            train_step_backward(ddp, gather_rows<float>(data.x, rows), gather_rows<int64_t>(data.y, rows));
+        zero.step();
+        if (!resume && step + 1 == kSaved) {
+          zero.consolidate_state_dict();  // every rank
+          if (rank == 0) save_checkpoint(path, *model, &zero, nullptr);
+          groups[size_t(rank)]->barrier()->wait();
+        }
+      }
+    });
+    losses.assign(kTotal, 0.0);
+    for (const auto& mine : rank_losses)
+      for (int s = 0; s < kTotal; ++s) losses[size_t(s)] += mine[size_t(s)] / world;
+  };
+  std::vector<double> at4, at2, at1(kTotal, 0.0);
+  run(4, 0, false, at4);
+  run(2, kSaved, true, at2);
+  {
+    // A plain Adam without DDP loads the file: the state carries the unsharded names.
+    auto model = make_mlp(kWidths, 3);
+    Adam adam(model->named_parameters(), 0.01);
+    load_checkpoint(path, *model, &adam, nullptr);
+    CHECK(adam.step_count() == kSaved);
+    for (int step = kSaved; step < kTotal; ++step) {
+      adam.zero_grad();
+      const auto rows = data.rows(step, 0, 1);
+      at1[size_t(step)] = train_step_backward(*model, gather_rows<float>(data.x, rows), gather_rows<int64_t>(data.y, rows));
+      adam.step();
+    }
+  }
+  for (int step = kSaved; step < kTotal; ++step) {
+    CAPTURE(step);
+    // Another world size adds the gradients in another order: equal to rounding, not to the bit.
+    CHECK(at2[size_t(step)] == doctest::Approx(at4[size_t(step)]).epsilon(1e-5));
+    CHECK(at1[size_t(step)] == doctest::Approx(at4[size_t(step)]).epsilon(1e-5));
+  }
+  // A fresh Adam's first resumed step would differ: the moments and step count did carry over.
+  {
+    auto model = make_mlp(kWidths, 3);
+    load_model(path, *model);
+    Adam fresh(model->named_parameters(), 0.01);
+    for (int step = kSaved; step < kTotal; ++step) {
+      fresh.zero_grad();
+      const auto rows = data.rows(step, 0, 1);
+      const float loss = train_step_backward(*model, gather_rows<float>(data.x, rows), gather_rows<int64_t>(data.y, rows));
+      fresh.step();
+      if (step == kTotal - 1) CHECK(double(loss) != doctest::Approx(at4[size_t(step)]).epsilon(1e-5));
+    }
+  }
+}
+
+TEST_CASE("ZeRO-1's misuse is refused with a reason") {
+  auto groups = ring_groups(1);
+  auto model = make_mlp(kWidths, 3);
+  DistributedDataParallel ddp(*model, groups[0], kSmallBuckets);
+  Adam settings(ddp.named_parameters(), 0.01);
+  ZeroRedundancyOptimizer zero(ddp, settings);
+  CHECK_THROWS_WITH_AS(zero.step(), doctest::Contains("no synchronised backward"), Error);
+  CHECK_THROWS_WITH_AS(ZeroRedundancyOptimizer(ddp, settings), doctest::Contains("already registered"), Error);
+  const Data data;
+  const auto rows = data.rows(0, 0, 1);
+  train_step_backward(ddp, gather_rows<float>(data.x, rows), gather_rows<int64_t>(data.y, rows));
+  zero.step();
+  CHECK_THROWS_WITH_AS(zero.state_tensors(), doctest::Contains("consolidate_state_dict()"), Error);
+}

@@ -1,0 +1,25 @@
+// MultiDevice's zero_stage: the combinations ZeRO-1 cannot honour are refused before anything runs.
+// (The training itself is checked end to end in test/examples: digits --zero 1 against --zero 0.)
+#include <doctest/doctest.h>
+
+#include "tinyddp/core/error.h"
+#include "tinyddp/nn/train/addons/multi_device.h"
+
+using namespace tinyddp;
+using namespace tinyddp::nn;
+
+TEST_CASE("MultiDevice refuses a ZeRO stage it does not have, and ZeRO-1 with clipping or skipped steps") {
+  MultiDeviceOptions options;
+  TrainerOptions trainer;
+  options.zero_stage = 2;
+  CHECK_THROWS_WITH_AS(multi_device::check_zero_options(options, trainer), doctest::Contains("stages 2 and 3"), Error);
+  options.zero_stage = 1;
+  multi_device::check_zero_options(options, trainer);  // the defaults are fine
+  trainer.gradient_clip = 1.0;
+  CHECK_THROWS_WITH_AS(multi_device::check_zero_options(options, trainer), doctest::Contains("gradient_clip"), Error);
+  trainer.gradient_clip = 0;
+  trainer.non_finite_loss = NonFiniteLoss::skip_step;
+  CHECK_THROWS_WITH_AS(multi_device::check_zero_options(options, trainer), doctest::Contains("skip_step"), Error);
+  options.zero_stage = 0;
+  multi_device::check_zero_options(options, trainer);  // plain DDP takes them all
+}
