@@ -25,10 +25,10 @@ def parse(path):
             runs[peer][int(f[0])].append(float(f[1]))
     return runs
 
-def predicted(model_bin, hosts, per_host, gbit, sizes):
+def predicted(model_bin, hosts, per_host, model_args, sizes):
     if not model_bin or not os.path.exists(model_bin):
         return {}
-    out = subprocess.run([model_bin, "--hosts", str(hosts), "--per-host", str(per_host), "--gbit", str(gbit),
+    out = subprocess.run([model_bin, "--hosts", str(hosts), "--per-host", str(per_host), *model_args,
                           "-b", str(min(sizes)), "-e", str(max(sizes)), "-f", "4"], capture_output=True, text=True).stdout
     lines = [l for l in out.splitlines() if l.strip()]
     header = next((l for l in lines if l.split()[0] == "bytes"), "")
@@ -58,7 +58,14 @@ def main():
         runs = parse(os.path.join(results, name))
         ours = [p for p in runs if p not in ("gloo", "torch")]
         sizes = sorted({s for p in runs.values() for s in p})
-        model = predicted(model_bin, hosts, per_host, RATES.get(profile, 10.0), sizes)
+        # The model the run's `auto` measured (compare_cluster.sh keeps it; the last round's values
+        # win), else the built-in one told the profile's rate.
+        measured = os.path.join(results, f"{hosts}x{per_host}-{profile}-model.txt")
+        model_args = ["--model", measured] if os.path.exists(measured) and os.path.getsize(measured) else ["--gbit", str(RATES.get(profile, 10.0))]
+        model = predicted(model_bin, hosts, per_host, model_args, sizes)
+        if model_args[0] == "--model":
+            print(f"\n### {hosts} hosts x {per_host}, link {profile}: the model measured at startup (last round)\n")
+            print("```\n" + "".join(l for l in open(measured).readlines()[-6:] if not l.startswith("#")) + "```")
         print(f"\n### {hosts} hosts x {per_host} rank{'s' if per_host > 1 else ''}, link {profile}\n")
         print("| bytes | " + " | ".join(f"ours {p}" for p in ours) + " | Gloo | PyTorch gloo | best ours / Gloo | auto / Gloo | model: auto |")
         print("|---" * (len(ours) + 6) + "|")

@@ -169,12 +169,17 @@ CostModel CostModel::parse(const std::string& text, const std::string& where) {
   return m;
 }
 
+bool CostModel::probe_requested() {
+  auto value = env::text("TINYDDP_COST_MODEL");
+  return !value || *value == "probe";
+}
+
 CostModel CostModel::from_environment() {
   auto path = env::text("TINYDDP_COST_MODEL");
-  if (!path) return CostModel{};
+  if (!path || *path == "probe" || *path == "builtin") return CostModel{};
   std::ifstream file(*path);
   TINYDDP_CHECK(file.good(), "TINYDDP_COST_MODEL: cannot read '", *path, "'; hint: name a file of 'key value' lines "
-                "(see comm/algorithms/cost_model.h), or unset it for the defaults");
+                "(see comm/algorithms/cost_model.h), 'builtin' for the defaults, or unset it to measure the links");
   std::stringstream text;
   text << file.rdbuf();
   return parse(text.str(), "TINYDDP_COST_MODEL file '" + *path + "'");

@@ -43,6 +43,9 @@ struct CostModel {
   // in_host_gbyte_per_s, reduce_gbyte_per_s. Keys not given keep their defaults. Throws naming
   // `where` and the line on a bad key or value.
   static CostModel parse(const std::string& text, const std::string& where);
+  // TINYDDP_COST_MODEL: unset or "probe", measure the links when a group spanning hosts starts
+  // (link_probe.h); "builtin", the defaults above; anything else, the path of a file parse() reads.
+  static bool probe_requested();
   // The defaults above, or the file TINYDDP_COST_MODEL names.
   static CostModel from_environment();
   std::string to_text() const;  // what parse() reads
