@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "tinyddp/comm/algorithms/algorithm_selection.h"
+#include "tinyddp/comm/algorithms/hierarchical_gather.h"
 #include "tinyddp/comm/algorithms/link_probe.h"
 #include "tinyddp/comm/algorithms/small_message_allreduce.h"
 #include "tinyddp/comm/cpu_binding.h"
@@ -122,7 +123,8 @@ WorkPtr RingBackend::broadcast(const Tensor& tensor, int root, const CallOptions
                   if (size() == 1 || tensor.numel() == 0) return;
                   Tensor staging;
                   const Tensor& host = host_input(tensor, staging);
-                  chain_broadcast(ring(), bytes_of(host), host.nbytes(), root, ctx);
+                  host_ordered_broadcast(all_reduce_->layout(), [this](int r) { return peer(r); }, rank(), bytes_of(host),
+                                         host.nbytes(), root, ctx);
                   if (rank() != root) write_back(tensor, host);
                 });
 }
@@ -140,6 +142,10 @@ WorkPtr RingBackend::all_gather(const Tensor& output, const Tensor& input, const
                   const Tensor& out = host_output(output, out_staging);
                   if (size() == 1) {
                     if (in.numel() > 0 && bytes_of(out) != bytes_of(in)) std::memmove(bytes_of(out), bytes_of(in), in.nbytes());
+                  } else if (hierarchical_all_gather_applies(all_reduce_->layout()) &&
+                             all_reduce_->forced() != AllReduceAlgorithm::ring) {
+                    hierarchical_all_gather(all_reduce_->layout(), [this](int r) { return peer(r); }, rank(), bytes_of(in),
+                                            bytes_of(out), size_t(in.numel()), ctx);
                   } else {
                     ring_all_gather(ring(), bytes_of(in), bytes_of(out), size_t(in.numel()), ctx);
                   }
