@@ -1,6 +1,7 @@
 #include "tinyddp/comm/algorithms/link_probe.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -17,7 +18,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr int kSmallRounds = 16;      // α: the median of these
-constexpr int kLargeRounds = 2;       // β: the fastest of these, after one untimed round
 constexpr size_t kSmallBytes = 8;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
@@ -31,10 +31,9 @@ double median(std::vector<double> values) {
 double steady_seconds() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
 
 struct PairTimes {
-  double alpha_s;       // one small exchange
-  double bytes_s;       // the fastest large exchange's time beyond α
-  double large_begin;   // steady_seconds() when the timed large exchanges began, and ended
-  double large_end;
+  double alpha_s;  // one small exchange
+  double bytes_s;  // the fastest large exchange's time beyond α
+  std::array<double, kProbeRounds> begin, end;  // steady_seconds() around each timed large exchange
 };
 
 // Small then large exchanges with `peer`, which runs the same at the same time.
@@ -49,13 +48,13 @@ PairTimes time_exchanges(Connection* peer, const CollectiveContext& ctx) {
     small.push_back(seconds_since(start));
   }
   exchange(peer, send.data(), kProbeBytes, recv.data(), kProbeBytes, ctx);
-  PairTimes t{median(small), std::numeric_limits<double>::infinity(), steady_seconds(), 0};
-  for (int i = 0; i < kLargeRounds; ++i) {
-    const auto start = Clock::now();
+  PairTimes t{median(small), std::numeric_limits<double>::infinity(), {}, {}};
+  for (int i = 0; i < kProbeRounds; ++i) {
+    t.begin[size_t(i)] = steady_seconds();
     exchange(peer, send.data(), kProbeBytes, recv.data(), kProbeBytes, ctx);
-    t.bytes_s = std::min(t.bytes_s, seconds_since(start));
+    t.end[size_t(i)] = steady_seconds();
+    t.bytes_s = std::min(t.bytes_s, t.end[size_t(i)] - t.begin[size_t(i)]);
   }
-  t.large_end = steady_seconds();
   // Noise can make α look as long as the large exchange; the bytes took at least half of it.
   t.bytes_s = std::max(t.bytes_s - t.alpha_s, t.bytes_s / 2);
   return t;
@@ -70,22 +69,27 @@ int network_partner(const HostLayout& layout, int rank) {
   return index < theirs.size() ? theirs[index] : -1;
 }
 
-// One host's link rate: all its ranks' timed bytes over the span from the first one's start to
-// the last one's end, less the α of each round; 0 when none of its ranks measured.
+// One host's link rate: in each round, all its ranks' bytes over the span from the first one's
+// start to the last one's end, less α; the fastest round's. 0 when none of its ranks measured.
 double host_network_rate(const std::vector<LinkMeasurement>& measured, const std::vector<int>& ranks) {
-  double begin = std::numeric_limits<double>::infinity(), end = 0, bytes = 0;
   std::vector<double> alphas;
-  for (int r : ranks) {
-    const LinkMeasurement& m = measured[size_t(r)];
-    if (m.network_end <= 0) continue;
-    begin = std::min(begin, m.network_begin);
-    end = std::max(end, m.network_end);
-    bytes += double(kLargeRounds) * double(kProbeBytes);
-    alphas.push_back(m.alpha_network_s);
-  }
+  for (int r : ranks)
+    if (measured[size_t(r)].network_end[0] > 0) alphas.push_back(measured[size_t(r)].alpha_network_s);
   if (alphas.empty()) return 0;
-  const double span = end - begin;
-  return bytes / std::max(span - kLargeRounds * median(alphas), span / 2);
+  const double alpha = median(alphas), bytes = double(alphas.size()) * double(kProbeBytes);
+  double best = 0;
+  for (size_t k = 0; k < size_t(kProbeRounds); ++k) {
+    double begin = std::numeric_limits<double>::infinity(), end = 0;
+    for (int r : ranks) {
+      const LinkMeasurement& m = measured[size_t(r)];
+      if (m.network_end[0] <= 0) continue;
+      begin = std::min(begin, m.network_begin[k]);
+      end = std::max(end, m.network_end[k]);
+    }
+    const double span = end - begin;
+    best = std::max(best, bytes / std::max(span - alpha, span / 2));
+  }
+  return best;
 }
 
 // This rank's neighbour on its own host (local index i ^ 1), or -1.
@@ -113,19 +117,21 @@ double reduce_rate() {
 std::string LinkMeasurement::to_text() const {
   std::ostringstream out;
   out.precision(17);
-  out << alpha_network_s << ' ' << network_begin << ' ' << network_end << ' ' << alpha_in_host_s << ' ' << in_host_bytes_per_s << ' '
-      << reduce_bytes_per_s;
+  out << alpha_network_s;
+  for (size_t k = 0; k < size_t(kProbeRounds); ++k) out << ' ' << network_begin[k] << ' ' << network_end[k];
+  out << ' ' << alpha_in_host_s << ' ' << in_host_bytes_per_s << ' ' << reduce_bytes_per_s;
   return out.str();
 }
 
 LinkMeasurement LinkMeasurement::parse(const std::string& text, const std::string& where) {
   LinkMeasurement m;
   std::istringstream in(text);
+  bool ok = bool(in >> m.alpha_network_s);
+  for (size_t k = 0; k < size_t(kProbeRounds); ++k) ok = ok && bool(in >> m.network_begin[k] >> m.network_end[k]);
   std::string rest;
-  const bool ok = bool(in >> m.alpha_network_s >> m.network_begin >> m.network_end >> m.alpha_in_host_s >> m.in_host_bytes_per_s >>
-                       m.reduce_bytes_per_s) &&
-                  !(in >> rest);
-  TINYDDP_CHECK(ok, where, ": '", text, "' is not a link measurement (6 numbers); hint: every rank of a group must run the same tinyddp");
+  ok = ok && bool(in >> m.alpha_in_host_s >> m.in_host_bytes_per_s >> m.reduce_bytes_per_s) && !(in >> rest);
+  TINYDDP_CHECK(ok, where, ": '", text, "' is not a link measurement (", 4 + 2 * kProbeRounds,
+                " numbers); hint: every rank of a group must run the same tinyddp");
   return m;
 }
 
@@ -136,8 +142,8 @@ LinkMeasurement measure_links(const HostLayout& layout, const ConnectionLookup& 
   if (const int across = network_partner(layout, rank); across >= 0) {
     const PairTimes t = time_exchanges(connection_to(across), ctx);
     m.alpha_network_s = t.alpha_s;
-    m.network_begin = t.large_begin;
-    m.network_end = t.large_end;
+    m.network_begin = t.begin;
+    m.network_end = t.end;
   }
   if (const int local = in_host_partner(layout, rank); local >= 0) {
     const PairTimes t = time_exchanges(connection_to(local), ctx);

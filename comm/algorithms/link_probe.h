@@ -14,18 +14,20 @@
 //      in both directions);
 //   β: large exchanges, timed after one untimed round (which also drains a shaping token bucket's
 //      burst, as a long collective would). Inside a host: per rank, the fastest one less α. Across
-//      hosts the rate is per host, as the model counts it: the bytes all the host's ranks sent,
-//      over the span from the first one's start to the last one's end (one host's clock), less α
-//      per round; so it holds whether or not the host's ranks really sent at the same moment.
+//      hosts the rate is per host, as the model counts it: for each round, the bytes all the host's
+//      ranks sent over the span from the first one's start to the last one's end (one host's
+//      clock), less α; so it holds whether or not the host's ranks really sent at the same moment.
+//      The fastest round counts: on a shared machine, other work only ever slows a round down.
 // Every rank publishes what it measured under `key`/probe/<rank>; rank 0 takes, per parameter, the
 // median over the ranks (or hosts) that measured it (one rank descheduled at a bad moment must not
 // set the model of the whole job) and publishes the model every rank then uses (agree_on_model).
 // A parameter nobody could measure (no second host, no second rank on a host) keeps `defaults`'.
 //
-// Cost: 3 large and 16 small exchanges per link kind plus 3 reductions of kProbeBytes; at 1 Gbit/s
+// Cost: 4 large and 16 small exchanges per link kind plus 3 reductions of kProbeBytes; at 1 Gbit/s
 // with 2 ranks per host the network phase dominates (about 6 MiB through each host's link).
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <functional>
@@ -40,13 +42,15 @@ namespace tinyddp::comm {
 
 class Store;
 
-// Bytes of one large probe exchange (and of one probe reduction).
+// Bytes of one large probe exchange (and of one probe reduction), and how many are timed.
 inline constexpr size_t kProbeBytes = size_t(2) << 20;
+inline constexpr int kProbeRounds = 3;
 
 // What one rank measured; 0 where it took no part.
 struct LinkMeasurement {
   double alpha_network_s = 0;
-  double network_begin = 0, network_end = 0;  // the timed large exchanges, in seconds of the host's steady clock
+  // Each timed large exchange's start and end, in seconds of the host's steady clock.
+  std::array<double, kProbeRounds> network_begin{}, network_end{};
   double alpha_in_host_s = 0, in_host_bytes_per_s = 0;
   double reduce_bytes_per_s = 0;
   std::string to_text() const;

@@ -3,6 +3,7 @@
 // same model, measured where the layout lets it measure and the defaults elsewhere.
 #include <doctest/doctest.h>
 
+#include <array>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -15,21 +16,38 @@ using namespace tinyddp;
 using namespace tinyddp::comm;
 using namespace tinyddp::testing;
 
-TEST_CASE("the probe's model: per host, all its ranks' bytes over their common span; elsewhere the median") {
+namespace {
+
+LinkMeasurement measured(double alpha, std::array<double, 3> begin, std::array<double, 3> end, double in_host, double reduce) {
+  static_assert(kProbeRounds == 3, "the rounds below are written for 3");
+  LinkMeasurement m;
+  m.alpha_network_s = alpha;
+  m.network_begin = begin;
+  m.network_end = end;
+  m.in_host_bytes_per_s = in_host;
+  m.reduce_bytes_per_s = reduce;
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("the probe's model: per host, its ranks' bytes over their common span in the fastest round; elsewhere the median") {
   const HostLayout layout = HostLayout::uniform(2, 2);
-  std::vector<LinkMeasurement> m(4);
-  // Host 0: ranks 0 and 1 ran their timed exchanges over [10.00, 10.12] s, α 1 ms each.
-  m[0] = {0.001, 10.00, 10.10, 0, 1e9, 8e9};
-  m[1] = {0.001, 10.02, 10.12, 0, 3e9, 6e9};
-  // Host 1: [20.0, 20.3] s, α 1 ms and 3 ms (median of two: the lower).
-  m[2] = {0.001, 20.0, 20.2, 0, 2e9, 7e9};
-  m[3] = {0.003, 20.1, 20.3, 0, 0, 9e9};
+  std::vector<LinkMeasurement> m = {
+      // Host 0: spans of the three rounds 0.06, 0.07 and 0.06 s; α 1 ms.
+      measured(0.001, {10.00, 10.05, 10.10}, {10.05, 10.10, 10.15}, 1e9, 8e9),
+      measured(0.001, {10.01, 10.06, 10.11}, {10.06, 10.12, 10.16}, 3e9, 6e9),
+      // Host 1: spans 0.1, 0.15 and 0.1 s; α 1 and 3 ms (the median of two: the lower).
+      measured(0.001, {20.0, 20.1, 20.2}, {20.1, 20.2, 20.3}, 2e9, 7e9),
+      measured(0.003, {20.0, 20.1, 20.2}, {20.1, 20.25, 20.3}, 0, 9e9),
+  };
   m[0].alpha_in_host_s = 4e-6, m[1].alpha_in_host_s = 2e-6, m[2].alpha_in_host_s = 3e-6;
   const CostModel defaults;
   const CostModel model = model_from_measurements(m, layout, defaults);
-  const double bytes = 2.0 * 2.0 * double(kProbeBytes);  // 2 ranks x 2 timed rounds
-  const double host0 = bytes / (0.12 - 2 * 0.001), host1 = bytes / (0.3 - 2 * 0.001);
+  const double bytes = 2.0 * double(kProbeBytes);  // the host's 2 ranks, one round
+  const double host0 = bytes / (0.06 - 0.001), host1 = bytes / (0.1 - 0.001);
   CHECK(model.network_bytes_per_s == doctest::Approx(std::min(host0, host1)));
+  CHECK(model_from_measurements({m[0], m[1], m[0], m[1]}, layout, defaults).network_bytes_per_s == doctest::Approx(host0));
   CHECK(model.alpha_network_s == doctest::Approx(0.001));
   CHECK(model.alpha_in_host_s == doctest::Approx(3e-6));
   CHECK(model.in_host_bytes_per_s == doctest::Approx(2e9));  // rank 3 measured none
@@ -43,9 +61,10 @@ TEST_CASE("the probe's model: per host, all its ranks' bytes over their common s
 }
 
 TEST_CASE("a rank's measurement survives the store's text, and a foreign one is refused") {
-  const LinkMeasurement m{1.5e-5, 12.25, 12.5, 2e-6, 3.5e9, 1.25e10};
+  const LinkMeasurement m = measured(1.5e-5, {12.25, 12.5, 12.75}, {12.5, 12.75, 13.0}, 3.5e9, 1.25e10);
   const LinkMeasurement back = LinkMeasurement::parse(m.to_text(), "test");
   CHECK(back.alpha_network_s == m.alpha_network_s);
+  CHECK(back.network_begin == m.network_begin);
   CHECK(back.network_end == m.network_end);
   CHECK(back.reduce_bytes_per_s == m.reduce_bytes_per_s);
   CHECK_THROWS_WITH(LinkMeasurement::parse("1 2 3", "rank 3's link probe"),
