@@ -42,6 +42,19 @@ def predicted(model_bin, hosts, per_host, model_args, sizes):
         table[int(float(f[0]))]["auto"] = table[int(float(f[0]))].get(f[-1], float("nan"))
     return table
 
+def write_plot_data(path, runs, sizes, world):
+    """busbw (GB/s) against size, a column per line (bench/plot_cluster.gp): ours per algorithm, the peers."""
+    names = {"gloo": "Gloo", "torch": "PyTorch-gloo"}
+    peers = [p for p in runs if p not in names] + [p for p in names if p in runs]
+    with open(path, "w") as f:
+        f.write("bytes " + " ".join(names.get(p, "ours-" + p) for p in peers) + "\n")
+        for s in sizes:
+            cells = []
+            for p in peers:
+                t = statistics.median(runs[p][s]) if runs[p].get(s) else None
+                cells.append("NaN" if t is None else f"{s / (t * 1e-6) / 1e9 * 2 * (world - 1) / world:.5f}")
+            f.write(f"{s} " + " ".join(cells) + "\n")
+
 def fmt(us):
     return "-" if us is None else (f"{us/1000:.2f} ms" if us >= 10000 else f"{us:.0f} µs")
 
@@ -77,6 +90,7 @@ def main():
             pred = model.get(s, {}).get("auto")
             print(f"| {s} | " + " | ".join(fmt(med[p]) for p in ours) + f" | {fmt(g)} | {fmt(med.get('torch'))} | "
                   f"{ratio(best)} | {ratio(med.get('auto'))} | {fmt(pred)} |")
+        write_plot_data(os.path.join(results, f"{hosts}x{per_host}-{profile}.dat"), runs, sizes, hosts * per_host)
         if model:
             print(f"\nModel against measured (ours, predicted / measured):\n")
             print("| bytes | " + " | ".join(p for p in ours if p != "auto") + " |")

@@ -11,8 +11,10 @@
 # Layout HxL: H hosts of L ranks each (rank r on host r / L), launched as on a real cluster:
 # tinyddp-run --nnodes H --node-rank i on each host; Gloo and PyTorch one process per rank.
 # Profiles: tc tbf rate on every host's egress (sim_cluster.sh rate); "none": unshaped veth.
-# Writes bench/cluster_results/<layout>-<profile>.txt (the raw tables) and prints a summary
-# (bench/cluster_summary.py) that bench/cluster_results.md is made from.
+# Writes bench/cluster_results/<layout>-<profile>.txt (the raw tables), <layout>-<profile>-model.txt
+# (the model auto measured at startup), <layout>-<profile>.svg (busbw against size, every line;
+# bench/plot_cluster.gp) and prints a summary (bench/cluster_summary.py) that
+# bench/cluster_results.md is made from.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -150,3 +152,13 @@ for layout in $LAYOUTS; do
   "$sim" down "$name"
 done
 python3 "$here/cluster_summary.py" "$out" "$build/bin/collective_model"
+# busbw against size, one plot per layout and profile (gnuplot: scripts/deps.sh gnuplot-nox).
+if "$root/scripts/deps.sh" gnuplot-nox >/dev/null 2>&1 && command -v gnuplot >/dev/null; then
+  for data in "$out"/*x*-*.dat; do
+    base=$(basename "$data" .dat); hosts=${base%%x*}; rest=${base#*x}
+    gnuplot -e "datafile='$data'; outfile='$out/$base.svg'; heading='$hosts hosts x ${rest%%-*} per host, link ${rest#*-}'" \
+      "$here/plot_cluster.gp"
+  done
+else
+  echo "compare_cluster.sh: gnuplot could not be installed (scripts/deps.sh gnuplot-nox): no plots" >&2
+fi
