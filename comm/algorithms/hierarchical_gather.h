@@ -12,6 +12,8 @@
 //                L connections at once); a flat ring over host-major ranks sends (n-1)·s over one
 //                connection per host: 3·s against 2·s on 2 hosts x 2 ranks, 7·s against 4·s on 2 x 4
 //   in-host      (L-1)·H·s per rank over shared memory, and one copy of n·s to reorder
+//   memory       (n + H)·s bytes of scratch per rank, kept for the next call (the flat ring needs
+//                none: it gathers straight into the output)
 // It pays on every uniform layout with several hosts of several ranks (fewer steps and fewer bytes
 // across); with one rank per host or one host it is the flat ring.
 //

@@ -36,11 +36,10 @@ struct PairTimes {
   std::array<double, kProbeRounds> begin, end;  // steady_seconds() around each timed large exchange
 };
 
-// Small then large exchanges with `peer`, which runs the same at the same time.
+// Small then large exchanges with `peer`, which runs the same at the same time. The buffers live
+// only as long as the probe: it runs once, on the thread that builds the group.
 PairTimes time_exchanges(Connection* peer, const CollectiveContext& ctx) {
-  thread_local std::vector<std::byte> send, recv;
-  send.assign(kProbeBytes, std::byte{1});
-  recv.resize(kProbeBytes);
+  std::vector<std::byte> send(kProbeBytes, std::byte{1}), recv(kProbeBytes);
   std::vector<double> small;
   for (int i = 0; i < kSmallRounds; ++i) {
     const auto start = Clock::now();
