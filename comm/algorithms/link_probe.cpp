@@ -32,7 +32,7 @@ double steady_seconds() { return std::chrono::duration<double>(Clock::now().time
 
 struct PairTimes {
   double alpha_s;  // one small exchange
-  double bytes_s;  // the fastest large exchange's time beyond α
+  double bytes_s;  // a large exchange's time beyond α, averaged over the timed rounds
   std::array<double, kProbeRounds> begin, end;  // steady_seconds() around each timed large exchange
 };
 
@@ -47,15 +47,16 @@ PairTimes time_exchanges(Connection* peer, const CollectiveContext& ctx) {
     small.push_back(seconds_since(start));
   }
   exchange(peer, send.data(), kProbeBytes, recv.data(), kProbeBytes, ctx);
-  PairTimes t{median(small), std::numeric_limits<double>::infinity(), {}, {}};
+  PairTimes t{median(small), 0, {}, {}};
   for (int i = 0; i < kProbeRounds; ++i) {
     t.begin[size_t(i)] = steady_seconds();
     exchange(peer, send.data(), kProbeBytes, recv.data(), kProbeBytes, ctx);
     t.end[size_t(i)] = steady_seconds();
-    t.bytes_s = std::min(t.bytes_s, t.end[size_t(i)] - t.begin[size_t(i)]);
   }
-  // Noise can make α look as long as the large exchange; the bytes took at least half of it.
-  t.bytes_s = std::max(t.bytes_s - t.alpha_s, t.bytes_s / 2);
+  // Averaged over the rounds, as host_network_rate does and for the same reason. Noise can make α
+  // look as long as a round; the bytes took at least half of it.
+  const double round = (t.end.back() - t.begin.front()) / kProbeRounds;
+  t.bytes_s = std::max(round - t.alpha_s, round / 2);
   return t;
 }
 
@@ -68,27 +69,23 @@ int network_partner(const HostLayout& layout, int rank) {
   return index < theirs.size() ? theirs[index] : -1;
 }
 
-// One host's link rate: in each round, all its ranks' bytes over the span from the first one's
-// start to the last one's end, less α; the fastest round's. 0 when none of its ranks measured.
+// One host's link rate: all its ranks' timed bytes over the span from the first one's first start
+// to the last one's last end, less α per round; 0 when none of its ranks measured. The whole span,
+// not the fastest round: an exchange's round can end early on bytes its peer sent while a round
+// ahead, so a single round can look far faster than the link.
 double host_network_rate(const std::vector<LinkMeasurement>& measured, const std::vector<int>& ranks) {
+  double begin = std::numeric_limits<double>::infinity(), end = 0;
   std::vector<double> alphas;
-  for (int r : ranks)
-    if (measured[size_t(r)].network_end[0] > 0) alphas.push_back(measured[size_t(r)].alpha_network_s);
-  if (alphas.empty()) return 0;
-  const double alpha = median(alphas), bytes = double(alphas.size()) * double(kProbeBytes);
-  double best = 0;
-  for (size_t k = 0; k < size_t(kProbeRounds); ++k) {
-    double begin = std::numeric_limits<double>::infinity(), end = 0;
-    for (int r : ranks) {
-      const LinkMeasurement& m = measured[size_t(r)];
-      if (m.network_end[0] <= 0) continue;
-      begin = std::min(begin, m.network_begin[k]);
-      end = std::max(end, m.network_end[k]);
-    }
-    const double span = end - begin;
-    best = std::max(best, bytes / std::max(span - alpha, span / 2));
+  for (int r : ranks) {
+    const LinkMeasurement& m = measured[size_t(r)];
+    if (m.network_end[0] <= 0) continue;
+    begin = std::min(begin, m.network_begin.front());
+    end = std::max(end, m.network_end.back());
+    alphas.push_back(m.alpha_network_s);
   }
-  return best;
+  if (alphas.empty()) return 0;
+  const double bytes = double(alphas.size()) * kProbeRounds * double(kProbeBytes), span = end - begin;
+  return bytes / std::max(span - kProbeRounds * median(alphas), span / 2);
 }
 
 // This rank's neighbour on its own host (local index i ^ 1), or -1.

@@ -13,11 +13,10 @@
 //   α: the median time of one exchange of a few bytes (a dependent step: a message there and back
 //      in both directions);
 //   β: large exchanges, timed after one untimed round (which also drains a shaping token bucket's
-//      burst, as a long collective would). Inside a host: per rank, the fastest one less α. Across
-//      hosts the rate is per host, as the model counts it: for each round, the bytes all the host's
-//      ranks sent over the span from the first one's start to the last one's end (one host's
-//      clock), less α; so it holds whether or not the host's ranks really sent at the same moment.
-//      The fastest round counts: on a shared machine, other work only ever slows a round down.
+//      burst, as a long collective would). Inside a host: per rank, their average less α. Across
+//      hosts the rate is per host, as the model counts it: the bytes all the host's ranks sent in
+//      the timed rounds, over the span from the first one's start to the last one's end (one host's
+//      clock), less α per round; so it holds whether or not the host's ranks sent at the same moment.
 // Every rank publishes what it measured under `key`/probe/<rank>; rank 0 takes, per parameter, the
 // median over the ranks (or hosts) that measured it (one rank descheduled at a bad moment must not
 // set the model of the whole job) and publishes the model every rank then uses (agree_on_model).

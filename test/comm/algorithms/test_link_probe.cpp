@@ -31,21 +31,21 @@ LinkMeasurement measured(double alpha, std::array<double, 3> begin, std::array<d
 
 }  // namespace
 
-TEST_CASE("the probe's model: per host, its ranks' bytes over their common span in the fastest round; elsewhere the median") {
+TEST_CASE("the probe's model: per host, its ranks' bytes over their common span; elsewhere the median") {
   const HostLayout layout = HostLayout::uniform(2, 2);
   std::vector<LinkMeasurement> m = {
-      // Host 0: spans of the three rounds 0.06, 0.07 and 0.06 s; α 1 ms.
+      // Host 0: the three rounds span 10.00 - 10.16 s; α 1 ms.
       measured(0.001, {10.00, 10.05, 10.10}, {10.05, 10.10, 10.15}, 1e9, 8e9),
       measured(0.001, {10.01, 10.06, 10.11}, {10.06, 10.12, 10.16}, 3e9, 6e9),
-      // Host 1: spans 0.1, 0.15 and 0.1 s; α 1 and 3 ms (the median of two: the lower).
+      // Host 1: 20.0 - 20.3 s; α 1 and 3 ms (the median of two: the lower).
       measured(0.001, {20.0, 20.1, 20.2}, {20.1, 20.2, 20.3}, 2e9, 7e9),
       measured(0.003, {20.0, 20.1, 20.2}, {20.1, 20.25, 20.3}, 0, 9e9),
   };
   m[0].alpha_in_host_s = 4e-6, m[1].alpha_in_host_s = 2e-6, m[2].alpha_in_host_s = 3e-6;
   const CostModel defaults;
   const CostModel model = model_from_measurements(m, layout, defaults);
-  const double bytes = 2.0 * double(kProbeBytes);  // the host's 2 ranks, one round
-  const double host0 = bytes / (0.06 - 0.001), host1 = bytes / (0.1 - 0.001);
+  const double bytes = 2.0 * 3.0 * double(kProbeBytes);  // the host's 2 ranks, 3 rounds
+  const double host0 = bytes / (10.16 - 10.00 - 3 * 0.001), host1 = bytes / (20.3 - 20.0 - 3 * 0.001);
   CHECK(model.network_bytes_per_s == doctest::Approx(std::min(host0, host1)));
   CHECK(model_from_measurements({m[0], m[1], m[0], m[1]}, layout, defaults).network_bytes_per_s == doctest::Approx(host0));
   CHECK(model.alpha_network_s == doctest::Approx(0.001));
