@@ -66,11 +66,11 @@ torch_ddp() {
   echo "# $LAYOUT, link $PROFILE, job $JOB, $(date -u +%FT%TZ), load $(cut -d' ' -f1-3 /proc/loadavg)"
   for ((round = 1; round <= ROUNDS; round++)); do
     echo "## round $round"
-    ours TINYDDP_DEBUG=INFO
+    ours TINYDDP_DEBUG=INFO TINYDDP_COST_MODEL=probe
     torch_ddp
   done
 } | tee "$file"
 
 # One traced run: the timeline of every rank, merged by rank 0 (the hosts share /tmp).
-ours TINYDDP_TRACE="$tmp/trace.json" >/dev/null
+ours TINYDDP_TRACE="$tmp/trace.json" TINYDDP_COST_MODEL=probe >/dev/null
 python3 "$root/scripts/trace_to_svg.py" "$tmp/trace.json" -o "$out/train-$LAYOUT-$PROFILE.svg" --step 4 | tee -a "$file"

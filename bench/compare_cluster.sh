@@ -41,9 +41,10 @@ max_bytes=$(numfmt --from=iec "$MAX")
 dpkg -s libgloo-dev python3-torch >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libgloo-dev python3-torch >/dev/null
 g++ -O2 -o "$tmp/gloo_allreduce" "$anchors/gloo_allreduce.cpp" /usr/lib/libgloo.so.0 -pthread
 
-# The model `auto` chooses with: measured when the ranks start (TINYDDP_COST_MODEL unset: the link
+# The model `auto` chooses with: measured when the ranks start (TINYDDP_COST_MODEL=probe: the link
 # probe, comm/algorithms/link_probe.h); rank 0 logs it (TINYDDP_DEBUG=INFO) and ours() keeps it in
-# $out/<layout>-<profile>-model.txt, which the summary's predictions use.
+# $out/<layout>-<profile>-model.txt, which the summary's predictions use. MODEL=builtin or a file
+# runs auto with that instead.
 MODEL=${MODEL:-probe}
 
 # ours ALGO: all_reduce_perf on every host through tinyddp-run; node 0's report on stdout.

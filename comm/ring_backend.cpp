@@ -339,15 +339,15 @@ RingBackend::RingBackend(std::shared_ptr<Store> store, int rank, int size, const
   executor_ = std::make_shared<Executor>([this](const Executor::Task& task) { run_task(task); }, cpu_, wait_);
 }
 
-// The cost model only chooses across hosts (algorithm_selection.h); there every rank takes rank 0's,
-// measured (link_probe.h) unless TINYDDP_COST_MODEL names a file or the built-in one.
+// The cost model only chooses across hosts (algorithm_selection.h); there every rank takes rank 0's:
+// the built-in one, a tuning file's, or measured (TINYDDP_COST_MODEL=probe, link_probe.h).
 CostModel RingBackend::agree_on_cost_model(const std::string& prefix, const HostLayout& layout) {
   if (layout.hosts() <= 1) return CostModel{};
   if (!CostModel::probe_requested())
     return agree_on_model(*store_, prefix + "cost_model", rank(), CostModel::from_environment(), options_.timeout);
   CollectiveContext ctx;
   ctx.rank = rank();
-  ctx.phase = " (measuring the links for the cost model; TINYDDP_COST_MODEL=builtin skips it)";
+  ctx.phase = " (measuring the links for the cost model, TINYDDP_COST_MODEL=probe)";
   ctx.world_size = size();
   ctx.timeout = options_.timeout;
   ctx.deadline = std::chrono::steady_clock::now() + options_.timeout;

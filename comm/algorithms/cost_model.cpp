@@ -178,7 +178,7 @@ CostModel CostModel::parse(const std::string& text, const std::string& where) {
 
 bool CostModel::probe_requested() {
   auto value = env::text("TINYDDP_COST_MODEL");
-  return !value || *value == "probe";
+  return value && *value == "probe";
 }
 
 CostModel CostModel::from_environment() {

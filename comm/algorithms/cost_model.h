@@ -46,8 +46,12 @@ struct CostModel {
   // in_host_gbyte_per_s, reduce_gbyte_per_s. Keys not given keep their defaults. Throws naming
   // `where` and the line on a bad key or value.
   static CostModel parse(const std::string& text, const std::string& where);
-  // TINYDDP_COST_MODEL: unset or "probe", measure the links when a group spanning hosts starts
-  // (link_probe.h); "builtin", the defaults above; anything else, the path of a file parse() reads.
+  // TINYDDP_COST_MODEL: "probe", measure the links when a group spanning hosts starts
+  // (link_probe.h); unset or "builtin", the defaults above; anything else, the path of a file
+  // parse() reads. The probe is not the default: a measured model may choose another algorithm in
+  // the next run (or the next attempt after a restart), and the algorithms add in different orders,
+  // so results would differ in the last bits from run to run. A probed model saved as a file gives
+  // measured parameters and the same choices every run.
   static bool probe_requested();
   // The defaults above, or the file TINYDDP_COST_MODEL names.
   static CostModel from_environment();

@@ -1,4 +1,5 @@
-// Link probe: the cost model's parameters (cost_model.h), measured when a process group starts.
+// Link probe: the cost model's parameters (cost_model.h), measured when a process group starts
+// (TINYDDP_COST_MODEL=probe).
 //
 // A model told "10 Gbit/s" picks algorithms for a link the CPUs may not be able to fill: what a
 // collective gets is what the link and the cores that drive it deliver together. So the probe
