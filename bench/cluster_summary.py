@@ -25,10 +25,10 @@ def parse(path):
             runs[peer][int(f[0])].append(float(f[1]))
     return runs
 
-def predicted(model_bin, hosts, per_host, gbit, sizes):
+def predicted(model_bin, hosts, per_host, model_args, sizes):
     if not model_bin or not os.path.exists(model_bin):
         return {}
-    out = subprocess.run([model_bin, "--hosts", str(hosts), "--per-host", str(per_host), "--gbit", str(gbit),
+    out = subprocess.run([model_bin, "--hosts", str(hosts), "--per-host", str(per_host), *model_args,
                           "-b", str(min(sizes)), "-e", str(max(sizes)), "-f", "4"], capture_output=True, text=True).stdout
     lines = [l for l in out.splitlines() if l.strip()]
     header = next((l for l in lines if l.split()[0] == "bytes"), "")
@@ -41,6 +41,19 @@ def predicted(model_bin, hosts, per_host, gbit, sizes):
         table[int(float(f[0]))] = {n: float(f[1 + 2 * i]) for i, n in enumerate(names)}
         table[int(float(f[0]))]["auto"] = table[int(float(f[0]))].get(f[-1], float("nan"))
     return table
+
+def write_plot_data(path, runs, sizes, world):
+    """busbw (GB/s) against size, a column per line (bench/plot_cluster.gp): ours per algorithm, the peers."""
+    names = {"gloo": "Gloo", "torch": "PyTorch-gloo"}
+    peers = [p for p in runs if p not in names] + [p for p in names if p in runs]
+    with open(path, "w") as f:
+        f.write("bytes " + " ".join(names.get(p, "ours-" + p) for p in peers) + "\n")
+        for s in sizes:
+            cells = []
+            for p in peers:
+                t = statistics.median(runs[p][s]) if runs[p].get(s) else None
+                cells.append("NaN" if t is None else f"{s / (t * 1e-6) / 1e9 * 2 * (world - 1) / world:.5f}")
+            f.write(f"{s} " + " ".join(cells) + "\n")
 
 def fmt(us):
     return "-" if us is None else (f"{us/1000:.2f} ms" if us >= 10000 else f"{us:.0f} µs")
@@ -58,7 +71,14 @@ def main():
         runs = parse(os.path.join(results, name))
         ours = [p for p in runs if p not in ("gloo", "torch")]
         sizes = sorted({s for p in runs.values() for s in p})
-        model = predicted(model_bin, hosts, per_host, RATES.get(profile, 10.0), sizes)
+        # The model the run's `auto` measured (compare_cluster.sh keeps it; the last round's values
+        # win), else the built-in one told the profile's rate.
+        measured = os.path.join(results, f"{hosts}x{per_host}-{profile}-model.txt")
+        model_args = ["--model", measured] if os.path.exists(measured) and os.path.getsize(measured) else ["--gbit", str(RATES.get(profile, 10.0))]
+        model = predicted(model_bin, hosts, per_host, model_args, sizes)
+        if model_args[0] == "--model":
+            print(f"\n### {hosts} hosts x {per_host}, link {profile}: the model measured at startup (last round)\n")
+            print("```\n" + "".join(l for l in open(measured).readlines()[-6:] if not l.startswith("#")) + "```")
         print(f"\n### {hosts} hosts x {per_host} rank{'s' if per_host > 1 else ''}, link {profile}\n")
         print("| bytes | " + " | ".join(f"ours {p}" for p in ours) + " | Gloo | PyTorch gloo | best ours / Gloo | auto / Gloo | model: auto |")
         print("|---" * (len(ours) + 6) + "|")
@@ -70,6 +90,7 @@ def main():
             pred = model.get(s, {}).get("auto")
             print(f"| {s} | " + " | ".join(fmt(med[p]) for p in ours) + f" | {fmt(g)} | {fmt(med.get('torch'))} | "
                   f"{ratio(best)} | {ratio(med.get('auto'))} | {fmt(pred)} |")
+        write_plot_data(os.path.join(results, f"{hosts}x{per_host}-{profile}.dat"), runs, sizes, hosts * per_host)
         if model:
             print(f"\nModel against measured (ours, predicted / measured):\n")
             print("| bytes | " + " | ".join(p for p in ours if p != "auto") + " |")

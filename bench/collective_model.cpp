@@ -5,6 +5,9 @@
 //
 //   collective_model --hosts 2 --per-host 2 --model tuning.txt -b 4K -e 64M -f 4
 //   collective_model --hosts 1024 --alpha-us 5 --gbit 25 -b 4K -e 1G -f 16
+//   collective_model --ranks 64,256,1024 --per-host 8 --alpha-us 5 --gbit 25 -b 4K -e 256M -f 16
+//     (--ranks: one markdown table, µs per algorithm and auto's pick, for each world size: the
+//     extrapolation table of docs/cluster-network.md)
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -17,6 +20,65 @@
 #include "tinyddp/comm/algorithms/cost_model.h"
 
 using namespace tinyddp::comm;
+
+namespace {
+
+// The algorithm whose traffic is counted: the hierarchical one with the cross-host step it would choose.
+Traffic traffic_of(AllReduceAlgorithm a, const AllReduceSelector& selector, double bytes) {
+  const AllReduceAlgorithm across =
+      a == AllReduceAlgorithm::hierarchical ? selector.choose_across_hosts(size_t(bytes)) : AllReduceAlgorithm::ring;
+  return all_reduce_traffic(a, selector.layout(), bytes, across);
+}
+
+// Predicted time and cross-host bytes per algorithm, one row per size.
+void print_table(const CostModel& model, const std::vector<AllReduceAlgorithm>& list, int hosts, int per_host,
+                 const std::vector<double>& sizes) {
+  const AllReduceSelector selector(AllReduceAlgorithm::automatic, model, HostLayout::uniform(hosts, per_host), 0);
+  std::printf("# %d hosts x %d ranks; model:\n", hosts, per_host);
+  std::istringstream model_lines(model.to_text());
+  for (std::string line; std::getline(model_lines, line);) std::printf("#   %s\n", line.c_str());
+  std::printf("# predicted time (us) and bytes sent across hosts (all hosts together) per all-reduce\n%12s", "bytes");
+  for (AllReduceAlgorithm a : list) std::printf(" %14s_us %12s_xB", algorithm_name(a), algorithm_name(a));
+  std::printf(" %14s\n", "auto");
+  for (double bytes : sizes) {
+    std::printf("%12.0f", bytes);
+    for (AllReduceAlgorithm a : list) {
+      const Traffic t = traffic_of(a, selector, bytes);
+      std::printf(" %17.1f %15.0f", predicted_seconds(model, t) * 1e6, t.total_cross_host_bytes());
+    }
+    std::printf(" %14s\n", algorithm_name(selector.choose(size_t(bytes))));
+  }
+}
+
+std::string size_name(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 3) bytes /= 1024, ++u;
+  char text[32];
+  std::snprintf(text, sizeof text, "%g %s", bytes, units[u]);
+  return text;
+}
+
+// One markdown table for several world sizes of `per_host` ranks per host: µs per algorithm, auto's pick.
+void print_markdown(const CostModel& model, const std::vector<AllReduceAlgorithm>& list, const std::vector<int>& worlds,
+                    int per_host, const std::vector<double>& sizes) {
+  std::printf("| ranks | S |");
+  for (AllReduceAlgorithm a : list) std::printf(" %s |", algorithm_name(a));
+  std::printf(" auto picks |\n|---|---|");
+  for (size_t i = 0; i < list.size(); ++i) std::printf("---|");
+  std::printf("---|\n");
+  for (int world : worlds) {
+    if (world % per_host != 0) throw std::runtime_error("--ranks " + std::to_string(world) + " is not a multiple of --per-host");
+    const AllReduceSelector selector(AllReduceAlgorithm::automatic, model, HostLayout::uniform(world / per_host, per_host), 0);
+    for (double bytes : sizes) {
+      std::printf("| %d | %s |", world, size_name(bytes).c_str());
+      for (AllReduceAlgorithm a : list) std::printf(" %.0f |", predicted_seconds(model, traffic_of(a, selector, bytes)) * 1e6);
+      std::printf(" %s |\n", algorithm_name(selector.choose(size_t(bytes))));
+    }
+  }
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"collective_model: the cost model's predicted all-reduce times and cross-host bytes per algorithm"};
@@ -35,6 +97,10 @@ int main(int argc, char** argv) {
   app.add_option("-e", end, "largest size per rank")->transform(CLI::AsSizeValue(false));
   app.add_option("-f", factor, "size step factor")->check(CLI::Range(1.01, 1e6));
   app.add_option("--algos", algos, "comma-separated algorithms");
+  std::vector<int> ranks;
+  app.add_option("--ranks", ranks, "world sizes (comma-separated): one markdown table for all, --per-host ranks per host")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 1 << 24));
   CLI11_PARSE(app, argc, argv);
   try {
     CostModel model;
@@ -55,24 +121,12 @@ int main(int argc, char** argv) {
       if (a == AllReduceAlgorithm::hierarchical && per_host == 1) continue;
       list.push_back(a);
     }
-    const HostLayout layout = HostLayout::uniform(hosts, per_host);
-    const AllReduceSelector selector(AllReduceAlgorithm::automatic, model, layout, 0);
-    std::printf("# %d hosts x %d ranks; model:\n", hosts, per_host);
-    std::istringstream model_lines(model.to_text());
-    for (std::string line; std::getline(model_lines, line);) std::printf("#   %s\n", line.c_str());
-    std::printf("# predicted time (us) and bytes sent across hosts (all hosts together) per all-reduce\n%12s", "bytes");
-    for (AllReduceAlgorithm a : list) std::printf(" %14s_us %12s_xB", algorithm_name(a), algorithm_name(a));
-    std::printf(" %14s\n", "auto");
-    for (double bytes = double(begin); bytes <= double(end); bytes *= factor) {
-      std::printf("%12.0f", bytes);
-      for (AllReduceAlgorithm a : list) {
-        const AllReduceAlgorithm across = a == AllReduceAlgorithm::hierarchical ? selector.choose_across_hosts(size_t(bytes))
-                                                                                 : AllReduceAlgorithm::ring;
-        const Traffic t = all_reduce_traffic(a, layout, bytes, across);
-        std::printf(" %17.1f %15.0f", predicted_seconds(model, t) * 1e6, t.total_cross_host_bytes());
-      }
-      std::printf(" %14s\n", algorithm_name(selector.choose(size_t(bytes))));
-    }
+    std::vector<double> sizes;
+    for (double bytes = double(begin); bytes <= double(end); bytes *= factor) sizes.push_back(bytes);
+    if (ranks.empty())
+      print_table(model, list, hosts, per_host, sizes);
+    else
+      print_markdown(model, list, ranks, per_host, sizes);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "collective_model: %s\n", e.what());
     return 2;

@@ -11,8 +11,10 @@
 # Layout HxL: H hosts of L ranks each (rank r on host r / L), launched as on a real cluster:
 # tinyddp-run --nnodes H --node-rank i on each host; Gloo and PyTorch one process per rank.
 # Profiles: tc tbf rate on every host's egress (sim_cluster.sh rate); "none": unshaped veth.
-# Writes bench/cluster_results/<layout>-<profile>.txt (the raw tables) and prints a summary
-# (bench/cluster_summary.py) that bench/cluster_results.md is made from.
+# Writes bench/cluster_results/<layout>-<profile>.txt (the raw tables), <layout>-<profile>-model.txt
+# (the model auto measured at startup), <layout>-<profile>.svg (busbw against size, every line;
+# bench/plot_cluster.gp) and prints a summary (bench/cluster_summary.py) that
+# bench/cluster_results.md is made from.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -39,28 +41,25 @@ max_bytes=$(numfmt --from=iec "$MAX")
 dpkg -s libgloo-dev python3-torch >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libgloo-dev python3-torch >/dev/null
 g++ -O2 -o "$tmp/gloo_allreduce" "$anchors/gloo_allreduce.cpp" /usr/lib/libgloo.so.0 -pthread
 
-# The model each profile's auto choice uses: the shaped rate; the rest is the built-in model.
-model_file() {
-  local profile=$1 file="$tmp/model-$1.txt"
-  case $profile in
-    none) echo "network_gbit_per_s 10" >"$file" ;;
-    *gbit) echo "network_gbit_per_s ${profile%gbit}" >"$file" ;;
-    *) echo "" >"$file" ;;
-  esac
-  echo "$file"
-}
+# The model `auto` chooses with: measured when the ranks start (TINYDDP_COST_MODEL=probe: the link
+# probe, comm/algorithms/link_probe.h); rank 0 logs it (TINYDDP_DEBUG=INFO) and ours() keeps it in
+# $out/<layout>-<profile>-model.txt, which the summary's predictions use. MODEL=builtin or a file
+# runs auto with that instead.
+MODEL=${MODEL:-probe}
 
 # ours ALGO: all_reduce_perf on every host through tinyddp-run; node 0's report on stdout.
 ours() {
   local algo=$1 model=$2 hosts=$3 per_host=$4 min=${5:-1K} max=${6:-$MAX} iters=${7:-$ITERS} pids=() i
   for ((i = hosts - 1; i >= 0; i--)); do
-    TINYDDP_TOKEN=cc TINYDDP_COST_MODEL=$model timeout 600 "$sim" run "$name" "$i" \
+    TINYDDP_TOKEN=cc TINYDDP_COST_MODEL=$model TINYDDP_DEBUG=INFO timeout 600 "$sim" run "$name" "$i" \
       "$build/bin/tinyddp-run" -n "$per_host" --nnodes "$hosts" --node-rank "$i" --master-addr "$("$sim" addr "$name" 0)" \
       --master-port 29500 "$build/bin/all_reduce_perf" -b "$min" -e "$max" -f 4 -n "$iters" -w 2 --algo "$algo" \
       >"$tmp/ours$i.txt" 2>&1 &
     pids+=($!)
   done
   for pid in "${pids[@]}"; do wait "$pid" || { cat "$tmp"/ours*.txt >&2; return 1; }; done
+  # The measured model, as cost_model.h's "key value" lines.
+  grep -o 'cost model measured in .*' "$tmp/ours0.txt" | sed 's/^.* ms: //' | xargs -n 2 >"$tmp/model.txt" || true
   cat "$tmp/ours0.txt"
 }
 
@@ -113,13 +112,16 @@ for layout in $LAYOUTS; do
   for profile in $PROFILES; do
     [[ " $PHASES " == *" times "* ]] || break
     "$sim" rate "$name" "$profile"
-    model=$(model_file "$profile")
     file="$out/$layout-$profile.txt"
     : >"$file"
+    : >"$out/$layout-$profile-model.txt"
     for ((round = 1; round <= ROUNDS; round++)); do
       for algo in $(algorithms_for "$hosts" "$per_host"); do
         echo "## ours $algo round $round" >>"$file"
-        ours "$algo" "$model" "$hosts" "$per_host" | sed 's/^\[rank 0\] //' | grep -E '^ *[0-9]+ +[0-9]+ +float|Avg bus' >>"$file"
+        ours "$algo" "$MODEL" "$hosts" "$per_host" | sed 's/^\[rank 0\] //' | grep -E '^ *[0-9]+ +[0-9]+ +float|Avg bus' >>"$file"
+        if [ "$algo" = auto ] && [ -s "$tmp/model.txt" ]; then
+          { echo "# measured by the link probe, round $round"; cat "$tmp/model.txt"; } >>"$out/$layout-$profile-model.txt"
+        fi
       done
       echo "## gloo round $round" >>"$file"
       gloo "$hosts" "$per_host" | grep -E '^ *[0-9]' >>"$file"
@@ -137,8 +139,8 @@ for layout in $LAYOUTS; do
   echo "# algo measured_payload_bytes measured_wire_bytes model_bytes (per 4 MiB all-reduce, all hosts' eth0 tx)" >"$file"
   for algo in $(algorithms_for "$hosts" "$per_host"); do
     [ "$algo" = auto ] && continue
-    read -r b0 p0 < <(tx_counters "$hosts"); ours "$algo" "$(model_file none)" "$hosts" "$per_host" 4M 4M 2 >/dev/null
-    read -r b1 p1 < <(tx_counters "$hosts"); ours "$algo" "$(model_file none)" "$hosts" "$per_host" 4M 4M 12 >/dev/null
+    read -r b0 p0 < <(tx_counters "$hosts"); ours "$algo" builtin "$hosts" "$per_host" 4M 4M 2 >/dev/null
+    read -r b1 p1 < <(tx_counters "$hosts"); ours "$algo" builtin "$hosts" "$per_host" 4M 4M 12 >/dev/null
     read -r b2 p2 < <(tx_counters "$hosts")
     wire=$(( ((b2 - b1) - (b1 - b0)) / 20 ))
     # Payload: minus each frame's Ethernet, IPv4 and TCP headers with timestamps (14 + 20 + 32 bytes).
@@ -151,3 +153,13 @@ for layout in $LAYOUTS; do
   "$sim" down "$name"
 done
 python3 "$here/cluster_summary.py" "$out" "$build/bin/collective_model"
+# busbw against size, one plot per layout and profile (gnuplot: scripts/deps.sh gnuplot-nox).
+if "$root/scripts/deps.sh" gnuplot-nox >/dev/null 2>&1 && command -v gnuplot >/dev/null; then
+  for data in "$out"/*x*-*.dat; do
+    base=$(basename "$data" .dat); hosts=${base%%x*}; rest=${base#*x}
+    gnuplot -e "datafile='$data'; outfile='$out/$base.svg'; heading='$hosts hosts x ${rest%%-*} per host, link ${rest#*-}'" \
+      "$here/plot_cluster.gp"
+  done
+else
+  echo "compare_cluster.sh: gnuplot could not be installed (scripts/deps.sh gnuplot-nox): no plots" >&2
+fi

@@ -7,6 +7,8 @@
 #include <thread>
 
 #include "tinyddp/comm/algorithms/algorithm_selection.h"
+#include "tinyddp/comm/algorithms/hierarchical_gather.h"
+#include "tinyddp/comm/algorithms/link_probe.h"
 #include "tinyddp/comm/algorithms/small_message_allreduce.h"
 #include "tinyddp/comm/cpu_binding.h"
 #include "tinyddp/comm/timeout.h"
@@ -17,6 +19,7 @@
 #include "tinyddp/comm/transport/tcp_transport.h"
 #include "tinyddp/comm/tuning.h"
 #include "tinyddp/core/env.h"
+#include "tinyddp/core/log.h"
 
 namespace tinyddp::comm {
 
@@ -120,7 +123,8 @@ WorkPtr RingBackend::broadcast(const Tensor& tensor, int root, const CallOptions
                   if (size() == 1 || tensor.numel() == 0) return;
                   Tensor staging;
                   const Tensor& host = host_input(tensor, staging);
-                  chain_broadcast(ring(), bytes_of(host), host.nbytes(), root, ctx);
+                  host_ordered_broadcast(all_reduce_->layout(), [this](int r) { return peer(r); }, rank(), bytes_of(host),
+                                         host.nbytes(), root, ctx);
                   if (rank() != root) write_back(tensor, host);
                 });
 }
@@ -138,6 +142,10 @@ WorkPtr RingBackend::all_gather(const Tensor& output, const Tensor& input, const
                   const Tensor& out = host_output(output, out_staging);
                   if (size() == 1) {
                     if (in.numel() > 0 && bytes_of(out) != bytes_of(in)) std::memmove(bytes_of(out), bytes_of(in), in.nbytes());
+                  } else if (hierarchical_all_gather_applies(all_reduce_->layout()) &&
+                             all_reduce_->forced() != AllReduceAlgorithm::ring) {
+                    hierarchical_all_gather(all_reduce_->layout(), [this](int r) { return peer(r); }, rank(), bytes_of(in),
+                                            bytes_of(out), size_t(in.numel()), ctx);
                   } else {
                     ring_all_gather(ring(), bytes_of(in), bytes_of(out), size_t(in.numel()), ctx);
                   }
@@ -319,19 +327,44 @@ RingBackend::RingBackend(std::shared_ptr<Store> store, int rank, int size, const
 
   const Hosts hosts = meet_hosts(prefix);
   open_transports(prefix, hosts);
-  // The cost model only chooses across hosts (algorithm_selection.h); there every rank takes rank 0's.
-  const bool one_host = std::all_of(hosts.ids.begin(), hosts.ids.end(), [&](const auto& id) { return id == hosts.ids[0]; });
-  all_reduce_ = std::make_unique<AllReduceSelector>(
-      algorithm_from_options(options.algorithm),
-      one_host ? CostModel{} : agree_on_model(*store_, prefix + "cost_model", rank, CostModel::from_environment(), options.timeout),
-      HostLayout::from_host_ids(hosts.ids), small_message_bytes_);
   choose_waiting(hosts);
+  HostLayout layout = HostLayout::from_host_ids(hosts.ids);
+  const AllReduceAlgorithm algorithm = algorithm_from_options(options.algorithm);
+  // A forced algorithm needs no model, and so no probe.
+  CostModel model = algorithm == AllReduceAlgorithm::automatic ? agree_on_cost_model(prefix, layout) : CostModel{};
+  all_reduce_ = std::make_unique<AllReduceSelector>(algorithm, model, std::move(layout), small_message_bytes_);
   recorder_ = std::make_unique<FlightRecorder>(rank, size, options.group_name, FlightRecorder::capacity_from_environment());
   if (!FlightRecorder::directory().empty()) FlightRecorder::install_dump_signal();
   std::vector<std::string> host_names;
   for (const std::string& id : hosts.ids) host_names.push_back(id.substr(0, id.find('/')));
   watchdog_ = std::make_unique<CollectiveWatchdog>(store_, prefix, *recorder_, host_names, hosts.pids, options_.timeout);
   executor_ = std::make_shared<Executor>([this](const Executor::Task& task) { run_task(task); }, cpu_, wait_);
+}
+
+// The cost model only chooses across hosts (algorithm_selection.h); there every rank takes rank 0's:
+// the built-in one, a tuning file's, or measured (TINYDDP_COST_MODEL=probe, link_probe.h).
+CostModel RingBackend::agree_on_cost_model(const std::string& prefix, const HostLayout& layout) {
+  if (layout.hosts() <= 1) return CostModel{};
+  if (!CostModel::probe_requested())
+    return agree_on_model(*store_, prefix + "cost_model", rank(), CostModel::from_environment(), options_.timeout);
+  CollectiveContext ctx;
+  ctx.rank = rank();
+  ctx.phase = " (measuring the links for the cost model, TINYDDP_COST_MODEL=probe)";
+  ctx.world_size = size();
+  ctx.timeout = options_.timeout;
+  ctx.deadline = std::chrono::steady_clock::now() + options_.timeout;
+  ctx.wait = wait_;
+  ctx.transports = transports_;
+  const auto start = std::chrono::steady_clock::now();
+  CostModel model = probe_cost_model(*store_, prefix + "cost_model/", layout, [this](int r) { return peer(r); }, rank(), ctx,
+                                     CostModel{});
+  if (rank() == 0 && debug_level() != DebugLevel::off) {
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    std::string text = model.to_text();
+    std::replace(text.begin(), text.end(), '\n', ' ');
+    log_line(LogLevel::info, "ring", "cost model measured in " + std::to_string(ms) + " ms: " + text);
+  }
+  return model;
 }
 
 RingBackend::~RingBackend() {

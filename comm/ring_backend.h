@@ -32,6 +32,8 @@
 namespace tinyddp::comm {
 
 class AllReduceSelector;
+struct CostModel;
+struct HostLayout;
 class ShmTransport;
 class TcpTransport;
 
@@ -71,6 +73,7 @@ class RingBackend : public ProcessGroup {
   Hosts meet_hosts(const std::string& prefix);
   void open_transports(const std::string& prefix, const Hosts& hosts);
   void choose_waiting(const Hosts& hosts);
+  CostModel agree_on_cost_model(const std::string& prefix, const HostLayout& layout);
 
   WorkPtr submit(Fingerprint fingerprint, const CallOptions& call, Executor::Body body);
   void run_task(const Executor::Task& task);

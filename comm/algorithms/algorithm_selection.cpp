@@ -80,8 +80,11 @@ AllReduceAlgorithm algorithm_from_options(const std::string& option) {
 CostModel agree_on_model(Store& store, const std::string& key, int rank, const CostModel& mine,
                          std::chrono::milliseconds timeout) {
   if (rank == 0) {
-    store.set(key, mine.to_text());
-    return mine;
+    // Rank 0 too uses the model as read back from the text: the units' conversions round, and a
+    // model that differs in the last bit could choose differently at a crossover.
+    const std::string text = mine.to_text();
+    store.set(key, text);
+    return CostModel::parse(text, "rank 0's cost model");
   }
   store.wait({key}, timeout);
   return CostModel::parse(store.get(key), "rank 0's cost model");

@@ -35,6 +35,8 @@ class AllReduceSelector {
   AllReduceAlgorithm choose(size_t bytes) const;
   // The hierarchical algorithm's cross-host step for `bytes` per rank.
   AllReduceAlgorithm choose_across_hosts(size_t bytes) const;
+  // The algorithm named by the options (automatic when none was).
+  AllReduceAlgorithm forced() const { return forced_; }
   const CostModel& model() const { return model_; }
   const HostLayout& layout() const { return layout_; }
 

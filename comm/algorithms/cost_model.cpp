@@ -24,12 +24,13 @@ constexpr std::pair<AllReduceAlgorithm, const char*> kNames[] = {
 // hierarchical algorithm's L cross-host all-reduces) add their messages to one step.
 class Schedule {
  public:
-  explicit Schedule(const HostLayout& layout) : layout_(layout) {
+  explicit Schedule(const HostLayout& layout) : layout_(layout), messages_(size_t(layout.world()), 0) {
     traffic.host_egress_bytes.assign(size_t(layout.hosts()), 0.0);
     traffic.in_host_bytes.assign(size_t(layout.world()), 0.0);
   }
   void send(int src, int dst, double bytes) {
     if (bytes <= 0) return;
+    most_messages_ = std::max(most_messages_, ++messages_[size_t(src)]);
     const int from = layout_.host_of[size_t(src)];
     if (from != layout_.host_of[size_t(dst)]) {
       traffic.host_egress_bytes[size_t(from)] += bytes;
@@ -38,16 +39,22 @@ class Schedule {
       traffic.in_host_bytes[size_t(src)] += bytes;
     }
   }
-  // Ends `count` steps that each carried what was sent since the last end_steps.
+  // Ends `count` steps that each carried what was sent since the last end_steps (each send() of a
+  // rank then stands for one message in each of those steps).
   void end_steps(int count = 1) {
     (crossed_ ? traffic.network_steps : traffic.in_host_steps) += count;
+    (crossed_ ? traffic.network_messages : traffic.in_host_messages) += count * most_messages_;
     crossed_ = false;
+    std::fill(messages_.begin(), messages_.end(), 0);
+    most_messages_ = 0;
   }
   Traffic traffic;
 
  private:
   const HostLayout& layout_;
   bool crossed_ = false;
+  std::vector<int> messages_;  // by rank: its messages since the last end_steps
+  int most_messages_ = 0;
 };
 
 using Groups = std::vector<std::vector<int>>;  // world ranks by group index, one list per group
@@ -169,12 +176,17 @@ CostModel CostModel::parse(const std::string& text, const std::string& where) {
   return m;
 }
 
+bool CostModel::probe_requested() {
+  auto value = env::text("TINYDDP_COST_MODEL");
+  return value && *value == "probe";
+}
+
 CostModel CostModel::from_environment() {
   auto path = env::text("TINYDDP_COST_MODEL");
-  if (!path) return CostModel{};
+  if (!path || *path == "probe" || *path == "builtin") return CostModel{};
   std::ifstream file(*path);
   TINYDDP_CHECK(file.good(), "TINYDDP_COST_MODEL: cannot read '", *path, "'; hint: name a file of 'key value' lines "
-                "(see comm/algorithms/cost_model.h), or unset it for the defaults");
+                "(see comm/algorithms/cost_model.h), 'builtin' for the defaults, or unset it to measure the links");
   std::stringstream text;
   text << file.rdbuf();
   return parse(text.str(), "TINYDDP_COST_MODEL file '" + *path + "'");
@@ -218,7 +230,7 @@ Traffic all_reduce_traffic(AllReduceAlgorithm algorithm, const HostLayout& layou
 
 double predicted_seconds(const CostModel& model, const Traffic& t) {
   const double in_host = t.in_host_bytes.empty() ? 0.0 : *std::max_element(t.in_host_bytes.begin(), t.in_host_bytes.end());
-  return t.network_steps * model.alpha_network_s + t.in_host_steps * model.alpha_in_host_s +
+  return t.network_messages * model.alpha_network_s + t.in_host_messages * model.alpha_in_host_s +
          t.max_host_egress() / model.network_bytes_per_s + in_host / model.in_host_bytes_per_s +
          t.reduced_bytes / model.reduce_bytes_per_s;
 }

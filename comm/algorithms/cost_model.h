@@ -1,10 +1,13 @@
 // The α-β-γ cost model of the all-reduce algorithms, and the traffic each one puts on the links.
 //
 // A collective's time is modelled as
-//     T = Σ_steps α(link kind of the step)  +  β_net · (most bytes any host sends to other hosts)
+//     T = Σ_steps m(step)·α(link kind of the step)  +  β_net · (most bytes any host sends to other hosts)
 //       + β_host · (most bytes any rank sends inside its host)  +  γ · (most bytes any rank reduces)
-// α: the fixed cost of one dependent step (a message's latency and the software around it); a step
-//    in which any message crosses hosts pays the network's α, the others the in-host one.
+// α: the fixed cost of one message (its latency and the software around it); a step in which any
+//    message crosses hosts pays the network's α, the others the in-host one. m(step): the most
+//    messages one rank sends in that step, which it sends one after another: 1 for every algorithm
+//    but the direct exchange, whose single step sends n-1 (so it is not mistaken for the cheapest
+//    at small sizes on many ranks).
 // β: seconds per byte on a link. The network's is per host: the ranks of a host share its link, so
 //    what counts is the bytes that leave a host, summed over its ranks (where the hierarchical
 //    algorithm saves).
@@ -43,6 +46,13 @@ struct CostModel {
   // in_host_gbyte_per_s, reduce_gbyte_per_s. Keys not given keep their defaults. Throws naming
   // `where` and the line on a bad key or value.
   static CostModel parse(const std::string& text, const std::string& where);
+  // TINYDDP_COST_MODEL: "probe", measure the links when a group spanning hosts starts
+  // (link_probe.h); unset or "builtin", the defaults above; anything else, the path of a file
+  // parse() reads. The probe is not the default: a measured model may choose another algorithm in
+  // the next run (or the next attempt after a restart), and the algorithms add in different orders,
+  // so results would differ in the last bits from run to run. A probed model saved as a file gives
+  // measured parameters and the same choices every run.
+  static bool probe_requested();
   // The defaults above, or the file TINYDDP_COST_MODEL names.
   static CostModel from_environment();
   std::string to_text() const;  // what parse() reads
@@ -52,6 +62,8 @@ struct CostModel {
 struct Traffic {
   int network_steps = 0;                   // dependent steps in which some message crosses hosts
   int in_host_steps = 0;                   // the other steps
+  int network_messages = 0;                // Σ over those steps of the most messages one rank sends in it
+  int in_host_messages = 0;
   std::vector<double> host_egress_bytes;   // by host: bytes its ranks send to other hosts
   std::vector<double> in_host_bytes;       // by rank: bytes it sends to ranks of its own host
   double reduced_bytes = 0;                // the most any rank reduces

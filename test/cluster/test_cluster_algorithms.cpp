@@ -19,9 +19,30 @@ TEST_CASE("cluster: every all-reduce algorithm is exact on 2 hosts x 2 ranks") {
   for (const char* algo : {"hier", "rd", "rabenseifner", "auto"}) {
     INFO("--algo ", algo);
     // 1 KiB + 4 bytes ... : odd counts (257, 2053, 16421 floats) as well as the usual ones.
+    // auto chooses with the model the link probe measures (every rank must agree on it).
     ClusterJob job = run_on_cluster(cluster, 2,
                                     {bin("all_reduce_perf"), "-b", "1028", "-e", "70000", "-f", "8", "-n", "2", "-w", "1",
-                                     "-o", "all", "--algo", algo});
+                                     "-o", "all", "--algo", algo},
+                                    {}, {"TINYDDP_COST_MODEL=probe"});
+    REQUIRE_MESSAGE(job.ok(), job.describe(), job.nodes[0].report);
+    CHECK_MESSAGE(contains(job.nodes[0].report, "# Out of bounds values : 0 OK"), job.nodes[0].report);
+  }
+}
+
+TEST_CASE("cluster: the hierarchical all-gather and the host-ordered broadcast are exact on 2 hosts x 2 ranks") {
+  if (!programs_built({"tinyddp-run", "all_gather_perf", "broadcast_perf"})) return;
+  SimCluster cluster(2, "ag");
+  if (!cluster.ready()) {
+    MESSAGE("skipped: simulated hosts are not available here (", cluster.why_not(), ")");
+    return;
+  }
+  // Every root for the broadcast; odd counts for both. Rank order is host-major here, so the
+  // broadcast's chain is the flat one; test_hierarchical_gather.cpp covers round-robin placement.
+  for (std::vector<std::string> perf : {std::vector<std::string>{"all_gather_perf"}, {"broadcast_perf", "-r", "all"}}) {
+    INFO(perf[0]);
+    std::vector<std::string> command = {bin(perf[0]), "-b", "1028", "-e", "70000", "-f", "8", "-n", "2", "-w", "1"};
+    command.insert(command.end(), perf.begin() + 1, perf.end());
+    ClusterJob job = run_on_cluster(cluster, 2, command);
     REQUIRE_MESSAGE(job.ok(), job.describe(), job.nodes[0].report);
     CHECK_MESSAGE(contains(job.nodes[0].report, "# Out of bounds values : 0 OK"), job.nodes[0].report);
   }

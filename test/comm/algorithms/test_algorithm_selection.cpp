@@ -33,6 +33,11 @@ TEST_CASE("the cost model counts each algorithm's steps and bytes as their close
     Traffic direct = all_reduce_traffic(AllReduceAlgorithm::direct, flat, S);
     CHECK(direct.network_steps == 1);
     CHECK(direct.max_host_egress() == doctest::Approx((n - 1) * S));
+    // α is paid per message: one a step for all but the direct exchange, whose one step sends n-1.
+    CHECK(direct.network_messages == n - 1);
+    CHECK(ring.network_messages == ring.network_steps);
+    CHECK(rd.network_messages == rd.network_steps);
+    CHECK(rab.network_messages == rab.network_steps);
   }
 }
 
@@ -67,6 +72,21 @@ TEST_CASE("the selector: today's size crossover on one host; the model across ho
   CHECK(two_by_two.choose(16 << 20) == AllReduceAlgorithm::hierarchical);
   AllReduceSelector forced(AllReduceAlgorithm::rabenseifner, gigabit, HostLayout::uniform(2, 2), 32 << 10);
   CHECK(forced.choose(1) == AllReduceAlgorithm::rabenseifner);
+}
+
+TEST_CASE("the direct exchange pays α for each of its n-1 messages, so many ranks take rd for small messages") {
+  // The model the probe measured on 8 simulated hosts at 1 Gbit/s (docs/cluster-network.md).
+  const CostModel probed = CostModel::parse("alpha_network_us 145.8\nnetwork_gbit_per_s 0.914\nreduce_gbyte_per_s 13.6\n", "test");
+  const HostLayout eight = HostLayout::uniform(8, 1);
+  const double direct = predicted_seconds(probed, all_reduce_traffic(AllReduceAlgorithm::direct, eight, 1024));
+  const double rd = predicted_seconds(probed, all_reduce_traffic(AllReduceAlgorithm::recursive_doubling, eight, 1024));
+  CHECK(direct == doctest::Approx(7 * 145.8e-6 + 7 * 1024 / (0.914e9 / 8) + 7 * 1024 / 13.6e9));
+  CHECK(rd < direct);
+  AllReduceSelector selector(AllReduceAlgorithm::automatic, probed, eight, 32 << 10);
+  CHECK(selector.choose(1024) == AllReduceAlgorithm::recursive_doubling);
+  // Two ranks: one message either way, and the direct exchange stays the cheapest.
+  AllReduceSelector pair(AllReduceAlgorithm::automatic, probed, HostLayout::uniform(2, 1), 32 << 10);
+  CHECK(pair.choose(1024) == AllReduceAlgorithm::direct);
 }
 
 TEST_CASE("bad algorithm names and cost model files are refused, naming what is wrong") {

@@ -16,8 +16,7 @@
 #include "tinyddp/comm/algorithms/hierarchical_allreduce.h"
 #include "tinyddp/comm/algorithms/rabenseifner.h"
 #include "tinyddp/comm/algorithms/recursive_doubling.h"
-#include "tinyddp/comm/store/hash_store.h"
-#include "tinyddp/comm/transport/tcp_transport.h"
+#include "test/comm/algorithms/tcp_world.h"
 #include "test/comm/test_collectives_support.h"
 
 using namespace tinyddp;
@@ -25,50 +24,6 @@ using namespace tinyddp::comm;
 using namespace tinyddp::testing;
 
 namespace {
-
-// `world` ranks on threads, every pair connected over tcp.
-class TcpWorld {
- public:
-  explicit TcpWorld(int world) : transports_(size_t(world)), own_(size_t(world)) {
-    auto store = std::make_shared<HashStore>();
-    store->set_timeout(std::chrono::seconds(20));
-    const std::vector<std::string> ids(size_t(world), "one-host");
-    const std::vector<int> pids(size_t(world), int(::getpid()));
-    run_ranks(world, [&](int r) {
-      std::vector<int> peers;
-      for (int p = 0; p < world; ++p)
-        if (p != r) peers.push_back(p);
-      if (peers.empty()) return;
-      transports_[size_t(r)] = std::make_unique<TcpTransport>(*store, "algo/", r, peers, ids, pids, std::chrono::seconds(20));
-      own_[size_t(r)] = {transports_[size_t(r)].get()};
-    });
-  }
-  int size() const { return int(transports_.size()); }
-  CollectiveContext context(int rank, DType dtype, ReduceOp op) const {
-    CollectiveContext ctx;
-    ctx.rank = rank;
-    ctx.dtype = dtype;
-    ctx.op = op;
-    ctx.world_size = size();
-    ctx.timeout = std::chrono::seconds(20);
-    ctx.deadline = std::chrono::steady_clock::now() + ctx.timeout;
-    ctx.transports = own_[size_t(rank)];
-    return ctx;
-  }
-  ConnectionLookup lookup(int rank) const {
-    TcpTransport* t = transports_[size_t(rank)].get();
-    return [t](int peer) { return t->connection(peer); };
-  }
-  PeerGroup everyone(int rank) const {
-    PeerGroup g{rank, {}, lookup(rank)};
-    for (int r = 0; r < size(); ++r) g.members.push_back(r);
-    return g;
-  }
-
- private:
-  std::vector<std::unique_ptr<TcpTransport>> transports_;
-  std::vector<std::vector<Transport*>> own_;
-};
 
 using Algorithm = std::function<void(int rank, const std::byte* in, std::byte* out, size_t count, const CollectiveContext&)>;
 
