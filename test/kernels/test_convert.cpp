@@ -1,0 +1,54 @@
+// kernels::convert: the same bits as Tensor::to on the CPU, the argument checks, and on a GPU the
+// same bits as on the CPU.
+#include <doctest/doctest.h>
+
+#include <random>
+#include <vector>
+
+#include "tinyddp/core/cuda_runtime.h"
+#include "tinyddp/kernels/ops.h"
+
+using namespace tinyddp;
+
+namespace {
+Tensor random_f32(int64_t n) {
+  std::mt19937 rng(16);
+  std::normal_distribution<float> normal(0.f, 100.f);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = normal(rng);
+  v[0] = 1e30f;  // past f16's range: infinity
+  return Tensor::from_vector(v);
+}
+}  // namespace
+
+TEST_CASE("convert writes f32 <-> bf16 and f32 <-> f16 into existing tensors, as Tensor::to rounds") {
+  const Tensor f = random_f32(10'007);
+  for (DType half : {DType::bf16, DType::f16}) {
+    CAPTURE(dtype_name(half));
+    Tensor narrow = Tensor::empty({10'007}, half), wide = Tensor::empty({10'007});
+    kernels::convert(f, narrow);
+    CHECK(bitwise_equal(narrow, f.to(half)));
+    kernels::convert(narrow, wide);
+    CHECK(bitwise_equal(wide, f.to(half).to(DType::f32)));
+  }
+  Tensor short_one = Tensor::empty({3}, DType::bf16), two = Tensor::empty({2}, DType::bf16);
+  CHECK_THROWS_WITH_AS(kernels::convert(f, short_one), doctest::Contains("same number of elements"), Error);
+  CHECK_THROWS_WITH_AS(kernels::convert(Tensor::zeros({2}, DType::f64), two), doctest::Contains("f64 -> bf16 is not supported"),
+                       Error);
+}
+
+TEST_CASE("convert on a GPU gives the CPU's bits") {
+  if (cuda_device_count() == 0) {
+    MESSAGE("skipped: no CUDA device (the CUDA kernel runs the CPU's element functions, checked above)");
+    return;
+  }
+  const Tensor f = random_f32(100'003);
+  const Device gpu = Device::cuda(0);
+  for (DType half : {DType::bf16, DType::f16}) {
+    Tensor narrow = Tensor::empty({100'003}, half, gpu), wide = Tensor::empty({100'003}, DType::f32, gpu);
+    kernels::convert(f.to(gpu), narrow);
+    CHECK(bitwise_equal(narrow, f.to(half)));
+    kernels::convert(narrow, wide);
+    CHECK(bitwise_equal(wide, f.to(half).to(DType::f32)));
+  }
+}
