@@ -1,6 +1,7 @@
 // bf16 and f16 in the collectives: how one reduction step rounds (reduce_elements), how far a 16-bit
 // ring may drift (a closed-form bound), and the single-rounding all-reduce and reduce-scatter, whose
-// every bit is checked against the arithmetic they promise, computed here independently.
+// every bit is checked against the arithmetic they promise, computed here independently; and the ring
+// reduce-scatter and all-gather on 2-byte elements beyond the 4 ranks test_collectives.cpp runs.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -207,5 +208,38 @@ TEST_CASE("the process group's single-rounding all-reduce and reduce-scatter, an
     CHECK_THROWS_WITH_AS(pg.reduce_scatter_single_rounding(Tensor::zeros({4}, DType::bf16), Tensor::zeros({4}, DType::bf16)),
                          doctest::Contains("must hold world size (3) x output"), Error);
     run_ranks(world, [&](int r) { groups[size_t(r)]->barrier()->wait(); });
+  }
+}
+
+TEST_CASE("the ring reduce-scatter and all-gather move 2-byte elements exactly at world sizes 5-8, odd counts") {
+  for (int world = 5; world <= 8; ++world) {
+    CAPTURE(world);
+    TcpWorld w(world);
+    for (int64_t per_rank : {int64_t(1), int64_t(3), int64_t(1001)}) {
+      CAPTURE(per_rank);
+      std::vector<Tensor> parts(static_cast<size_t>(world)), gathered(static_cast<size_t>(world));
+      run_ranks(world, [&](int r) {
+        const PeerGroup group = w.everyone(r);
+        Tensor in = make_input<bfloat16>(ReduceOp::sum, r, per_rank * world);
+        parts[size_t(r)] = Tensor::empty({per_rank}, DType::bf16);
+        ring_reduce_scatter(group.ring(), bytes_of(in), bytes_of(parts[size_t(r)]), size_t(per_rank),
+                            w.context(r, DType::bf16, ReduceOp::sum));
+        Tensor mine = make_input<float16>(ReduceOp::max, r, per_rank);
+        gathered[size_t(r)] = Tensor::empty({per_rank * world}, DType::f16);
+        ring_all_gather(group.ring(), bytes_of(mine), bytes_of(gathered[size_t(r)]), size_t(per_rank),
+                        w.context(r, DType::f16, ReduceOp::sum));
+      });
+      const std::vector<bfloat16> sums = reference_reduce<bfloat16>(ReduceOp::sum, world, per_rank * world);
+      for (int r = 0; r < world; ++r) {
+        CHECK(parts[size_t(r)].to_vector<bfloat16>() ==
+              std::vector<bfloat16>(sums.begin() + r * per_rank, sums.begin() + (r + 1) * per_rank));
+        std::vector<float16> want;
+        for (int p = 0; p < world; ++p) {
+          const std::vector<float16> v = make_input<float16>(ReduceOp::max, p, per_rank).to_vector<float16>();
+          want.insert(want.end(), v.begin(), v.end());
+        }
+        CHECK(gathered[size_t(r)].to_vector<float16>() == want);
+      }
+    }
   }
 }
