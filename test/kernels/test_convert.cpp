@@ -1,11 +1,10 @@
-// kernels::convert: the same bits as Tensor::to on the CPU, the argument checks, and on a GPU the
-// same bits as on the CPU.
+// kernels::convert: the same bits as Tensor::to on the CPU, and the argument checks (the GPU kernel:
+// test/gpu/test_gpu_kernels.cpp).
 #include <doctest/doctest.h>
 
 #include <random>
 #include <vector>
 
-#include "tinyddp/core/cuda_runtime.h"
 #include "tinyddp/kernels/ops.h"
 
 using namespace tinyddp;
@@ -35,20 +34,4 @@ TEST_CASE("convert writes f32 <-> bf16 and f32 <-> f16 into existing tensors, as
   CHECK_THROWS_WITH_AS(kernels::convert(f, short_one), doctest::Contains("same number of elements"), Error);
   CHECK_THROWS_WITH_AS(kernels::convert(Tensor::zeros({2}, DType::f64), two), doctest::Contains("f64 -> bf16 is not supported"),
                        Error);
-}
-
-TEST_CASE("convert on a GPU gives the CPU's bits") {
-  if (cuda_device_count() == 0) {
-    MESSAGE("skipped: no CUDA device (the CUDA kernel runs the CPU's element functions, checked above)");
-    return;
-  }
-  const Tensor f = random_f32(100'003);
-  const Device gpu = Device::cuda(0);
-  for (DType half : {DType::bf16, DType::f16}) {
-    Tensor narrow = Tensor::empty({100'003}, half, gpu), wide = Tensor::empty({100'003}, DType::f32, gpu);
-    kernels::convert(f.to(gpu), narrow);
-    CHECK(bitwise_equal(narrow, f.to(half)));
-    kernels::convert(narrow, wide);
-    CHECK(bitwise_equal(wide, f.to(half).to(DType::f32)));
-  }
 }
