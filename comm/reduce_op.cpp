@@ -92,9 +92,10 @@ template <typename T>
 
 // The 16-bit floats: both sides widened to f32 (exactly), combined in f32, rounded once back, a block
 // at a time through the conversion loops of this CPU (F16C, AVX-512-BF16: core/half_convert.h). The
-// incoming side is copied out first, as it may sit at an odd address.
+// incoming side is copied out first, as it may sit at an odd address. (Inlined into each target clone
+// of reduce_elements, as reduce_typed is, so the f32 loop gets that clone's vector width.)
 template <typename Half>
-void reduce_half(Half* dst, const Half* a, const void* b, size_t count, ReduceOp op) {
+[[gnu::always_inline]] inline void reduce_half(Half* dst, const Half* a, const void* b, size_t count, ReduceOp op) {
   constexpr size_t kBlock = 1024;  // 10 KiB of scratch: stays in L1 beside the segment being reduced
   alignas(64) Half incoming[kBlock];
   alignas(64) float wide_a[kBlock], wide_b[kBlock];
