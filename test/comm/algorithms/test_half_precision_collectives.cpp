@@ -200,6 +200,22 @@ TEST_CASE("the process group's single-rounding all-reduce and reduce-scatter, an
           CHECK(double(float(parts[size_t(r)].data<bfloat16>()[i])) ==
                 single_rounding_reference(inputs, size_t(r * per_rank + i), true));
       }
+    // The plain collectives on 16-bit tensors through the group: coalesced and into another tensor.
+    std::vector<std::vector<bfloat16>> coalesced(static_cast<size_t>(world));
+    std::vector<std::vector<float16>> into(static_cast<size_t>(world));
+    run_ranks(world, [&](int r) {
+      ProcessGroup& pg = *groups[size_t(r)];
+      std::vector<Tensor> several{make_input<bfloat16>(ReduceOp::sum, r, 5), make_input<bfloat16>(ReduceOp::sum, r, 1003)};
+      pg.all_reduce_coalesced(several)->wait();
+      coalesced[size_t(r)] = several[1].to_vector<bfloat16>();
+      Tensor out = Tensor::empty({777}, DType::f16);
+      pg.all_reduce_into(out, make_input<float16>(ReduceOp::avg, r, 777), ReduceOp::avg)->wait();
+      into[size_t(r)] = out.to_vector<float16>();
+    });
+    for (int r = 0; r < world; ++r) {
+      CHECK(coalesced[size_t(r)] == reference_reduce<bfloat16>(ReduceOp::sum, world, 1003));
+      CHECK(into[size_t(r)] == reference_reduce<float16>(ReduceOp::avg, world, 777));
+    }
     ProcessGroup& pg = *groups[0];
     CHECK_THROWS_WITH_AS(pg.all_reduce_single_rounding(Tensor::zeros({4})),
                          doctest::Contains("takes bf16 or f16 with sum or avg, got f32[4]"), Error);
