@@ -11,8 +11,6 @@ namespace tinyddp::comm {
 
 namespace {
 
-int wrap(int i, int n) { return ((i % n) + n) % n; }
-
 // Step 1: `received` (n slots of this rank's chunk) gets slot p = rank p's copy of chunk `rank`.
 // Every peer is one stream of the engine: chunk p of `in` goes out to p while p's copy of ours comes in.
 void all_to_all_chunks(std::span<Connection* const> peers, int rank, const std::byte* in, size_t count,
@@ -53,24 +51,6 @@ void sum_in_rank_order(const Half* received, size_t per_slot, int n, bool averag
   }
 }
 
-// Step 3: every rank holds its own chunk of `buf` (chunk_begin layout); afterwards every rank holds all.
-void ring_all_gather_chunks(const Ring& ring, std::byte* buf, size_t count, const CollectiveContext& ctx) {
-  const int n = ring.size, r = ring.rank;
-  const size_t elem = dtype_size(ctx.dtype);
-  auto offset = [&](int chunk) { return chunk_begin(count, n, chunk) * elem; };
-  auto bytes = [&](int chunk) { return chunk_count(count, n, chunk) * elem; };
-  Stream s;
-  s.to = ring.next;
-  s.from = ring.prev;
-  s.send_lead = bytes(r);
-  for (int step = 0; step < n - 1; ++step) {  // send what arrived one step before: chunk r, r-1, ...
-    const int send_chunk = wrap(r - step, n), recv_chunk = wrap(r - step - 1, n);
-    s.send.push_back({buf + offset(send_chunk), bytes(send_chunk)});
-    s.recv.push_back({buf + offset(recv_chunk), nullptr, bytes(recv_chunk)});
-  }
-  run_streams({&s, 1}, ctx);
-}
-
 }  // namespace
 
 bool single_rounding_supports(DType dtype, ReduceOp op) {
@@ -101,7 +81,7 @@ void single_rounding_all_reduce(std::span<Connection* const> peers, const Ring& 
   std::byte* my_chunk = out + chunk_begin(count, ring.size, ring.rank) * elem;
   // `in` is read only during the all-to-all, so the rounded chunk may land in it when out == in.
   single_rounding_reduce_scatter(peers, ring.rank, in, my_chunk, count, ctx);
-  if (ring.size > 1) ring_all_gather_chunks(ring, out, count, ctx);
+  if (ring.size > 1) ring_all_gather_chunks(ring, out, count, ctx);  // step 3
 }
 
 }  // namespace tinyddp::comm
