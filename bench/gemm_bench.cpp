@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "tinyddp/core/command_line.h"
+#include "tinyddp/core/half_precision.h"
 #include "tinyddp/core/random.h"
 #include "tinyddp/core/tensor.h"
 #include "tinyddp/kernels/cpu_gemm.h"
@@ -88,13 +89,8 @@ Contender library_contender(kernels::CpuGemm gemm) {
 }
 
 #ifdef TINYDDP_WITH_ONEDNN
-// bf16 from f32 by rounding to nearest even (what PyTorch's .to(torch.bfloat16) does for finite values).
-uint16_t to_bf16(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, 4);
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  return uint16_t(bits >> 16);
-}
+// bf16 from f32 by rounding to nearest even (what PyTorch's .to(torch.bfloat16) does).
+uint16_t to_bf16(float value) { return bf16_bits_from_f32(value); }
 
 // oneDNN's matmul primitive, src and weights of `type`, the output f32 (the bf16 GEMM a bf16 training
 // step would use: products accumulated in f32). Returns an empty function where this CPU has no

@@ -16,6 +16,8 @@ const char* collective_kind_name(CollectiveKind kind) {
     case CollectiveKind::all_gather: return "all_gather";
     case CollectiveKind::reduce_scatter: return "reduce_scatter";
     case CollectiveKind::barrier: return "barrier";
+    case CollectiveKind::all_reduce_single_rounding: return "all_reduce_single_rounding";
+    case CollectiveKind::reduce_scatter_single_rounding: return "reduce_scatter_single_rounding";
   }
   return "?";
 }

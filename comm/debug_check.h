@@ -17,7 +17,15 @@
 
 namespace tinyddp::comm {
 
-enum class CollectiveKind : uint8_t { all_reduce, broadcast, all_gather, reduce_scatter, barrier };
+enum class CollectiveKind : uint8_t {
+  all_reduce,
+  broadcast,
+  all_gather,
+  reduce_scatter,
+  barrier,
+  all_reduce_single_rounding,
+  reduce_scatter_single_rounding,
+};
 const char* collective_kind_name(CollectiveKind kind);
 
 // Fixed-size and trivially copyable: it travels as raw bytes.

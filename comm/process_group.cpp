@@ -11,7 +11,17 @@ namespace tinyddp::comm {
 void ProcessGroup::check_tensor(const Tensor& t, const char* collective, const char* role) const {
   TINYDDP_CHECK(t.defined(), collective, ": the ", role, " tensor is undefined; hint: allocate it (Tensor::empty) first");
   TINYDDP_CHECK(is_collective_dtype(t.dtype()), collective, ": the ", role, " tensor is ", t.describe(),
-                ", but collectives take f32, f64, i32 or i64; hint: convert it to one of those dtypes");
+                ", but collectives take f32, f64, bf16, f16, i32 or i64; hint: convert it to one of those dtypes");
+}
+
+WorkPtr ProcessGroup::all_reduce_single_rounding(const Tensor&, ReduceOp, const CallOptions&) {
+  TINYDDP_FAIL("all_reduce_single_rounding: the ", backend(), " backend does not offer it; hint: use the ring backend, ",
+               "or all_reduce (which on 16-bit tensors rounds once per reduction step)");
+}
+
+WorkPtr ProcessGroup::reduce_scatter_single_rounding(const Tensor&, const Tensor&, ReduceOp, const CallOptions&) {
+  TINYDDP_FAIL("reduce_scatter_single_rounding: the ", backend(), " backend does not offer it; hint: use the ring ",
+               "backend, or reduce_scatter (which on 16-bit tensors rounds once per reduction step)");
 }
 
 void ProcessGroup::check_same(const Tensor& a, const Tensor& b, const char* collective) const {

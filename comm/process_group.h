@@ -91,6 +91,17 @@ class ProcessGroup {
   // Completes once every rank has called it.
   virtual WorkPtr barrier(const CallOptions& call = {}) = 0;
 
+  // ---- 16-bit floats that round once (comm/algorithms/single_rounding.h) ----
+  // all_reduce of a bf16 or f16 tensor (op sum or avg) that sums every rank's 16-bit value in f32, in
+  // rank order, and rounds once: the error does not grow with the world size, as a 16-bit ring's
+  // does (one rounding per hop), and the bytes on the wire are those of all_reduce in 16 bits, half
+  // of f32's. The ring backend offers both; the base class throws, naming the backend.
+  virtual WorkPtr all_reduce_single_rounding(const Tensor& tensor, ReduceOp op = ReduceOp::sum,
+                                             const CallOptions& call = {});
+  // reduce_scatter (output = the rank()-th of size() equal parts of input) with the same single rounding.
+  virtual WorkPtr reduce_scatter_single_rounding(const Tensor& output, const Tensor& input, ReduceOp op = ReduceOp::sum,
+                                                 const CallOptions& call = {});
+
   // The collectives this rank ran so far and the seconds they took, start to end: the transfers plus
   // the time spent waiting for the other ranks. Every rank moves the same bytes, so a rank whose
   // total is far below the others' is the one they wait for (a straggler). The nccl backend counts

@@ -26,9 +26,12 @@ bool is_collective_dtype(DType dtype);
 // dst[i] = a[i] (op) b[i] for `count` elements. `dst` may be `a` (the usual in-place case). avg
 // combines like sum: the division by the world size happens once, at the end (finish_average).
 // Integer sums and products wrap around (two's complement) instead of being undefined on overflow.
+// bf16 and f16 are widened to f32, combined, and rounded once back to nearest even: a sum of two
+// 16-bit values is rounded once per call (so once per step of an algorithm).
 void reduce_elements(void* dst, const void* a, const void* b, size_t count, DType dtype, ReduceOp op);
 
-// Turns a sum into an average in place: floats divide, integers divide truncating toward zero.
+// Turns a sum into an average in place: floats divide (bf16 and f16 in f32, rounded once), integers
+// divide truncating toward zero.
 void finish_average(void* data, size_t count, DType dtype, int world_size);
 
 }  // namespace tinyddp::comm

@@ -9,6 +9,7 @@
 #include "tinyddp/comm/algorithms/algorithm_selection.h"
 #include "tinyddp/comm/algorithms/hierarchical_gather.h"
 #include "tinyddp/comm/algorithms/link_probe.h"
+#include "tinyddp/comm/algorithms/single_rounding.h"
 #include "tinyddp/comm/algorithms/small_message_allreduce.h"
 #include "tinyddp/comm/cpu_binding.h"
 #include "tinyddp/comm/timeout.h"
@@ -169,6 +170,47 @@ WorkPtr RingBackend::reduce_scatter(const Tensor& output, const Tensor& input, R
                   } else {
                     ring_reduce_scatter(ring(), bytes_of(in), bytes_of(out), size_t(out.numel()), ctx);
                   }
+                  write_back(output, out);
+                });
+}
+
+namespace {
+// `plain`: the collective to call instead for other dtypes and ops.
+void check_single_rounding(const Tensor& t, ReduceOp op, const char* collective, const char* plain) {
+  TINYDDP_CHECK(single_rounding_supports(t.dtype(), op), collective, ": takes bf16 or f16 with sum or avg, got ",
+                t.describe(), " with ", reduce_op_name(op), "; hint: convert the tensor to bf16 (kernels::convert), ",
+                "or call ", plain, " for other dtypes and ops");
+}
+}  // namespace
+
+WorkPtr RingBackend::all_reduce_single_rounding(const Tensor& tensor, ReduceOp op, const CallOptions& call) {
+  constexpr const char* name = "all_reduce_single_rounding";
+  check_tensor(tensor, name, "tensor");
+  check_single_rounding(tensor, op, name, "all_reduce");
+  return submit(make_fingerprint(CollectiveKind::all_reduce_single_rounding, tensor, tensor.numel(), op), call,
+                [this, tensor](const CollectiveContext& ctx) {
+                  Tensor staging;
+                  const Tensor& host = host_input(tensor, staging);
+                  single_rounding_all_reduce(all_peers(), ring(), bytes_of(host), bytes_of(host), size_t(host.numel()), ctx);
+                  write_back(tensor, host);
+                });
+}
+
+WorkPtr RingBackend::reduce_scatter_single_rounding(const Tensor& output, const Tensor& input, ReduceOp op,
+                                                    const CallOptions& call) {
+  constexpr const char* name = "reduce_scatter_single_rounding";
+  check_tensor(output, name, "output");
+  check_tensor(input, name, "input");
+  check_single_rounding(input, op, name, "reduce_scatter");
+  TINYDDP_CHECK(output.dtype() == input.dtype() && input.numel() == output.numel() * size(), name, ": input ",
+                input.describe(), " must hold world size (", size(), ") x output ", output.describe(),
+                "; hint: the input is the concatenation of one output-sized part per rank");
+  return submit(make_fingerprint(CollectiveKind::reduce_scatter_single_rounding, output, output.numel(), op), call,
+                [this, output, input](const CollectiveContext& ctx) {
+                  Tensor in_staging, out_staging;
+                  const Tensor& in = host_input(input, in_staging);
+                  const Tensor& out = host_output(output, out_staging);
+                  single_rounding_reduce_scatter(all_peers(), rank(), bytes_of(in), bytes_of(out), size_t(in.numel()), ctx);
                   write_back(output, out);
                 });
 }

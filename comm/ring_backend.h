@@ -53,6 +53,10 @@ class RingBackend : public ProcessGroup {
   WorkPtr reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op = ReduceOp::sum,
                          const CallOptions& call = {}) override;
   WorkPtr barrier(const CallOptions& call = {}) override;
+  WorkPtr all_reduce_single_rounding(const Tensor& tensor, ReduceOp op = ReduceOp::sum,
+                                     const CallOptions& call = {}) override;
+  WorkPtr reduce_scatter_single_rounding(const Tensor& output, const Tensor& input, ReduceOp op = ReduceOp::sum,
+                                         const CallOptions& call = {}) override;
   CollectiveTime time_in_collectives() const override {
     auto t = recorder_->totals();
     return {t.collectives, t.seconds};

@@ -69,7 +69,7 @@ class CudaApi {
 // The version of the interfaces between tinyddp and its CUDA half (this one, the kernel table, NcclApi):
 // every entry point takes it and returns nullptr for another (core/cuda_plugin.h). Bump it with any
 // change to them.
-constexpr int kCudaPluginAbi = 2;
+constexpr int kCudaPluginAbi = 3;
 // libtinyddp_cuda.so's entry point for its CudaApi.
 constexpr const char* kCudaApiEntryName = "tinyddp_cuda_api";
 

@@ -5,9 +5,12 @@
 #include <cstdint>
 #include <string>
 
+#include "tinyddp/core/half_precision.h"
+
 namespace tinyddp {
 
-enum class DType : uint8_t { f32, f64, i32, i64, u8 };
+// bf16 and f16 are the 16-bit floats of core/half_precision.h (C++ types bfloat16 and float16).
+enum class DType : uint8_t { f32, f64, i32, i64, u8, bf16, f16 };
 
 size_t dtype_size(DType t);
 // Short name used in messages and on the command line: "f32", "i64", ...
@@ -26,6 +29,11 @@ template <> constexpr DType dtype_of<double>() { return DType::f64; }
 template <> constexpr DType dtype_of<int32_t>() { return DType::i32; }
 template <> constexpr DType dtype_of<int64_t>() { return DType::i64; }
 template <> constexpr DType dtype_of<uint8_t>() { return DType::u8; }
+template <> constexpr DType dtype_of<bfloat16>() { return DType::bf16; }
+template <> constexpr DType dtype_of<float16>() { return DType::f16; }
+
+// f32, f64, bf16 and f16.
+bool is_floating_dtype(DType t);
 
 // Calls fn with a value of the C++ type that `t` names: dispatch_dtype(t, [&](auto zero) { using T = decltype(zero); ... }).
 template <typename Fn>
@@ -36,6 +44,8 @@ decltype(auto) dispatch_dtype(DType t, Fn&& fn) {
     case DType::i32: return fn(int32_t{});
     case DType::i64: return fn(int64_t{});
     case DType::u8: return fn(uint8_t{});
+    case DType::bf16: return fn(bfloat16{});
+    case DType::f16: return fn(float16{});
   }
   return fn(float{});  // unreachable: every enumerator is handled above
 }

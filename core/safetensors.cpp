@@ -46,7 +46,7 @@ struct Header {
   Metadata metadata;
 };
 
-constexpr DType kAllDTypes[] = {DType::f32, DType::f64, DType::i32, DType::i64, DType::u8};
+constexpr DType kAllDTypes[] = {DType::f32, DType::f64, DType::i32, DType::i64, DType::u8, DType::bf16, DType::f16};
 
 uint64_t read_le64(const unsigned char* p) {
   uint64_t v = 0;
@@ -103,7 +103,7 @@ DType parse_dtype(const json& dtype, const std::string& where) {
   const std::string& name = dtype.get_ref<const std::string&>();
   for (DType t : kAllDTypes)
     if (name == dtype_safetensors_name(t)) return t;
-  TINYDDP_FAIL(where, ": unsupported dtype \"", name, "\"; hint: tinyddp reads F32, F64, I32, I64 and U8: ",
+  TINYDDP_FAIL(where, ": unsupported dtype \"", name, "\"; hint: tinyddp reads F32, F64, BF16, F16, I32, I64 and U8: ",
                "convert the tensor before saving it (in PyTorch: tensor.float())");
 }
 

@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "tinyddp/core/cuda_runtime.h"
+#include "tinyddp/core/half_convert.h"
 
 namespace tinyddp {
 
@@ -121,10 +122,18 @@ namespace {
 
 // Element-wise conversion of CPU memory. C++ leaves a floating-point value outside the target
 // integer's range undefined (PyTorch's result for one depends on the machine), so it is refused.
+template <typename T>
+constexpr bool is_floating_v = std::is_floating_point_v<T> || std::is_same_v<T, bfloat16> || std::is_same_v<T, float16>;
+
 template <typename From, typename To>
 void convert_elements(const From* in, To* out, int64_t n, const Tensor& source) {
+  // The conversions a 16-bit collective makes, through the vector instructions of this CPU.
+  if constexpr (std::is_same_v<From, float> && std::is_same_v<To, bfloat16>) return convert_f32_to_bf16(in, out, size_t(n));
+  if constexpr (std::is_same_v<From, bfloat16> && std::is_same_v<To, float>) return convert_bf16_to_f32(in, out, size_t(n));
+  if constexpr (std::is_same_v<From, float> && std::is_same_v<To, float16>) return convert_f32_to_f16(in, out, size_t(n));
+  if constexpr (std::is_same_v<From, float16> && std::is_same_v<To, float>) return convert_f16_to_f32(in, out, size_t(n));
   for (int64_t i = 0; i < n; ++i) {
-    if constexpr (std::is_floating_point_v<From> && std::is_integral_v<To>) {
+    if constexpr (is_floating_v<From> && std::is_integral_v<To>) {
       const double whole = std::trunc(double(in[i]));
       const bool fits = std::isfinite(whole) && whole >= double(std::numeric_limits<To>::min()) &&
                         whole < double(std::numeric_limits<To>::max()) + 1.0;

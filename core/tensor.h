@@ -101,6 +101,8 @@ class Tensor {
   // converted as PyTorch's .to(dtype) converts them: to a floating type by rounding to nearest, from a
   // floating to an integer type by rounding toward zero, between integer types modulo 2^bits. A value
   // the integer type cannot hold (NaN, an infinity, out of its range) is an error naming the element.
+  // To bf16 and f16: round to nearest even, NaN kept (core/half_precision.h); from f64 through f32, as
+  // PyTorch converts. (kernels::convert converts into a tensor that already exists, on any device.)
   Tensor to(DType dtype) const;
   // Copies `src` into this tensor's memory; shapes must hold the same number of elements and the
   // dtypes must match. Either side may be on any device.

@@ -78,4 +78,11 @@ void fill(Tensor& x, float value);
 void scale(Tensor& x, float alpha);  // x *= alpha
 void axpy(float alpha, const Tensor& x, Tensor& y);  // y += alpha * x
 
+// ---- dtype conversion ----------------------------------------------------------------------------
+// dst = src element by element, rounded to nearest even where dst is narrower (core/half_precision.h):
+// f32 -> bf16, bf16 -> f32, f32 -> f16, f16 -> f32 (and a plain copy when the dtypes agree). Same
+// element count (shapes may differ, as for a flat bucket), same device. Unlike Tensor::to it writes
+// into memory that already exists, which is what a gradient bucket's compressed copy wants.
+void convert(const Tensor& src, Tensor& dst);
+
 }  // namespace tinyddp::kernels

@@ -4,7 +4,8 @@
 #
 #   scripts/deps.sh [extra packages...]   what the build needs (make deps, make build, make demo)
 #   scripts/deps.sh --tests               also what the launcher tests run our programs under (make test):
-#                                         torchrun (python3-torch), mpirun (openmpi-bin), a one-node Slurm
+#                                         torchrun (python3-torch), numpy for the f16 check (python3-numpy),
+#                                         mpirun (openmpi-bin), a one-node Slurm
 #                                         (slurmctld, slurmd, slurm-client, munge). These are optional:
 #                                         when they cannot be installed, make test goes on and those tests
 #                                         skip, each saying what is missing.
@@ -15,7 +16,7 @@ if [ "${1:-}" = --tests ]; then
   shift
   # Not slurm-wlm, which also brings slurmdbd and the graphical sview: the three daemons' packages
   # are what a one-node cluster needs.
-  optional=(python3-torch openmpi-bin slurmctld slurmd slurm-client munge)
+  optional=(python3-torch python3-numpy openmpi-bin slurmctld slurmd slurm-client munge)
 fi
 packages+=("$@")
 

@@ -86,7 +86,7 @@ struct Buffers {
 Buffers allocate(PerfJob& job, const PerfOptions& o, const PerfCollective& c, DType type) {
   const size_t elem = dtype_size(type);
   CollectiveCounts most = c.counts(o.max_bytes / elem, elem, job.world());
-  TestValues values(comm::ReduceOp::sum, job.world(), 0);
+  TestValues values(comm::ReduceOp::sum, job.world(), 0, type);
   auto make = [&](size_t count) {
     Tensor t = Tensor::empty({int64_t(count) + o.unalign}, type, job.device());
     write_elements(t, [&](size_t j) { return values.input(job.rank(), j); });
@@ -157,7 +157,7 @@ PlacementResult measure(PerfJob& job, const RowContext& row, const Placement& p,
   r.busbw = r.algbw * row.collective.bus_factor(job.world());
   if (o.per_iter_timing) add_per_iteration(r, gathered, stride, o);
   if (o.check) {
-    TestValues values(row.op, job.world(), seed);
+    TestValues values(row.op, job.world(), seed, p.output.dtype());
     int64_t wrong = check_placement(job.group(), row.collective, p, row.counts, values, row.op, row.root);
     r.wrong = 0;
     for (double w : job.all_gather({double(wrong)})) {

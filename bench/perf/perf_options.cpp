@@ -20,7 +20,7 @@ namespace {
 constexpr size_t kMaxRows = 10000;
 
 // Every DType the core has; the collectives take those comm::is_collective_dtype accepts.
-constexpr DType kAllDTypes[] = {DType::f32, DType::f64, DType::i32, DType::i64, DType::u8};
+constexpr DType kAllDTypes[] = {DType::f32, DType::f64, DType::bf16, DType::f16, DType::i32, DType::i64, DType::u8};
 // nccl-tests' order for -o all.
 constexpr comm::ReduceOp kAllOps[] = {comm::ReduceOp::sum, comm::ReduceOp::prod, comm::ReduceOp::max,
                                       comm::ReduceOp::min, comm::ReduceOp::avg};
@@ -264,6 +264,8 @@ const char* nccl_type_name(DType dtype) {
     case DType::i32: return "int32";
     case DType::i64: return "int64";
     case DType::u8: return "uint8";
+    case DType::bf16: return "bfloat16";
+    case DType::f16: return "half";
   }
   return "?";
 }

@@ -2,12 +2,14 @@
 //
 // Rank r's element j is a small integer drawn from a hash of (r, j, seed): every type represents it
 // exactly, every sum, max, min and product of a few of them too (products of 2, -1 and 1 stay below
-// 2^world), so the result of any correct implementation, in any order of reduction, is one exact
+// 2^world; for bf16 and f16 the integers shrink with the world size so that every partial sum stays
+// within 256, where bf16 still holds every integer), so the result of any correct implementation, in any order of reduction, is one exact
 // value and #wrong counts real errors. A hash, not a short period like j % 5, so that a chunk
 // written to the wrong place cannot land on equal values. The seed changes for every check, so a
 // buffer left over from an earlier run never passes for a new result.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -18,7 +20,8 @@ namespace tinyddp::bench {
 
 class TestValues {
  public:
-  TestValues(comm::ReduceOp op, int world, uint32_t seed) : op_(op), world_(world), seed_(seed) {}
+  TestValues(comm::ReduceOp op, int world, uint32_t seed, DType dtype = DType::f32)
+      : op_(op), world_(world), seed_(seed), half_(dtype == DType::bf16 || dtype == DType::f16) {}
 
   // Rank r's input element j.
   double input(int rank, size_t j) const {
@@ -27,7 +30,8 @@ class TestValues {
       static constexpr double kFactors[3] = {2.0, -1.0, 1.0};
       return kFactors[h % 3];
     }
-    return double(int(h % 101) - 50);  // -50 .. 50
+    const int half_range = half_ ? std::max(1, std::min(50, 256 / world_)) : 50;
+    return double(int(h % uint32_t(2 * half_range + 1)) - half_range);  // -50 .. 50, or less for 16-bit floats
   }
 
   // Every rank's element j reduced with the op, computed in type T as the collective computes it.
@@ -72,6 +76,7 @@ class TestValues {
   comm::ReduceOp op_;
   int world_;
   uint32_t seed_;
+  bool half_;  // bf16 or f16
 };
 
 }  // namespace tinyddp::bench

@@ -186,6 +186,18 @@ void drop_empty_regions(Stream& s) {
 
 int wrap(int i, int n) { return ((i % n) + n) % n; }
 
+// The all-gather half of a ring over `buf`, `count` elements cut into chunks (chunk_begin): this rank
+// starts with chunk `owned` and at each step sends on the chunk it received the step before, so after
+// n - 1 steps every chunk is on every rank.
+void add_all_gather_regions(Stream& s, const Ring& ring, std::byte* buf, size_t count, size_t elem, int owned) {
+  const int n = ring.size;
+  for (int step = 0; step < n - 1; ++step) {
+    const int send_chunk = wrap(owned - step, n), recv_chunk = wrap(owned - step - 1, n);
+    s.send.push_back({buf + chunk_begin(count, n, send_chunk) * elem, chunk_count(count, n, send_chunk) * elem});
+    s.recv.push_back({buf + chunk_begin(count, n, recv_chunk) * elem, nullptr, chunk_count(count, n, recv_chunk) * elem});
+  }
+}
+
 }  // namespace
 
 size_t chunk_begin(size_t count, int parts, int i) {
@@ -260,11 +272,17 @@ void ring_all_reduce(const Ring& ring, const std::byte* in, std::byte* out, size
     s.recv.push_back({out + offset(recv_chunk), in + offset(recv_chunk), bytes(recv_chunk),
                       ctx.op == ReduceOp::avg && step == n - 2});
   }
-  for (int step = 0; step < n - 1; ++step) {  // all-gather of the finished chunks
-    int send_chunk = wrap(r + 1 - step, n), recv_chunk = wrap(r - step, n);
-    s.send.push_back({out + offset(send_chunk), bytes(send_chunk)});
-    s.recv.push_back({out + offset(recv_chunk), nullptr, bytes(recv_chunk)});
-  }
+  add_all_gather_regions(s, ring, out, count, elem, wrap(r + 1, n));  // the chunk this rank finished
+  run_streams({&s, 1}, ctx);
+}
+
+void ring_all_gather_chunks(const Ring& ring, std::byte* buf, size_t count, const CollectiveContext& ctx) {
+  const size_t elem = dtype_size(ctx.dtype);
+  Stream s;
+  s.to = ring.next;
+  s.from = ring.prev;
+  s.send_lead = chunk_count(count, ring.size, ring.rank) * elem;
+  add_all_gather_regions(s, ring, buf, count, elem, ring.rank);
   run_streams({&s, 1}, ctx);
 }
 

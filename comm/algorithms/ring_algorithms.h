@@ -153,6 +153,9 @@ void ring_reduce_scatter(const Ring& ring, const std::byte* in, std::byte* out, 
 // out (size * count_per_rank) = every rank's in, in rank order. `in` may be out's own slot.
 void ring_all_gather(const Ring& ring, const std::byte* in, std::byte* out, size_t count_per_rank,
                      const CollectiveContext& ctx);
+// buf (count elements, cut into chunks as chunk_begin / chunk_count cut them) on every rank = chunk i
+// of rank i's buf, for every i: each rank's own chunk, gathered in place.
+void ring_all_gather_chunks(const Ring& ring, std::byte* buf, size_t count, const CollectiveContext& ctx);
 // buf on every rank = buf on `root`; a pipelined chain root -> root+1 -> ... (bytes, not elements).
 void chain_broadcast(const Ring& ring, std::byte* buf, size_t bytes, int root, const CollectiveContext& ctx);
 

@@ -8,6 +8,7 @@
 #include <span>
 #include <sstream>
 #include <thread>
+#include <type_traits>
 #include <utility>
 
 #include "tinyddp/comm/process_group.h"
@@ -70,7 +71,21 @@ FakeCuda& fake_devices() {
   return *fake;
 }
 
-bool is_float(DType t) { return t == DType::f32 || t == DType::f64; }
+bool is_float(DType t) { return is_floating_dtype(t); }
+
+// NCCL's PreMulSum for avg: every input times 1/n, the factor and each product rounded to the dtype
+// (products of 16-bit floats computed in f32, as NCCL's kernels do), then a sum.
+void premultiply_by_inverse(Tensor& in, size_t count, size_t n) {
+  dispatch_dtype(in.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    if constexpr (std::is_same_v<T, double>) {
+      for (double& v : std::span(in.data<double>(), count)) v *= 1.0 / double(n);
+    } else if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bfloat16> || std::is_same_v<T, float16>) {
+      const float factor = float(T(float(1.0 / double(n))));
+      for (T& v : std::span(in.data<T>(), count)) v = T(float(v) * factor);
+    }
+  });
+}
 
 // One thread at a time per communicator: claimed for the length of a call.
 class CallClaim {
@@ -110,13 +125,7 @@ void move_data(const FakeNccl::Op& op) {
   if (sends && in_count > 0) std::memcpy(in.raw_data(), op.send, in_count * item);
   ReduceOp reduce = op.op;
   if (reduce == ReduceOp::avg && is_float(op.dtype)) {
-    // NCCL's PreMulSum: every input times 1/n (rounded to the dtype), then a sum.
-    if (op.dtype == DType::f32) {
-      const float factor = float(1.0 / double(n));
-      for (float& v : std::span(in.data<float>(), in_count)) v *= factor;
-    } else {
-      for (double& v : std::span(in.data<double>(), in_count)) v *= 1.0 / double(n);
-    }
+    premultiply_by_inverse(in, in_count, n);
     reduce = ReduceOp::sum;
   }
   switch (op.kind) {

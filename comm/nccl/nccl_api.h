@@ -50,7 +50,7 @@ class NcclApi {
 
   virtual NcclResult group_start() = 0;
   virtual NcclResult group_end() = 0;
-  // Counts are elements of `dtype` (f32, f64, i32 or i64). all_gather's `count` is what each rank
+  // Counts are elements of `dtype` (f32, f64, bf16, f16, i32 or i64). all_gather's `count` is what each rank
   // sends; reduce_scatter's is what each rank receives.
   virtual NcclResult all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, NcclComm comm,
                                 CudaStream stream) = 0;

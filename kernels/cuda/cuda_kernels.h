@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "tinyddp/core/dtype.h"
 #include "tinyddp/kernels/elementwise.h"
 
 namespace tinyddp::kernels::cuda {
@@ -46,6 +47,9 @@ void fill(int device, float* x, int64_t n, float value);
 void scale(int device, float* x, int64_t n, float alpha);
 void axpy(int device, float alpha, const float* x, float* y, int64_t n);
 
+// dst = src converted element by element: f32 <-> bf16, f32 <-> f16 (core/half_precision.h).
+void convert(int device, const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n);
+
 // The functions above, as the CUDA half hands them out: the rest of tinyddp calls them only through
 // this table, so it links nothing of CUDA. (Members are declared with the functions' own types.)
 struct Kernels {
@@ -65,6 +69,7 @@ struct Kernels {
   decltype(&cuda::fill) fill;
   decltype(&cuda::scale) scale;
   decltype(&cuda::axpy) axpy;
+  decltype(&cuda::convert) convert;
 };
 
 // libtinyddp_cuda.so's entry point for the table (core/cuda_plugin.h's cuda_half_interface).

@@ -21,6 +21,7 @@ constexpr Kernels kTable{
     .fill = &fill,
     .scale = &scale,
     .axpy = &axpy,
+    .convert = &convert,
 };
 }  // namespace
 }  // namespace tinyddp::kernels::cuda

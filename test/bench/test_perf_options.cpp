@@ -49,7 +49,9 @@ TEST_CASE("the defaults are nccl-tests' and the sizes run as nccl-tests runs the
   CHECK(parse({"-b", "1K", "-e", "4K", "-i", "1K"})->sizes() == std::vector<size_t>{1024, 2048, 3072, 4096});
   CHECK(parse({"-b", "1.5K", "-e", "1.5K"})->min_bytes == 1536);
   CHECK(parse({"-b", "64KiB", "-e", "1GB"})->max_bytes == size_t(1) << 30);
-  CHECK(parse({"-d", "all"})->types.size() == 4);  // float, double, int32, int64
+  CHECK(parse({"-d", "all"})->types.size() == 6);  // float, double, bfloat16, half, int32, int64
+  CHECK(parse({"-d", "bf16"})->types == std::vector<DType>{DType::bf16});
+  CHECK(parse({"-d", "half"})->types == std::vector<DType>{DType::f16});
   CHECK(parse({"-o", "all"})->ops.size() == 5);
   CHECK(parse({"--json", "out.json"})->json_file == "out.json");  // the old name of -J
 }
@@ -75,7 +77,8 @@ TEST_CASE("every bad flag is refused with a message that names it") {
   CHECK(refusal({"-I", "2"}) == "-I must be 0 or 1, got 2");
   CHECK(refusal({"-K", "3"}) == "-K 3 needs per-iteration timing: add -I 1");
   CHECK(refusal({"-I", "1", "-n", "5", "-K", "5"}).find("-K must be below -n (5), got 5") == 0);
-  CHECK(refusal({"-d", "half"}) == "-d: 'half' is not a datatype tinyddp's collectives take; use float, double, int32, int64 or all");
+  CHECK(refusal({"-d", "int8"}) ==
+        "-d: 'int8' is not a datatype tinyddp's collectives take; use float, double, bfloat16, half, int32, int64 or all");
   CHECK(refusal({"-o", "xor"}) == "-o: 'xor' is not a reduction; use sum, prod, max, min, avg or all");
   CHECK(refusal({"-r", "x"}, broadcast_collective()) == "-r: 'x' is not a whole number");
   CHECK(refusal({"-g", "2"}).find("-g must be between 1 and 1, got 2 (one device per rank") == 0);

@@ -1,4 +1,4 @@
-// Every collective x dtype x op x world size 1-4 x awkward counts, over both transports, with
+// Every collective x dtype (f32, f64, bf16, f16, i32, i64) x op x world size 1-4 x awkward counts, over both transports, with
 // threads acting as ranks. Results are checked against a plain loop over every rank's input
 // (test_collectives_support.h), never against the library itself.
 #include <doctest/doctest.h>
@@ -108,6 +108,10 @@ void run_matrix(const std::string& transport, int world) {
     check_reductions<double>(pg, failures[size_t(r)]);
     check_reductions<int32_t>(pg, failures[size_t(r)]);
     check_reductions<int64_t>(pg, failures[size_t(r)]);
+    // The inputs are small integers whose every partial sum, product, maximum and average is exact in
+    // bf16 and f16 too, so the 16-bit results must equal the reference exactly as well.
+    check_reductions<bfloat16>(pg, failures[size_t(r)]);
+    check_reductions<float16>(pg, failures[size_t(r)]);
     pg.barrier()->wait();
   });
   for (auto& f : failures) {

@@ -80,6 +80,14 @@ TEST_CASE("nccl backend on fake devices: every collective agrees with the refere
       std::vector<Tensor> several{make_input<float>(ReduceOp::sum, r, 5).to(device), make_input<float>(ReduceOp::sum, r, 7).to(device)};
       g.all_reduce_coalesced(several)->wait();
       CHECK(several[1].to_vector<float>() == reference_reduce<float>(ReduceOp::sum, 2, 7));
+      // 16-bit floats (ncclBfloat16, ncclFloat16): avg is the premultiplied sum, exact for these values.
+      Tensor halves = make_input<bfloat16>(ReduceOp::sum, r, 101).to(device);
+      g.all_reduce(halves, ReduceOp::avg)->wait();
+      CHECK(halves.to_vector<bfloat16>() == reference_reduce<bfloat16>(ReduceOp::avg, 2, 101));
+      Tensor whole16 = make_input<float16>(ReduceOp::sum, r, 22).to(device), half16 = Tensor::zeros({11}, DType::f16, device);
+      g.reduce_scatter(half16, whole16, ReduceOp::sum)->wait();
+      std::vector<float16> all16 = reference_reduce<float16>(ReduceOp::sum, 2, 22);
+      CHECK(half16.to_vector<float16>() == std::vector<float16>(all16.begin() + 11 * r, all16.begin() + 11 * r + 11));
       g.barrier()->wait();
     });
   }

@@ -219,7 +219,7 @@ TEST_CASE("bad arguments are rejected in the caller's thread with a hint") {
   auto groups = make_groups(1, options("arguments"));
   ProcessGroup& pg = *groups[0];
   Tensor bytes = Tensor::zeros({4}, DType::u8);
-  CHECK_THROWS_WITH_AS(pg.all_reduce(bytes), doctest::Contains("take f32, f64, i32 or i64"), Error);
+  CHECK_THROWS_WITH_AS(pg.all_reduce(bytes), doctest::Contains("take f32, f64, bf16, f16, i32 or i64"), Error);
   CHECK_THROWS_WITH_AS(pg.all_reduce(Tensor()), doctest::Contains("undefined"), Error);
   Tensor in = Tensor::zeros({4}), wrong = Tensor::zeros({5});
   CHECK_THROWS_WITH_AS(pg.all_gather(wrong, in), doctest::Contains("must hold world size (1) x input"), Error);

@@ -217,8 +217,8 @@ TEST_CASE("entries with missing or malformed fields are refused") {
   check_refused(file_image("{\"a\":{\"shape\":[2],\"data_offsets\":[0,8]}}", data), "has no \"dtype\"");
   check_refused(file_image("{\"a\":{\"dtype\":\"F32\",\"data_offsets\":[0,8]}}", data), "has no \"shape\"");
   check_refused(file_image("{\"a\":{\"dtype\":\"F32\",\"shape\":[2]}}", data), "has no \"data_offsets\"");
-  check_refused(file_image("{\"a\":{\"dtype\":\"BF16\",\"shape\":[4],\"data_offsets\":[0,8]}}", data),
-                "unsupported dtype \"BF16\"");
+  check_refused(file_image("{\"a\":{\"dtype\":\"F8_E4M3\",\"shape\":[8],\"data_offsets\":[0,8]}}", data),
+                "unsupported dtype \"F8_E4M3\"");
   check_refused(file_image("{\"a\":{\"dtype\":4,\"shape\":[2],\"data_offsets\":[0,8]}}", data), "\"dtype\" is number");
   check_refused(file_image("{\"a\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", data),
                 "must be non-negative integers, found -2");

@@ -63,6 +63,11 @@ void check_all_reduce_on_devices(const std::string& backend, int world, bool one
     groups[size_t(r)]->broadcast(b, world - 1)->wait();
     if (b.to_vector<int64_t>() != make_input<int64_t>(ReduceOp::max, world - 1, 17).to_vector<int64_t>())
       failures[size_t(r)] = backend + " broadcast differs";
+    // bf16 (ncclBfloat16 on the nccl backend): sums of these small integers are exact in 16 bits.
+    Tensor h = make_input<bfloat16>(ReduceOp::sum, r, 4099).to(device);
+    groups[size_t(r)]->all_reduce(h, ReduceOp::sum)->wait();
+    if (h.to_vector<bfloat16>() != reference_reduce<bfloat16>(ReduceOp::sum, world, 4099))
+      failures[size_t(r)] = backend + " bf16 all_reduce differs";
     groups[size_t(r)]->barrier()->wait();
   });
   for (auto& f : failures) CHECK_MESSAGE(f.empty(), f);

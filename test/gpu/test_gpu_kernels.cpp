@@ -351,3 +351,19 @@ TEST_CASE("gpu an out-of-memory allocation does not poison the next kernel launc
   kernels::fill(x, 2.f);
   CHECK(x.to_vector<float>() == std::vector<float>(1000, 2.f));
 }
+
+TEST_CASE("gpu convert f32 <-> bf16 and f32 <-> f16 gives the CPU's bits") {
+  if (!gpu_available()) return;
+  std::vector<float> values(100'003);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = float(std::sin(double(i))) * std::ldexp(1.f, int(i % 40) - 20);
+  values[0] = 1e30f;  // past f16's range: infinity
+  const Tensor f = Tensor::from_vector(values);
+  const Device gpu = Device::cuda(0);
+  for (DType half : {DType::bf16, DType::f16}) {
+    Tensor narrow = Tensor::empty({100'003}, half, gpu), wide = Tensor::empty({100'003}, DType::f32, gpu);
+    kernels::convert(f.to(gpu), narrow);
+    CHECK(bitwise_equal(narrow, f.to(half)));
+    kernels::convert(narrow, wide);
+    CHECK(bitwise_equal(wide, f.to(half).to(DType::f32)));
+  }
+}

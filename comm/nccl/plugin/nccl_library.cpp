@@ -28,6 +28,8 @@ bool nccl_type(DType t, ncclDataType_t* out) {
     case DType::f64: *out = ncclFloat64; return true;
     case DType::i32: *out = ncclInt32; return true;
     case DType::i64: *out = ncclInt64; return true;
+    case DType::bf16: *out = ncclBfloat16; return true;
+    case DType::f16: *out = ncclFloat16; return true;
     default: return false;
   }
 }

@@ -17,6 +17,7 @@
 
 namespace tinyddp::testing {
 
+// `world` ranks on threads, every pair connected over tcp.
 class TcpWorld {
  public:
   explicit TcpWorld(int world) : transports_(size_t(world)), own_(size_t(world)) {
@@ -47,7 +48,14 @@ class TcpWorld {
   }
   comm::ConnectionLookup lookup(int rank) const {
     comm::TcpTransport* t = transports_[size_t(rank)].get();
-    return [t](int peer) { return t->connection(peer); };
+    return [t](int peer) { return t ? t->connection(peer) : nullptr; };  // a world of 1 has no transport
+  }
+  // Every rank's connection as `rank` sees it (nullptr at itself), as the direct algorithms take them.
+  std::vector<comm::Connection*> all_peers(int rank) const {
+    std::vector<comm::Connection*> peers(size_t(size()), nullptr);
+    for (int p = 0; p < size(); ++p)
+      if (p != rank) peers[size_t(p)] = transports_[size_t(rank)]->connection(p);
+    return peers;
   }
   comm::PeerGroup everyone(int rank) const {
     comm::PeerGroup g{rank, {}, lookup(rank)};
@@ -59,5 +67,7 @@ class TcpWorld {
   std::vector<std::unique_ptr<comm::TcpTransport>> transports_;
   std::vector<std::vector<comm::Transport*>> own_;
 };
+
+inline std::byte* bytes_of(const Tensor& t) { return static_cast<std::byte*>(const_cast<void*>(t.raw_data())); }
 
 }  // namespace tinyddp::testing

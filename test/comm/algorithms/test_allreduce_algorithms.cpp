@@ -1,6 +1,6 @@
 // Recursive doubling, Rabenseifner and the hierarchical all-reduce, run on real tcp connections
 // between threads, against the plain-loop reference of test_collectives_support.h: every world size
-// 1-8, odd counts, every op, integer and float types. The hierarchical algorithm is given host
+// 1-8, odd counts, every op, integer, float and 16-bit float types. The hierarchical algorithm is given host
 // layouts (H hosts x L ranks) that one machine's host identity cannot show, so it is driven here
 // directly rather than through a ProcessGroup.
 #include <doctest/doctest.h>
@@ -16,6 +16,9 @@
 #include "tinyddp/comm/algorithms/hierarchical_allreduce.h"
 #include "tinyddp/comm/algorithms/rabenseifner.h"
 #include "tinyddp/comm/algorithms/recursive_doubling.h"
+#include "tinyddp/comm/algorithms/small_message_allreduce.h"
+#include "tinyddp/comm/store/hash_store.h"
+#include "tinyddp/comm/transport/tcp_transport.h"
 #include "test/comm/algorithms/tcp_world.h"
 #include "test/comm/test_collectives_support.h"
 
@@ -26,8 +29,6 @@ using namespace tinyddp::testing;
 namespace {
 
 using Algorithm = std::function<void(int rank, const std::byte* in, std::byte* out, size_t count, const CollectiveContext&)>;
-
-std::byte* bytes_of(const Tensor& t) { return static_cast<std::byte*>(const_cast<void*>(t.raw_data())); }
 
 // Runs `algorithm` on every rank (inputs from input_value) and returns every rank's result.
 template <typename T>
@@ -71,6 +72,11 @@ void check_every_case(const TcpWorld& w, const Algorithm& algorithm) {
     }
     check_exact<double>(w, ReduceOp::sum, count, false, algorithm);
     check_exact<int32_t>(w, ReduceOp::avg, count, true, algorithm);
+    // 2-byte elements: chunks of odd byte counts, streams at odd positions (every sum is exact in 16 bits).
+    check_exact<bfloat16>(w, ReduceOp::sum, count, true, algorithm);
+    check_exact<bfloat16>(w, ReduceOp::avg, count, false, algorithm);
+    check_exact<float16>(w, ReduceOp::max, count, false, algorithm);
+    check_exact<float16>(w, ReduceOp::sum, count, true, algorithm);
   }
 }
 
@@ -115,6 +121,22 @@ TEST_CASE("recursive doubling and Rabenseifner give exact all-reduces for world 
       check_every_case(w, rabenseifner);
       check_ranks_agree(w, rabenseifner);
     }
+  }
+}
+
+// (A world of 1 never reaches these two: the process group copies the input itself.)
+TEST_CASE("the ring and the direct exchange give exact all-reduces for world sizes 2-8, 16-bit floats included") {
+  for (int world = 2; world <= 8; ++world) {
+    CAPTURE(world);
+    TcpWorld w(world);
+    Algorithm ring = [&](int r, const std::byte* in, std::byte* out, size_t count, const CollectiveContext& ctx) {
+      ring_group_all_reduce(w.everyone(r), in, out, count, ctx);
+    };
+    Algorithm direct = [&](int r, const std::byte* in, std::byte* out, size_t count, const CollectiveContext& ctx) {
+      direct_all_reduce(w.all_peers(r), r, in, out, count, ctx);
+    };
+    SUBCASE("ring") { check_every_case(w, ring); }
+    SUBCASE("direct") { check_every_case(w, direct); }
   }
 }
 
