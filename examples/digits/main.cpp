@@ -7,6 +7,7 @@
 //   build/bin/digits --hidden 256,128 --epochs 40      # two hidden layers
 //   build/bin/digits --world-size 1 --save digits.safetensors
 //   build/bin/digits --zero 1                          # ZeRO-1: each worker keeps 1/N of Adam's state
+//   build/bin/digits --comm-hook bf16_compress         # gradients on the wire in bf16 (half the bytes)
 //
 // Each line of the file is 64 pixel counts (0..16) and then the label (0..9). The pixels are divided
 // by 16 so the inputs lie in [0, 1]; the last --test-fraction of the rows is held out and only ever
@@ -142,6 +143,7 @@ int main(int argc, char** argv) {
   double test_fraction = 0.2, noise = 0.2;
   std::string data_path = "data/digits.csv.gz", hidden = "128", augment = "on";
   int zero_stage = 0;
+  std::string comm_hook = "allreduce";
   examples::add_example_options(app, options);
   app.add_option("--data", data_path, "the digits CSV (64 pixel counts, then the label; .gz or plain; `make data` writes it)")
       ->capture_default_str();
@@ -154,6 +156,9 @@ int main(int argc, char** argv) {
   app.add_option("--zero", zero_stage, "ZeRO stage: 0 (every worker holds Adam's whole state), 1 (each holds 1/N of it; "
                  "the same weights as 0 when the all-reduce runs the ring)")
       ->check(CLI::Range(0, 1))->capture_default_str();
+  app.add_option("--comm-hook", comm_hook, "how gradient buckets travel: allreduce (f32), bf16_compress, fp16_compress "
+                 "(half the bytes, rounded each step) or bf16_single_rounding (half the bytes, rounded once)")
+      ->check(CLI::IsMember(nn::comm_hooks::names()))->capture_default_str();
   app.add_option("--hidden", hidden, "hidden layer widths, comma-separated (ReLU between layers)")->capture_default_str();
   if (auto code = command_line::parse(app, argc, argv)) return *code;
 
@@ -187,6 +192,7 @@ int main(int argc, char** argv) {
     DigitsJob trainer(*model, devices, optimizer, &scheduler);
     examples::use_init_method(app, options, trainer);
     trainer.multi_device_options().zero_stage = zero_stage;
+    trainer.multi_device_options().comm_hook = comm_hook;
     trainer.set_input_noise(noise, options.seed + 2);
     if (!options.checkpoint_dir.empty()) trainer.set_checkpoint_dir(options.checkpoint_dir);
 

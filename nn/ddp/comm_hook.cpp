@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "tinyddp/core/error.h"
+#include "tinyddp/kernels/ops.h"
 
 namespace tinyddp::nn {
 
@@ -28,6 +29,56 @@ namespace comm_hooks {
 
 CommHookFuture allreduce(comm::ProcessGroup& group, GradBucket& bucket) {
   return CommHookFuture(group.all_reduce(bucket.buffer, comm::ReduceOp::avg, bucket.call_options()));
+}
+
+namespace {
+
+using StartReduction = std::function<comm::WorkPtr(const Tensor& compressed)>;
+
+// What the 16-bit hooks share: the bucket converted into a new `dtype` copy, `reduce` started on
+// it, and the copy converted back into the bucket once the reduction finished.
+CommHookFuture reduce_compressed(GradBucket& bucket, DType dtype, const StartReduction& reduce) {
+  Tensor compressed = Tensor::empty({bucket.buffer.numel()}, dtype, bucket.buffer.device());
+  kernels::convert(bucket.buffer, compressed);
+  comm::WorkPtr work = reduce(compressed);
+  return CommHookFuture(work, [buffer = bucket.buffer, compressed]() mutable { kernels::convert(compressed, buffer); });
+}
+
+}  // namespace
+
+CommHookFuture bf16_compress(comm::ProcessGroup& group, GradBucket& bucket) {
+  return reduce_compressed(bucket, DType::bf16, [&](const Tensor& compressed) {
+    return group.all_reduce(compressed, comm::ReduceOp::avg, bucket.call_options());
+  });
+}
+
+CommHookFuture fp16_compress(comm::ProcessGroup& group, GradBucket& bucket) {
+  // The buffer's values are replaced by the result anyway: scaling them in place costs no copy.
+  kernels::scale(bucket.buffer, 1.f / float(group.size()));
+  return reduce_compressed(bucket, DType::f16, [&](const Tensor& compressed) {
+    return group.all_reduce(compressed, comm::ReduceOp::sum, bucket.call_options());
+  });
+}
+
+CommHookFuture bf16_single_rounding(comm::ProcessGroup& group, GradBucket& bucket) {
+  return reduce_compressed(bucket, DType::bf16, [&](const Tensor& compressed) {
+    return group.all_reduce_single_rounding(compressed, comm::ReduceOp::avg, bucket.call_options());
+  });
+}
+
+const std::vector<std::string>& names() {
+  static const std::vector<std::string> all{"allreduce", "bf16_compress", "fp16_compress", "bf16_single_rounding"};
+  return all;
+}
+
+CommHook by_name(const std::string& name) {
+  if (name == "allreduce") return allreduce;
+  if (name == "bf16_compress") return bf16_compress;
+  if (name == "fp16_compress") return fp16_compress;
+  if (name == "bf16_single_rounding") return bf16_single_rounding;
+  std::string valid;
+  for (const std::string& n : names()) valid += (valid.empty() ? "" : ", ") + n;
+  TINYDDP_FAIL("unknown comm hook '", name, "'; hint: use one of ", valid);
 }
 
 }  // namespace comm_hooks

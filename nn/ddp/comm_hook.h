@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "tinyddp/comm/process_group.h"
@@ -77,10 +78,31 @@ class CommHookFuture {
 // object captures (a lambda's captures, or a struct's members).
 using CommHook = std::function<CommHookFuture(comm::ProcessGroup& group, GradBucket& bucket)>;
 
-// The built-in hooks (torch.distributed.algorithms.ddp_comm_hooks.default_hooks).
+// The built-in hooks (torch.distributed.algorithms.ddp_comm_hooks.default_hooks), by name
+// ("allreduce", "bf16_compress", ...) for flags such as digits --comm-hook.
 namespace comm_hooks {
 // The default: all_reduce(bucket.buffer, avg), the sum over the ranks divided once by the world size.
 CommHookFuture allreduce(comm::ProcessGroup& group, GradBucket& bucket);
+
+// The compressing hooks send half the bytes: the bucket is converted to a 16-bit copy, that copy is
+// all-reduced, and the result is converted back into the buffer when the future is waited on.
+// The ring backend adds each pair of 16-bit values in f32 and rounds the sum once per step, so the
+// error grows with the number of steps (docs/bf16-on-the-wire.md).
+//
+// bf16 keeps f32's range, so the average is taken as everywhere else: sum, then one division.
+CommHookFuture bf16_compress(comm::ProcessGroup& group, GradBucket& bucket);
+// f16 reaches only 65504: as PyTorch's fp16_compress_hook does, each rank divides its gradients by
+// the world size before the sum (here in f32, before the conversion), so partial sums stay in range.
+CommHookFuture fp16_compress(comm::ProcessGroup& group, GradBucket& bucket);
+// bf16 on the wire with one rounding: ProcessGroup::all_reduce_single_rounding, where every rank's
+// bf16 contribution is summed in f32 and rounded once, so the error stays that of one bf16 rounding
+// at any world size. The ring backend has it; on another backend the first bucket fails, saying so.
+CommHookFuture bf16_single_rounding(comm::ProcessGroup& group, GradBucket& bucket);
+
+// The names above, in that order.
+const std::vector<std::string>& names();
+// The hook of that name; an unknown name is an error that lists the valid ones.
+CommHook by_name(const std::string& name);
 }  // namespace comm_hooks
 
 }  // namespace tinyddp::nn

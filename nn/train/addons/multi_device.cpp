@@ -351,6 +351,14 @@ void check_zero_options(const MultiDeviceOptions& options, const TrainerOptions&
                 "disagree on skipping; hint: use NonFiniteLoss::stop, or zero_stage 0");
 }
 
+void check_comm_hook(const MultiDeviceOptions& options) {
+  if (options.comm_hook.empty()) return;
+  comm_hooks::by_name(options.comm_hook);  // throws for an unknown name, listing the valid ones
+  TINYDDP_CHECK(options.zero_stage == 0 || options.comm_hook == "allreduce", "MultiDevice: comm_hook ", options.comm_hook,
+                " with zero_stage ", options.zero_stage, ": ZeRO-1 reduces the buckets with its own hook (a "
+                "reduce-scatter), and DDP takes one hook; hint: use zero_stage 0 with a compressing hook");
+}
+
 void save_result(const std::string& dir, Trainer& trainer) {
   save_training_state(dir + "/" + kFinalState, trainer);
   if (!trainer.best_weights().empty()) save_safetensors(dir + "/" + kBestWeights, trainer.best_weights());

@@ -73,6 +73,10 @@ struct MultiDeviceOptions {
   // nn/optim/zero_redundancy_optimizer.h). Checkpoints then carry the consolidated state, which the
   // given optimizer loads.
   int zero_stage = 0;
+  // How each gradient bucket is reduced (nn/ddp/comm_hook.h, comm_hooks::names()): "" or "allreduce"
+  // (f32, the default), "bf16_compress", "fp16_compress", "bf16_single_rounding". ZeRO-1 brings its
+  // own hook, so it takes only the default.
+  std::string comm_hook;
   // The spawner's limit for the whole job (zero: none). Past it, the workers are stopped and run() throws.
   std::chrono::milliseconds timeout{0};
   // Between SIGTERM and SIGKILL when workers are stopped.
@@ -122,6 +126,8 @@ void leave_job(const JoinedJob& job);
 void report_failure(const JoinedJob& job, const std::string& message);
 // Refuses a zero_stage other than 0 or 1, and the Trainer options ZeRO-1 cannot honour yet.
 void check_zero_options(const MultiDeviceOptions& options, const TrainerOptions& trainer);
+// Refuses a comm hook name that is not a built-in one, and a compressing hook with ZeRO-1.
+void check_comm_hook(const MultiDeviceOptions& options);
 // Runs one worker per device and waits for them; throws naming the rank that failed. Returns the
 // directory holding rank 0's final state (removed by the returned handle's destructor).
 std::shared_ptr<const std::string> spawn_workers(const std::vector<Device>& devices, const MultiDeviceOptions& options);
@@ -168,6 +174,7 @@ class MultiDevice : public Base {
       case ProcessRole::single: Base::run(n_epoch, loader, valid_loader); return;
       case ProcessRole::spawner: {
         multi_device::check_zero_options(options_, this->options());
+        multi_device::check_comm_hook(options_);
         // The schedule checked (and sized) as every worker will, before any of them starts.
         const int world = int(this->devices().size());
         this->fit_schedule_to_run(n_epoch, multi_device::batches_per_rank(loader, world), world);
@@ -225,7 +232,10 @@ class MultiDevice : public Base {
     // The model must sit on its device before DDP lays the gradient buckets out there.
     this->set_device(job.device);
     multi_device::check_zero_options(options_, this->options());
+    multi_device::check_comm_hook(options_);
     ddp_ = std::make_unique<DistributedDataParallel>(this->model(), job.group, options_.ddp);
+    if (!options_.comm_hook.empty() && options_.comm_hook != "allreduce")
+      ddp_->register_comm_hook(nullptr, comm_hooks::by_name(options_.comm_hook));
     struct DropDdp {  // the wrapper unhooks the parameters when the run ends, however it ends
       MultiDevice& trainer;
       ~DropDdp() {

@@ -1,4 +1,4 @@
-// MultiDevice's zero_stage: the combinations ZeRO-1 cannot honour are refused before anything runs.
+// MultiDevice's zero_stage and comm_hook: the combinations it cannot honour are refused before anything runs.
 // (The training itself is checked end to end in test/examples: digits --zero 1 against --zero 0.)
 #include <doctest/doctest.h>
 
@@ -22,4 +22,18 @@ TEST_CASE("MultiDevice refuses a ZeRO stage it does not have, and ZeRO-1 with cl
   CHECK_THROWS_WITH_AS(multi_device::check_zero_options(options, trainer), doctest::Contains("skip_step"), Error);
   options.zero_stage = 0;
   multi_device::check_zero_options(options, trainer);  // plain DDP takes them all
+}
+
+TEST_CASE("MultiDevice refuses a comm hook it does not know, and a compressing hook with ZeRO-1") {
+  MultiDeviceOptions options;
+  multi_device::check_comm_hook(options);  // none: the default all-reduce
+  options.comm_hook = "bf16";
+  CHECK_THROWS_WITH_AS(multi_device::check_comm_hook(options), doctest::Contains("unknown comm hook 'bf16'"), Error);
+  options.comm_hook = "bf16_compress";
+  multi_device::check_comm_hook(options);
+  options.zero_stage = 1;
+  CHECK_THROWS_WITH_AS(multi_device::check_comm_hook(options), doctest::Contains("ZeRO-1 reduces the buckets with its own hook"),
+                       Error);
+  options.comm_hook = "allreduce";
+  multi_device::check_comm_hook(options);
 }
