@@ -1,8 +1,10 @@
 #include "tinyddp/nn/optim/zero_redundancy_optimizer.h"
 
+#include <cmath>
 #include <utility>
 
 #include "tinyddp/core/error.h"
+#include "tinyddp/kernels/ops.h"
 #include "tinyddp/nn/optim/adam.h"
 #include "tinyddp/nn/optim/sgd.h"
 
@@ -124,6 +126,29 @@ CommHookFuture ZeroRedundancyOptimizer::reduce_scatter(comm::ProcessGroup& group
   gradients_reduced_ = true;
   return CommHookFuture(group.reduce_scatter(shard.reduced, shard.staging, comm::ReduceOp::avg, bucket.call_options()));
 }
+
+double ZeroRedundancyOptimizer::global_sum_of_squares(const char* caller) {
+  TINYDDP_CHECK(gradients_reduced_, "ZeroRedundancyOptimizer::", caller, ": no synchronised backward ran since the "
+                "last step, so the shards hold no averaged gradients; hint: call it between backward and step");
+  double mine = 0;
+  for (const Shard& shard : shards_) mine += kernels::sum_of_squares(shard.owned->grad);  // padding is zeros
+  Tensor sum = Tensor::from_vector(std::vector<double>{mine});
+  if (!shards_.empty()) sum = sum.to(shards_.front().reduced.device());
+  group_->all_reduce(sum, comm::ReduceOp::sum)->wait();
+  return sum.to_vector<double>()[0];
+}
+
+double ZeroRedundancyOptimizer::clip_grad_norm(double max_norm) {
+  TINYDDP_CHECK(max_norm >= 0, "ZeroRedundancyOptimizer::clip_grad_norm: max_norm is ", max_norm,
+                "; hint: use a max_norm >= 0");
+  const double total = std::sqrt(global_sum_of_squares("clip_grad_norm"));
+  const double factor = max_norm / (total + 1e-6);  // clip.h's formula, PyTorch's
+  if (factor < 1)
+    for (Shard& shard : shards_) kernels::scale(shard.owned->grad, float(factor));
+  return total;
+}
+
+bool ZeroRedundancyOptimizer::gradients_finite() { return std::isfinite(global_sum_of_squares("gradients_finite")); }
 
 std::vector<Tensor> ZeroRedundancyOptimizer::parameter_values(const Shard& shard) const {
   std::vector<Tensor> values;

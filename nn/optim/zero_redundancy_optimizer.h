@@ -24,7 +24,9 @@
 //
 // What to know:
 //   - After backward, param.grad holds this rank's own (unreduced) gradients: the averages exist only
-//     as shards. Global-norm gradient clipping therefore needs a sharded norm (not offered yet).
+//     as shards. So the checks that read averaged gradients are this object's, and collective:
+//     clip_grad_norm (each rank sums the squares of its shards, one all-reduce adds the ranks' sums)
+//     and gradients_finite (one all-reduce, so every rank skips the same steps).
 //   - no_sync() works as with DDP: local accumulation, one reduce-scatter on the synchronised step.
 //   - Checkpoints: consolidate_state_dict() (collective, every rank) gathers the state under the
 //     names the unsharded optimizer uses ("exp_avg.0.weight"); then state_tensors() returns it, so
@@ -72,6 +74,12 @@ class ZeroRedundancyOptimizer : public Optimizer {
   // Collective (every rank): gathers every rank's shards of the state, so that state_tensors() lists
   // the whole state (the memory of the unsharded state, until the next step frees it).
   void consolidate_state_dict();
+  // clip_grad_norm (nn/optim/clip.h) over the averaged gradients of every rank's shards: the same
+  // total norm and factor on every rank, computed from the shards. Collective; after a synchronised
+  // backward. The norm equals plain DDP's up to the order of the additions (last bits).
+  double clip_grad_norm(double max_norm);
+  // Whether every averaged gradient, on every rank's shards, is finite. Collective.
+  bool gradients_finite();
   // Waits for the all-gathers step() started and writes the updated weights into the parameters.
   // DDP's forward calls it; call it before reading the weights any other way.
   void wait_for_parameters();
@@ -97,6 +105,8 @@ class ZeroRedundancyOptimizer : public Optimizer {
   using FullState = std::vector<std::pair<std::string, std::vector<Tensor>>>;
 
   CommHook make_comm_hook();
+  // The sum over every rank's shards of their averaged gradients squared (an all-reduce of the ranks' sums).
+  double global_sum_of_squares(const char* caller);
   CommHookFuture reduce_scatter(comm::ProcessGroup& group, GradBucket& bucket);
   void build_shards();
   bool shards_match_buckets() const;

@@ -10,6 +10,7 @@
 #include "tinyddp/core/trace.h"
 #include "tinyddp/kernels/ops.h"
 #include "tinyddp/nn/optim/clip.h"
+#include "tinyddp/nn/optim/zero_redundancy_optimizer.h"
 #include "tinyddp/nn/optim/schedulers.h"
 #include "tinyddp/nn/train/progress_bar.h"
 
@@ -271,9 +272,12 @@ void Trainer::train_batch(const Batch& batch, int64_t epoch, int64_t batch_index
     return;  // no step, and the batch stays out of the epoch's means
   }
   // Under DDP the gradients are already averaged over the ranks here, so every rank computes the
-  // same norm and clips by the same factor: the replicas stay identical.
+  // same norm and clips by the same factor: the replicas stay identical. Under ZeRO-1 the averages
+  // live in the optimizer's shards, and it clips them (one all-reduce of the ranks' sums of squares).
   // Only gradients that exist count, as clip_grad_norm_ skips a None .grad (zero_grad set them to none).
-  if (options_.gradient_clip > 0) {
+  if (auto* zero = dynamic_cast<ZeroRedundancyOptimizer*>(stepping_optimizer_); zero && options_.gradient_clip > 0) {
+    zero->clip_grad_norm(options_.gradient_clip);
+  } else if (options_.gradient_clip > 0) {
     std::vector<Parameter*> with_grad;
     for (Parameter* p : model_.parameters())
       if (p->has_grad) with_grad.push_back(p);
@@ -304,6 +308,7 @@ void Trainer::check_loss(float loss, int64_t epoch, int64_t batch_index, StepOut
 }
 
 bool Trainer::gradients_finite() {
+  if (auto* zero = dynamic_cast<ZeroRedundancyOptimizer*>(stepping_optimizer_)) return zero->gradients_finite();
   double sum = 0;
   for (Parameter* p : model_.parameters())
     if (p->has_grad) sum += kernels::sum_of_squares(p->grad);

@@ -339,16 +339,9 @@ int64_t batches_per_rank(DataLoader& loader, int world_size) {
   return share ? share->size() : loader.size();
 }
 
-void check_zero_options(const MultiDeviceOptions& options, const TrainerOptions& trainer) {
+void check_zero_options(const MultiDeviceOptions& options, const TrainerOptions&) {
   TINYDDP_CHECK(options.zero_stage == 0 || options.zero_stage == 1, "MultiDevice: zero_stage is ", options.zero_stage,
                 "; hint: use 0 (plain DDP) or 1 (ZeRO-1: sharded optimizer state); stages 2 and 3 are not implemented");
-  if (options.zero_stage == 0) return;
-  TINYDDP_CHECK(trainer.gradient_clip == 0, "MultiDevice: zero_stage 1 with gradient_clip ", trainer.gradient_clip,
-                ": under ZeRO-1 the averaged gradients exist only as shards, and a sharded global norm is not "
-                "implemented; hint: turn gradient clipping off, or use zero_stage 0");
-  TINYDDP_CHECK(trainer.non_finite_loss != NonFiniteLoss::skip_step, "MultiDevice: zero_stage 1 with "
-                "non_finite_loss = skip_step: each rank would judge its own unreduced gradients and the ranks could "
-                "disagree on skipping; hint: use NonFiniteLoss::stop, or zero_stage 0");
 }
 
 void check_comm_hook(const MultiDeviceOptions& options) {

@@ -124,7 +124,7 @@ void leave_job(const JoinedJob& job);
 // Once the spawner has the message, the worker's stderr goes to /dev/null: the spawner prints the
 // root cause once, with each rank's line after it, instead of every rank printing its own.
 void report_failure(const JoinedJob& job, const std::string& message);
-// Refuses a zero_stage other than 0 or 1, and the Trainer options ZeRO-1 cannot honour yet.
+// Refuses a zero_stage other than 0 or 1.
 void check_zero_options(const MultiDeviceOptions& options, const TrainerOptions& trainer);
 // Refuses a comm hook name that is not a built-in one, and a compressing hook with ZeRO-1.
 void check_comm_hook(const MultiDeviceOptions& options);

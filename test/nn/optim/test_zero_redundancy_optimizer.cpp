@@ -13,6 +13,7 @@
 #include "tinyddp/core/error.h"
 #include "tinyddp/nn/ddp/distributed_data_parallel.h"
 #include "tinyddp/nn/optim/adam.h"
+#include "tinyddp/nn/optim/clip.h"
 #include "tinyddp/nn/optim/sgd.h"
 #include "tinyddp/nn/optim/zero_redundancy_optimizer.h"
 #include "tinyddp/nn/train/checkpoint.h"
@@ -318,4 +319,64 @@ TEST_CASE("ZeRO-1's misuse is refused with a reason") {
   train_step_backward(ddp, gather_rows<float>(data.x, rows), gather_rows<int64_t>(data.y, rows));
   zero.step();
   CHECK_THROWS_WITH_AS(zero.state_tensors(), doctest::Contains("consolidate_state_dict()"), Error);
+}
+
+TEST_CASE("ZeRO-1 clips by the global norm over the shards as plain DDP clips the averaged gradients") {
+  constexpr int kWorld = 3, kSteps = 4;
+  constexpr double kMaxNorm = 0.05;  // well below the gradients' norm: every step is clipped
+  const Data data;
+  std::vector<std::vector<double>> norms(2, std::vector<double>(kWorld * kSteps));
+  std::vector<std::vector<float>> weights(2);
+  for (bool zero : {false, true}) {
+    auto groups = ring_groups(kWorld);
+    run_ranks(kWorld, [&](int rank) {
+      auto model = make_mlp(kWidths, 3);
+      DistributedDataParallel ddp(*model, groups[size_t(rank)], kSmallBuckets);
+      Adam plain(ddp.named_parameters(), 0.01);
+      std::unique_ptr<ZeroRedundancyOptimizer> sharded;
+      if (zero) sharded = std::make_unique<ZeroRedundancyOptimizer>(ddp, plain);
+      for (int step = 0; step < kSteps; ++step) {
+        (zero ? static_cast<Optimizer&>(*sharded) : plain).zero_grad();
+        const auto rows = data.rows(step, rank, kWorld);
+        train_step_backward(ddp, gather_rows<float>(data.x, rows), gather_rows<int64_t>(data.y, rows));
+        double& norm = norms[zero][size_t(step * kWorld + rank)];
+        if (zero) {
+          CHECK(sharded->gradients_finite());
+          norm = sharded->clip_grad_norm(kMaxNorm);
+          sharded->step();
+        } else {
+          norm = clip_grad_norm(model->parameters(), kMaxNorm);
+          plain.step();
+        }
+      }
+      if (sharded) sharded->wait_for_parameters();
+      if (rank == 0) weights[zero] = flat_values(*model);
+    });
+  }
+  for (size_t i = 0; i < norms[0].size(); ++i) {
+    CHECK(norms[0][i] > kMaxNorm * 2);
+    CHECK(norms[1][i] == doctest::Approx(norms[0][i]).epsilon(1e-9));  // the same sum, added in another order
+    CHECK(norms[1][i] == norms[1][i - i % kWorld]);                      // every rank: the same norm
+  }
+  REQUIRE(weights[0].size() == weights[1].size());
+  for (size_t i = 0; i < weights[0].size(); ++i) CHECK(weights[1][i] == doctest::Approx(weights[0][i]).epsilon(1e-5));
+}
+
+TEST_CASE("ZeRO-1's gradients_finite: a NaN in one rank's shard is every rank's verdict") {
+  constexpr int kWorld = 3;
+  auto groups = ring_groups(kWorld);
+  const Data data;
+  std::vector<int> verdicts(kWorld, -1);
+  run_ranks(kWorld, [&](int rank) {
+    auto model = make_mlp(kWidths, 3);
+    DistributedDataParallel ddp(*model, groups[size_t(rank)], kSmallBuckets);
+    Adam plain(ddp.named_parameters(), 0.01);
+    ZeroRedundancyOptimizer zero(ddp, plain);
+    const auto rows = data.rows(0, rank, kWorld);
+    train_step_backward(ddp, gather_rows<float>(data.x, rows), gather_rows<int64_t>(data.y, rows));
+    CHECK(zero.gradients_finite());
+    if (rank == 1) zero.local_optimizer().params()[0].parameter->grad.data<float>()[0] = NAN;  // its shard only
+    verdicts[size_t(rank)] = zero.gradients_finite();
+  });
+  CHECK(verdicts == std::vector<int>(kWorld, 0));
 }

@@ -8,20 +8,15 @@
 using namespace tinyddp;
 using namespace tinyddp::nn;
 
-TEST_CASE("MultiDevice refuses a ZeRO stage it does not have, and ZeRO-1 with clipping or skipped steps") {
+TEST_CASE("MultiDevice refuses a ZeRO stage it does not have") {
   MultiDeviceOptions options;
   TrainerOptions trainer;
   options.zero_stage = 2;
   CHECK_THROWS_WITH_AS(multi_device::check_zero_options(options, trainer), doctest::Contains("stages 2 and 3"), Error);
   options.zero_stage = 1;
-  multi_device::check_zero_options(options, trainer);  // the defaults are fine
-  trainer.gradient_clip = 1.0;
-  CHECK_THROWS_WITH_AS(multi_device::check_zero_options(options, trainer), doctest::Contains("gradient_clip"), Error);
-  trainer.gradient_clip = 0;
+  trainer.gradient_clip = 1.0;  // clipped over the shards (ZeroRedundancyOptimizer::clip_grad_norm)
   trainer.non_finite_loss = NonFiniteLoss::skip_step;
-  CHECK_THROWS_WITH_AS(multi_device::check_zero_options(options, trainer), doctest::Contains("skip_step"), Error);
-  options.zero_stage = 0;
-  multi_device::check_zero_options(options, trainer);  // plain DDP takes them all
+  multi_device::check_zero_options(options, trainer);
 }
 
 TEST_CASE("MultiDevice refuses a comm hook it does not know, and a compressing hook with ZeRO-1") {
