@@ -12,6 +12,12 @@
 //       all-reduce alone, and the single-rounding one. The variants alternate within every round,
 //       so a machine that slows down slows them all. Rank 0 prints min / median / max of each and the
 //       ratio of the medians to f32's. Each time is the slowest rank's, after a barrier.
+//
+//   tinyddp-run -n 2 bf16_wire --mode hooks [--mib 16] [--rounds 10] [--transport tcp]
+//       As time, but each variant is one of DDP's built-in comm hooks (nn/ddp/comm_hook.h) run on one
+//       bucket of MIB MiB: allreduce (f32), fp16_compress, bf16_compress, bf16_single_rounding, from
+//       the call to the end of the future's wait (the bucket refilled with the gradients before each).
+//       bench/torch_comm_hook.py does the same with PyTorch's hooks.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -28,6 +34,7 @@
 #include "tinyddp/core/half_precision.h"
 #include "tinyddp/core/tensor.h"
 #include "tinyddp/kernels/ops.h"
+#include "tinyddp/nn/ddp/comm_hook.h"
 
 using namespace tinyddp;
 using namespace tinyddp::comm;
@@ -147,12 +154,55 @@ struct Variant {
   const char* name;
   std::function<void()> run;
   std::vector<double> seconds;
+  std::function<void()> prepare = {};  // before the barrier, not timed
 };
 
-void measure_time(double mib, int rounds, int warmup, const std::string& transport) {
+// Runs the variants in turns, a different one first in each round, and records the slowest rank's
+// time of each after `warmup` rounds.
+void run_rounds(ProcessGroup& pg, std::vector<Variant>& variants, int rounds, int warmup) {
+  Tensor slowest = Tensor::empty({1}, DType::f64);
+  for (int round = 0; round < warmup + rounds; ++round) {
+    for (size_t k = 0; k < variants.size(); ++k) {
+      Variant& v = variants[(k + size_t(round)) % variants.size()];
+      if (v.prepare) v.prepare();
+      pg.barrier()->wait();
+      const auto start = Clock::now();
+      v.run();
+      slowest.data<double>()[0] = std::chrono::duration<double>(Clock::now() - start).count();
+      pg.all_reduce(slowest, ReduceOp::max)->wait();
+      if (round >= warmup) v.seconds.push_back(slowest.data<double>()[0]);
+    }
+  }
+}
+
+// Rank 0 prints min / median / max of each variant and its median over the first one's.
+void print_times(const ProcessGroup& pg, std::vector<Variant>& variants, const std::string& transport, double mib,
+                 int64_t count, int rounds, int warmup) {
+  if (pg.rank() != 0) return;
+  auto median = [](std::vector<double> s) {
+    std::sort(s.begin(), s.end());
+    return s[s.size() / 2];
+  };
+  const double base = median(variants[0].seconds);
+  std::printf("%d ranks, transport %s, %.1f MiB of f32 (%lld elements), %d rounds after %d warm-up\n", pg.size(),
+              transport.c_str(), mib, static_cast<long long>(count), rounds, warmup);
+  std::printf("| variant | min ms | median ms | max ms | median / f32 |\n|---|---|---|---|---|\n");
+  for (Variant& v : variants) {
+    const auto [lo, hi] = std::minmax_element(v.seconds.begin(), v.seconds.end());
+    std::printf("| %s | %.1f | %.1f | %.1f | %.2f |\n", v.name, *lo * 1e3, median(v.seconds) * 1e3, *hi * 1e3,
+                median(v.seconds) / base);
+  }
+}
+
+// The ring process group of the launched job (tinyddp-run's environment), on `transport`.
+std::shared_ptr<ProcessGroup> join_ring(const std::string& transport) {
   ProcessGroupOptions options;
   options.transport = transport;
-  auto pg = init_process_group("ring", "env://", -1, -1, options);
+  return init_process_group("ring", "env://", -1, -1, options);
+}
+
+void measure_time(double mib, int rounds, int warmup, const std::string& transport) {
+  auto pg = join_ring(transport);
   const int64_t count = int64_t(mib * double(1 << 20) / 4);
   Tensor grad = Tensor::from_vector(gradients(size_t(count), pg->rank(), 7), {count});
   Tensor f32 = grad.clone(), wire = Tensor::empty({count}, DType::bf16), back = Tensor::empty({count});
@@ -174,32 +224,26 @@ void measure_time(double mib, int rounds, int warmup, const std::string& transpo
        },
        {}},
   };
-  Tensor slowest = Tensor::empty({1}, DType::f64);
-  for (int round = 0; round < warmup + rounds; ++round) {
-    for (size_t k = 0; k < variants.size(); ++k) {
-      Variant& v = variants[(k + size_t(round)) % variants.size()];  // a different first variant each round
-      pg->barrier()->wait();
-      const auto start = Clock::now();
-      v.run();
-      slowest.data<double>()[0] = std::chrono::duration<double>(Clock::now() - start).count();
-      pg->all_reduce(slowest, ReduceOp::max)->wait();
-      if (round >= warmup) v.seconds.push_back(slowest.data<double>()[0]);
-    }
+  run_rounds(*pg, variants, rounds, warmup);
+  print_times(*pg, variants, transport, mib, count, rounds, warmup);
+}
+
+// The built-in comm hooks themselves, each on one bucket holding this rank's gradients.
+void measure_hooks(double mib, int rounds, int warmup, const std::string& transport) {
+  auto pg = join_ring(transport);
+  const int64_t count = int64_t(mib * double(1 << 20) / 4);
+  Tensor grad = Tensor::from_vector(gradients(size_t(count), pg->rank(), 7), {count});
+  nn::GradBucket bucket;
+  bucket.buffer = grad.clone();
+  bucket.last = true;
+  std::vector<Variant> variants;
+  for (const char* name : {"allreduce", "fp16_compress", "bf16_compress", "bf16_single_rounding"}) {
+    nn::CommHook hook = nn::comm_hooks::by_name(name);
+    variants.push_back({name, [&pg, &bucket, hook] { hook(*pg, bucket).wait(); }, {},
+                        [&bucket, &grad] { bucket.buffer.copy_from(grad); }});
   }
-  if (pg->rank() != 0) return;
-  auto median = [](std::vector<double> s) {
-    std::sort(s.begin(), s.end());
-    return s[s.size() / 2];
-  };
-  const double base = median(variants[0].seconds);
-  std::printf("%d ranks, transport %s, %.1f MiB of f32 (%lld elements), %d rounds after %d warm-up\n", pg->size(),
-              transport.c_str(), mib, static_cast<long long>(count), rounds, warmup);
-  std::printf("| variant | min ms | median ms | max ms | median / f32 |\n|---|---|---|---|---|\n");
-  for (Variant& v : variants) {
-    const auto [lo, hi] = std::minmax_element(v.seconds.begin(), v.seconds.end());
-    std::printf("| %s | %.1f | %.1f | %.1f | %.2f |\n", v.name, *lo * 1e3, median(v.seconds) * 1e3, *hi * 1e3,
-                median(v.seconds) / base);
-  }
+  run_rounds(*pg, variants, rounds, warmup);
+  print_times(*pg, variants, transport, mib, count, rounds, warmup);
 }
 
 }  // namespace
@@ -211,21 +255,22 @@ int main(int argc, char** argv) {
   uint64_t seed = 1;
   double mib = 16;
   int rounds = 10, warmup = 2;
-  app.add_option("--mode", mode, "error (in one process, world sizes 2, 4, 8) or time (under tinyddp-run)")
-      ->check(CLI::IsMember({"error", "time"}))
+  app.add_option("--mode", mode, "error (in one process, world sizes 2, 4, 8), time or hooks (under tinyddp-run)")
+      ->check(CLI::IsMember({"error", "time", "hooks"}))
       ->capture_default_str();
   app.add_option("--count", count, "error: elements per rank")->check(command_line::at_least<size_t>(1))->capture_default_str();
   app.add_option("--seed", seed, "error: the gradients' seed")->capture_default_str();
-  app.add_option("--mib", mib, "time: MiB of f32 gradients per rank")->check(command_line::positive<double>())->capture_default_str();
-  app.add_option("--rounds", rounds, "time: measured rounds")->check(command_line::at_least(1))->capture_default_str();
-  app.add_option("--warmup", warmup, "time: rounds before measuring")->check(command_line::at_least(0))->capture_default_str();
-  app.add_option("--transport", transport, "time: the ring's transport")
+  app.add_option("--mib", mib, "time, hooks: MiB of f32 gradients per rank")->check(command_line::positive<double>())->capture_default_str();
+  app.add_option("--rounds", rounds, "time, hooks: measured rounds")->check(command_line::at_least(1))->capture_default_str();
+  app.add_option("--warmup", warmup, "time, hooks: rounds before measuring")->check(command_line::at_least(0))->capture_default_str();
+  app.add_option("--transport", transport, "time, hooks: the ring's transport")
       ->check(CLI::IsMember({"tcp", "shm", "auto"}))
       ->capture_default_str();
   if (auto code = command_line::parse(app, argc, argv)) return *code;
   try {
     if (mode == "error") measure_error(count, seed);
-    else measure_time(mib, rounds, warmup, transport);
+    else if (mode == "time") measure_time(mib, rounds, warmup, transport);
+    else measure_hooks(mib, rounds, warmup, transport);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bf16_wire: %s\n", e.what());
     return command_line::kFailed;

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Plain DDP against ZeRO-1 (nn/optim/zero_redundancy_optimizer.h), the same job side by side,
 # alternating runs (these hosts are shared and noisy: only figures taken together are compared):
-#   - train_bench's data-parallel part under tinyddp-run (an MLP IN-H-H-10, Adam, batch 256 per rank):
-#     the seconds rank 0 trained, its last epoch loss (equal on both sides when the weights are), and
-#     the peak resident memory of the largest process (GNU time's %M over tinyddp-run: its largest
-#     worker);
+#   - train_bench's data-parallel part under tinyddp-run (an MLP IN-H-H-10, Adam, batch 256 per rank),
+#     and beside it PyTorch's DDP (gloo, CPU, one thread per process) with torch.optim.Adam and with
+#     torch.distributed.optim.ZeroRedundancyOptimizer(Adam) on the same job (bench/torch_zero_train.py):
+#     the seconds rank 0 trained, the last epoch's loss, the peak resident memory of the largest
+#     process (GNU time's %M over the launcher: its largest worker) and the optimizer state bytes of
+#     each rank (ours: rank 0's);
 #   - examples/digits with the same worker count: wall seconds and test accuracy.
-# Then the median time of each side and the ratio ZeRO-1 / DDP. PyTorch's ZeroRedundancyOptimizer
-# runs beside them only where python3 has torch (it is not installed on the development hosts).
+# Then the median time of each and the ratios ZeRO-1 / DDP on each side. PyTorch runs where
+# /usr/bin/python3 (or TORCH_PYTHON, or python3) imports torch; otherwise it is skipped, saying so.
 #
 # usage: bench/compare_zero.sh [BUILD_DIR] [PAIRS] [RANKS] [HIDDEN]   (default: build, 4, 2, 1024)
 # output: the tables on stdout; bench/zero_results.md keeps the figures of one run and what they mean.
@@ -22,26 +24,50 @@ bin=$build/bin
 digits_data=${TINYDDP_DIGITS:-$top/../shared/data/digits.csv.gz}
 [ -f "$digits_data" ] || digits_data=$top/data/digits.csv.gz
 
-median() { sort -g | awk '{a[NR]=$1} END {if (NR % 2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
+torch_python=""
+for candidate in ${TORCH_PYTHON:-} /usr/bin/python3 python3; do
+  if "$candidate" -c 'import torch.distributed.optim' 2>/dev/null; then torch_python=$candidate; break; fi
+done
+[ -n "$torch_python" ] || echo "PyTorch: skipped, no python3 here imports torch (set TORCH_PYTHON to one that does)"
 
-echo "train_bench 784-$hidden-$hidden-10, $ranks ranks, batch 256 per rank, 8192 samples, 2 epochs"
-printf '%-5s %-5s %9s %12s %14s\n' pair zero seconds last_loss peak_rss_MiB
+median() { sort -g | awk '{a[NR]=$1} END {if (NR % 2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", a / b}'; }
+
+echo "train_bench 784-$hidden-$hidden-10, $ranks ranks, batch 256 per rank, 8192 samples, 2 epochs (load: $(uptime | sed 's/.*load/load/'))"
+printf '%-5s %-8s %-5s %9s %10s %14s  %s\n' pair side zero seconds last_loss peak_rss_MiB optimizer_state_bytes
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+job=(--in 784 --hidden "$hidden" --out 10 --samples 8192 --batch-size 256 --epochs 2)
 for p in $(seq 1 "$pairs"); do
   for z in 0 1; do
     /usr/bin/time -f "%M" -o "$tmp/rss" "$bin/tinyddp-run" -n "$ranks" "$bin/train_bench" --world-size "$ranks" \
-      --in 784 --hidden "$hidden" --out 10 --samples 8192 --batch-size 256 --epochs 2 --zero "$z" >"$tmp/out" 2>&1
+      "${job[@]}" --zero "$z" >"$tmp/out" 2>&1
     line=$(grep "data-parallel" "$tmp/out")
     seconds=$(echo "$line" | awk '{print $5}')
     loss=$(echo "$line" | sed -e 's/.*loss \([0-9.]*\).*/\1/')
+    state=$(echo "$line" | sed -n -e 's/.*optimizer state \([0-9]*\) bytes.*/\1 (rank 0)/p')
     rss=$(awk '{printf "%.1f", $1 / 1024}' "$tmp/rss")
-    printf '%-5s %-5s %9s %12s %14s\n' "$p" "$z" "$seconds" "$loss" "$rss"
+    printf '%-5s %-8s %-5s %9s %10s %14s  %s\n' "$p" tinyddp "$z" "$seconds" "$loss" "$rss" "$state"
     echo "$seconds" >>"$tmp/train_$z"
+    [ -n "$torch_python" ] || continue
+    /usr/bin/time -f "%M" -o "$tmp/rss" "$torch_python" "$top/bench/torch_zero_train.py" "$ranks" 784 "$hidden" 10 \
+      8192 256 2 "$z" >"$tmp/out" 2>&1 || { cat "$tmp/out" >&2; exit 1; }
+    line=$(grep "^torch" "$tmp/out")
+    seconds=$(echo "$line" | sed -e 's/.*train \([0-9.]*\) s.*/\1/')
+    loss=$(echo "$line" | sed -e 's/.*loss \([0-9.]*\).*/\1/')
+    state=$(echo "$line" | sed -e 's/.*per rank //')
+    rss=$(awk '{printf "%.1f", $1 / 1024}' "$tmp/rss")
+    printf '%-5s %-8s %-5s %9s %10s %14s  %s\n' "$p" pytorch "$z" "$seconds" "$loss" "$rss" "$state"
+    echo "$seconds" >>"$tmp/torch_$z"
   done
 done
 t0=$(median <"$tmp/train_0"); t1=$(median <"$tmp/train_1")
-echo "median seconds: DDP $t0, ZeRO-1 $t1, ZeRO-1 / DDP = $(awk -v a="$t1" -v b="$t0" 'BEGIN {printf "%.3f", a / b}')"
+echo "median seconds: tinyddp DDP $t0, ZeRO-1 $t1, ZeRO-1 / DDP = $(ratio "$t1" "$t0")"
+if [ -n "$torch_python" ]; then
+  p0=$(median <"$tmp/torch_0"); p1=$(median <"$tmp/torch_1")
+  echo "median seconds: PyTorch DDP $p0, ZeroRedundancyOptimizer $p1, ZeRO / DDP = $(ratio "$p1" "$p0")"
+  echo "tinyddp / PyTorch: DDP $(ratio "$t0" "$p0"), ZeRO-1 $(ratio "$t1" "$p1")"
+fi
 
 if [ -f "$digits_data" ]; then
   echo
@@ -58,13 +84,7 @@ if [ -f "$digits_data" ]; then
     done
   done
   d0=$(median <"$tmp/digits_0"); d1=$(median <"$tmp/digits_1")
-  echo "median seconds: DDP $d0, ZeRO-1 $d1, ZeRO-1 / DDP = $(awk -v a="$d1" -v b="$d0" 'BEGIN {printf "%.3f", a / b}')"
+  echo "median seconds: DDP $d0, ZeRO-1 $d1, ZeRO-1 / DDP = $(ratio "$d1" "$d0")"
 else
   echo "digits: skipped, no digits.csv.gz (make data extracts it, or set TINYDDP_DIGITS)"
-fi
-
-if python3 -c 'import torch' 2>/dev/null; then
-  echo "PyTorch is installed: its ZeroRedundancyOptimizer comparison is not scripted yet"
-else
-  echo "PyTorch's ZeroRedundancyOptimizer: skipped, python3 has no torch"
 fi

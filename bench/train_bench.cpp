@@ -40,6 +40,7 @@
 #include "tinyddp/nn/linear.h"
 #include "tinyddp/nn/loss.h"
 #include "tinyddp/nn/optim/adam.h"
+#include "tinyddp/nn/optim/zero_redundancy_optimizer.h"
 #include "tinyddp/nn/optim/schedulers.h"
 #include "tinyddp/nn/sequential.h"
 #include "tinyddp/nn/train/addons/multi_device.h"
@@ -128,14 +129,30 @@ class BenchTrainer : public nn::Trainer {
   nn::StepOutput test_step(const nn::Batch& batch) override {
     return {.loss = loss_fn_.evaluate(forward(batch.inputs), batch.targets)};
   }
+  // The bytes of this rank's optimizer state as of the last epoch end: the whole Adam state under
+  // plain DDP, this rank's shards under ZeRO-1 (the stepping optimizer exists only while run() runs).
+  size_t optimizer_state_bytes() const { return optimizer_state_bytes_; }
+
+ protected:
+  void on_epoch_end(const nn::EpochRecord& record) override {
+    if (auto* zero = dynamic_cast<nn::ZeroRedundancyOptimizer*>(&optimizer())) {
+      optimizer_state_bytes_ = zero->state_bytes();
+    } else {
+      optimizer_state_bytes_ = 0;
+      for (auto& [name, tensor] : optimizer().state_tensors()) optimizer_state_bytes_ += tensor.nbytes();
+    }
+    nn::Trainer::on_epoch_end(record);
+  }
 
  private:
   nn::CrossEntropyLoss loss_fn_;
+  size_t optimizer_state_bytes_ = 0;
 };
 
 struct DataParallelResult {
   bool main_process = false;
   double seconds = 0, samples_per_second = 0, last_loss = 0;
+  size_t optimizer_state_bytes = 0;  // this rank's
 };
 
 // Trains on `world` CPU ranks; the time is rank 0's, from the first batch to the end of the last epoch
@@ -158,6 +175,7 @@ DataParallelResult data_parallel(int world, int64_t in, int64_t hidden, int64_t 
   for (const nn::EpochRecord& r : trainer.history()) result.seconds += r.seconds;
   result.samples_per_second = double(samples * epochs) / result.seconds;
   if (!trainer.history().empty()) result.last_loss = trainer.history().back().train.at("loss");
+  result.optimizer_state_bytes = trainer.optimizer_state_bytes();
   return result;
 }
 
@@ -223,8 +241,8 @@ int main(int argc, char** argv) {
     if (role == nn::ProcessRole::spawned_worker || role == nn::ProcessRole::launched_worker) {
       DataParallelResult dp = data_parallel(world_size, in, hidden, out, samples, batch, epochs, zero_stage);
       if (role == nn::ProcessRole::launched_worker && dp.main_process)
-        std::printf("  data-parallel : %.3f s  %8.0f samples/s  (launched ranks, last epoch loss %.4f)\n", dp.seconds,
-                    dp.samples_per_second, dp.last_loss);
+        std::printf("  data-parallel : %.3f s  %8.0f samples/s  (launched ranks, last epoch loss %.4f, optimizer state "
+                    "%zu bytes on rank 0)\n", dp.seconds, dp.samples_per_second, dp.last_loss, dp.optimizer_state_bytes);
       return 0;
     }
     kernels::set_cpu_threads(threads);
