@@ -49,15 +49,16 @@ struct CostModel {
   double call_s = 2e-6;                      // c: one call's fixed cost (idle cores)
 
   // "key value" lines, '#' comments: alpha_network_us, network_gbit_per_s, alpha_in_host_us,
-  // in_host_gbyte_per_s, reduce_gbyte_per_s, call_us (which may be 0). Keys not given keep their defaults. Throws naming
-  // `where` and the line on a bad key or value.
+  // in_host_gbyte_per_s, reduce_gbyte_per_s, call_us (which may be 0). Keys not given keep their
+  // defaults. Throws naming `where` and the line on a bad key or value.
   static CostModel parse(const std::string& text, const std::string& where);
   // TINYDDP_COST_MODEL: "probe", measure the links when a group spanning hosts starts
-  // (link_probe.h; it does not measure call_us, which keeps its default); unset or "builtin", the defaults above; anything else, the path of a file
-  // parse() reads. The probe is not the default: a measured model may choose another algorithm in
-  // the next run (or the next attempt after a restart), and the algorithms add in different orders,
-  // so results would differ in the last bits from run to run. A probed model saved as a file gives
-  // measured parameters and the same choices every run.
+  // (link_probe.h; it does not measure call_us, which keeps its default); unset or "builtin", the
+  // defaults above; anything else, the path of a file parse() reads. The probe is not the default:
+  // a measured model may choose another algorithm in the next run (or the next attempt after a
+  // restart), and the algorithms add in different orders, so results would differ in the last bits
+  // from run to run. A probed model saved as a file gives measured parameters and the same choices
+  // every run.
   static bool probe_requested();
   // The defaults above, or the file TINYDDP_COST_MODEL names.
   static CostModel from_environment();
