@@ -109,17 +109,22 @@ TEST_CASE("the per-call term: parsed, added once to every prediction, and no cho
   const Traffic hier = all_reduce_traffic(AllReduceAlgorithm::hierarchical, HostLayout::uniform(2, 2), S);
   CHECK(predicted_seconds(slow, hier) ==
         doctest::Approx(150e-6 + 2 * 100e-6 + 2 * 10e-6 + S / 1.25e8 + S / 2e9 + (S / 2 + S / 4) / 4e9));
-  // A constant per call cannot change which algorithm is fastest, so auto chooses the same at every size.
+  // A constant per call cannot change which algorithm is fastest, so auto chooses the same at every
+  // size; a per-call cost of 10 s makes any use of it inside the ring's relative margin show.
+  const CostModel huge = CostModel::parse(link + "call_us 1e7\n", "test");
   for (auto [hosts, per_host] : {std::pair{4, 1}, {2, 2}, {8, 1}, {4, 2}, {3, 1}, {16, 4}}) {
     const HostLayout layout = HostLayout::uniform(hosts, per_host);
     const AllReduceSelector a(AllReduceAlgorithm::automatic, none, layout, 32 << 10);
     const AllReduceSelector b(AllReduceAlgorithm::automatic, slow, layout, 32 << 10);
+    const AllReduceSelector c(AllReduceAlgorithm::automatic, huge, layout, 32 << 10);
     for (size_t bytes = 4; bytes <= (size_t(256) << 20); bytes *= 2) {
       CAPTURE(hosts);
       CAPTURE(per_host);
       CAPTURE(bytes);
       CHECK(a.choose(bytes) == b.choose(bytes));
       CHECK(a.choose_across_hosts(bytes) == b.choose_across_hosts(bytes));
+      CHECK(a.choose(bytes) == c.choose(bytes));
+      CHECK(a.choose_across_hosts(bytes) == c.choose_across_hosts(bytes));
     }
   }
   CHECK_THROWS_WITH(CostModel::parse("call_us -1\n", "f"), doctest::Contains("not a non-negative number"));
