@@ -1,10 +1,12 @@
 #!/usr/bin/python3
 """Summarises bench/compare_cluster.sh's raw tables (bench/cluster_results/*.txt) as markdown:
 per layout and link profile, the in-place all-reduce time of each of our algorithms beside Gloo's
-and PyTorch gloo's (median over rounds), the ratios, and the cost model's prediction.
-usage: cluster_summary.py RESULTS_DIR [COLLECTIVE_MODEL_BINARY]"""
+PyTorch gloo's and Open MPI's (median over rounds), the ratios, and the cost model's prediction.
+usage: [CALL_US=us] cluster_summary.py RESULTS_DIR [COLLECTIVE_MODEL_BINARY]
+CALL_US replaces the model's per-call term (collective_model --call-us) in the predictions."""
 import collections, os, re, statistics, subprocess, sys
 
+PEERS = ("gloo", "torch", "mpi")
 RATES = {"1gbit": 1.0, "5gbit": 5.0, "none": 10.0}  # Gbit/s given to the model ("none": unshaped veth)
 
 def parse(path):
@@ -12,7 +14,7 @@ def parse(path):
     runs = collections.defaultdict(lambda: collections.defaultdict(list))
     peer = None
     for line in open(path):
-        m = re.match(r"## (ours (\S+)|gloo|torch) round", line)
+        m = re.match(r"## (ours (\S+)|gloo|torch|mpi) round", line)
         if m:
             peer = m.group(2) if m.group(2) else m.group(1)
             continue
@@ -28,6 +30,8 @@ def parse(path):
 def predicted(model_bin, hosts, per_host, model_args, sizes):
     if not model_bin or not os.path.exists(model_bin):
         return {}
+    if os.environ.get("CALL_US"):
+        model_args = [*model_args, "--call-us", os.environ["CALL_US"]]
     out = subprocess.run([model_bin, "--hosts", str(hosts), "--per-host", str(per_host), *model_args,
                           "-b", str(min(sizes)), "-e", str(max(sizes)), "-f", "4"], capture_output=True, text=True).stdout
     lines = [l for l in out.splitlines() if l.strip()]
@@ -44,7 +48,7 @@ def predicted(model_bin, hosts, per_host, model_args, sizes):
 
 def write_plot_data(path, runs, sizes, world):
     """busbw (GB/s) against size, a column per line (bench/plot_cluster.gp): ours per algorithm, the peers."""
-    names = {"gloo": "Gloo", "torch": "PyTorch-gloo"}
+    names = {"gloo": "Gloo", "torch": "PyTorch-gloo", "mpi": "OpenMPI-tcp"}
     peers = [p for p in runs if p not in names] + [p for p in names if p in runs]
     with open(path, "w") as f:
         f.write("bytes " + " ".join(names.get(p, "ours-" + p) for p in peers) + "\n")
@@ -69,7 +73,7 @@ def main():
         if profile == "bytes":
             continue
         runs = parse(os.path.join(results, name))
-        ours = [p for p in runs if p not in ("gloo", "torch")]
+        ours = [p for p in runs if p not in PEERS]
         sizes = sorted({s for p in runs.values() for s in p})
         # The model the run's `auto` measured (compare_cluster.sh keeps it; the last round's values
         # win), else the built-in one told the profile's rate.
@@ -80,18 +84,19 @@ def main():
             print(f"\n### {hosts} hosts x {per_host}, link {profile}: the model measured at startup (last round)\n")
             print("```\n" + "".join(l for l in open(measured).readlines()[-6:] if not l.startswith("#")) + "```")
         print(f"\n### {hosts} hosts x {per_host} rank{'s' if per_host > 1 else ''}, link {profile}\n")
-        print("| bytes | " + " | ".join(f"ours {p}" for p in ours) + " | Gloo | PyTorch gloo | best ours / Gloo | auto / Gloo | model: auto |")
-        print("|---" * (len(ours) + 6) + "|")
+        print("| bytes | " + " | ".join(f"ours {p}" for p in ours) + " | Gloo | PyTorch gloo | Open MPI (tcp) | best ours / Gloo | "
+              "auto / Gloo | auto / Open MPI | model: auto |")
+        print("|---" * (len(ours) + 8) + "|")
         for s in sizes:
             med = {p: statistics.median(runs[p][s]) if runs[p].get(s) else None for p in runs}
             best = min((med[p] for p in ours if med[p] is not None), default=None)
-            g = med.get("gloo")
-            ratio = lambda x: "-" if x is None or g is None else f"{x / g:.2f}"
+            g, o = med.get("gloo"), med.get("mpi")
+            ratio = lambda x, by=g: "-" if x is None or by is None else f"{x / by:.2f}"
             pred = model.get(s, {}).get("auto")
-            print(f"| {s} | " + " | ".join(fmt(med[p]) for p in ours) + f" | {fmt(g)} | {fmt(med.get('torch'))} | "
-                  f"{ratio(best)} | {ratio(med.get('auto'))} | {fmt(pred)} |")
+            print(f"| {s} | " + " | ".join(fmt(med[p]) for p in ours) + f" | {fmt(g)} | {fmt(med.get('torch'))} | {fmt(o)} | "
+                  f"{ratio(best)} | {ratio(med.get('auto'))} | {ratio(med.get('auto'), o)} | {fmt(pred)} |")
         write_plot_data(os.path.join(results, f"{hosts}x{per_host}-{profile}.dat"), runs, sizes, hosts * per_host)
-        if model:
+        if model and any(p != "auto" for p in ours):
             print(f"\nModel against measured (ours, predicted / measured):\n")
             print("| bytes | " + " | ".join(p for p in ours if p != "auto") + " |")
             print("|---" * len([p for p in ours if p != "auto"]) + "|---|")

@@ -5,6 +5,8 @@
 //
 //   collective_model --hosts 2 --per-host 2 --model tuning.txt -b 4K -e 64M -f 4
 //   collective_model --hosts 1024 --alpha-us 5 --gbit 25 -b 4K -e 1G -f 16
+//   collective_model --hosts 4 --model measured.txt --call-us 150 -b 1K -e 64K
+//     (every prediction includes the model's per-call term, call_us; --call-us replaces it)
 //   collective_model --ranks 64,256,1024 --per-host 8 --alpha-us 5 --gbit 25 -b 4K -e 256M -f 16
 //     (--ranks: one markdown table, µs per algorithm and auto's pick, for each world size: the
 //     extrapolation table of docs/cluster-network.md)
@@ -85,13 +87,14 @@ int main(int argc, char** argv) {
   int hosts = 4, per_host = 1;
   std::string model_file, algos = "ring,direct,rd,rabenseifner,hier";
   size_t begin = 4 << 10, end = 64 << 20;
-  double factor = 4, alpha_us = 0, gbit = 0, reduce_gbyte = 0;
+  double factor = 4, alpha_us = 0, gbit = 0, reduce_gbyte = 0, call_us = -1;
   app.add_option("--hosts", hosts, "hosts")->check(CLI::Range(1, 1 << 20));
   app.add_option("--per-host", per_host, "ranks per host")->check(CLI::Range(1, 1024));
   app.add_option("--model", model_file, "a cost model file (cost_model.h's keys); default: the built-in model");
   app.add_option("--alpha-us", alpha_us, "override: latency of a step across hosts, µs");
   app.add_option("--gbit", gbit, "override: each host's link, Gbit/s");
   app.add_option("--reduce-gbyte", reduce_gbyte, "override: reduction speed, GB/s");
+  app.add_option("--call-us", call_us, "override: fixed cost of one call, µs (0 allowed)")->check(CLI::NonNegativeNumber);
   app.add_option("-b", begin, "smallest size per rank (K, M, G suffixes: powers of 1024)")
       ->transform(CLI::AsSizeValue(false));
   app.add_option("-e", end, "largest size per rank")->transform(CLI::AsSizeValue(false));
@@ -114,6 +117,7 @@ int main(int argc, char** argv) {
     if (alpha_us > 0) model.alpha_network_s = alpha_us * 1e-6;
     if (gbit > 0) model.network_bytes_per_s = gbit * 1e9 / 8;
     if (reduce_gbyte > 0) model.reduce_bytes_per_s = reduce_gbyte * 1e9;
+    if (call_us >= 0) model.call_s = call_us * 1e-6;
     std::vector<AllReduceAlgorithm> list;
     std::stringstream names(algos);
     for (std::string name; std::getline(names, name, ',');) {

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # compare_cluster.sh: all-reduce across simulated hosts (scripts/sim_cluster.sh), ours per algorithm
-# beside Gloo (../shared/anchors/gloo_allreduce.cpp) and PyTorch's gloo, in the same run, on shaped
+# beside Gloo (../shared/anchors/gloo_allreduce.cpp), PyTorch's gloo and Open MPI over its TCP transport
+# (../shared/anchors/mpi_allreduce.cpp, started on the hosts by bench/cluster_mpi_agent.sh), in the same run, on shaped
 # links; then the bytes that cross hosts, read from the interfaces' counters, against the cost
 # model's count; and the model's predictions beside the measured times.
 #
 #   bench/compare_cluster.sh [BUILD_DIR]          (root: namespaces and tc)
 #   LAYOUTS="4x1 2x2" PROFILES="1gbit 5gbit none" PHASES="times bytes" MAX=16M ROUNDS=1 \
 #     bench/compare_cluster.sh build
+#   MIN=1K MAX=64K ALGOS="ring rd auto" PEERS="gloo" OUT=/tmp/small bench/compare_cluster.sh build
+#     (PEERS: any of gloo torch mpi; Open MPI's anchor always runs 1 KiB to 256 MiB)
 #
 # Layout HxL: H hosts of L ranks each (rank r on host r / L), launched as on a real cluster:
 # tinyddp-run --nnodes H --node-rank i on each host; Gloo and PyTorch one process per rank.
@@ -28,7 +31,9 @@ MAX=${MAX:-16M}
 ROUNDS=${ROUNDS:-1}
 ITERS=${ITERS:-20}
 PHASES=${PHASES:-"times bytes"}
-out="$here/cluster_results"
+MIN=${MIN:-1K}
+PEERS=${PEERS-"gloo torch mpi"}  # empty: ours only
+out=${OUT:-$here/cluster_results}
 mkdir -p "$out"
 tmp=$(mktemp -d)
 name="cc$(( $$ % 100000 ))"
@@ -40,6 +45,10 @@ done
 max_bytes=$(numfmt --from=iec "$MAX")
 dpkg -s libgloo-dev python3-torch >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libgloo-dev python3-torch >/dev/null
 g++ -O2 -o "$tmp/gloo_allreduce" "$anchors/gloo_allreduce.cpp" /usr/lib/libgloo.so.0 -pthread
+if [[ " $PEERS " == *" mpi "* ]]; then
+  dpkg -s libopenmpi-dev openmpi-bin >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libopenmpi-dev openmpi-bin >/dev/null
+  mpicxx -O2 -o "$tmp/mpi_allreduce" "$anchors/mpi_allreduce.cpp"
+fi
 
 # The model `auto` chooses with: measured when the ranks start (TINYDDP_COST_MODEL=probe: the link
 # probe, comm/algorithms/link_probe.h); rank 0 logs it (TINYDDP_DEBUG=INFO) and ours() keeps it in
@@ -49,7 +58,7 @@ MODEL=${MODEL:-probe}
 
 # ours ALGO: all_reduce_perf on every host through tinyddp-run; node 0's report on stdout.
 ours() {
-  local algo=$1 model=$2 hosts=$3 per_host=$4 min=${5:-1K} max=${6:-$MAX} iters=${7:-$ITERS} pids=() i
+  local algo=$1 model=$2 hosts=$3 per_host=$4 min=${5:-$MIN} max=${6:-$MAX} iters=${7:-$ITERS} pids=() i
   for ((i = hosts - 1; i >= 0; i--)); do
     TINYDDP_TOKEN=cc TINYDDP_COST_MODEL=$model TINYDDP_DEBUG=INFO timeout 600 "$sim" run "$name" "$i" \
       "$build/bin/tinyddp-run" -n "$per_host" --nnodes "$hosts" --node-rank "$i" --master-addr "$("$sim" addr "$name" 0)" \
@@ -91,6 +100,18 @@ torch_gloo() {
     per_rank torch "$1" "$2" /usr/bin/python3 "$here/cluster_torch_allreduce.py" "$max_bytes"
 }
 
+# mpi: Open MPI's anchor, L ranks on each host, over TCP only (btl tcp,self: ranks of one host
+# talk over loopback TCP). mpirun runs in host 0's network namespace (but this machine's pid,
+# mount and UTS ones: the agent's nsenter must see the other hosts' pids) and starts its daemons on
+# the other hosts through bench/cluster_mpi_agent.sh, as it would through ssh.
+mpi() {
+  local hosts=$1 per_host=$2 list="" i
+  for ((i = 0; i < hosts; i++)); do list+="$("$sim" addr "$name" "$i"):$per_host,"; done
+  SIM_CLUSTER=$name timeout 900 ip netns exec "tdsim-$name-0" mpirun --allow-run-as-root --oversubscribe \
+    --mca plm_rsh_agent "$here/cluster_mpi_agent.sh" --mca btl tcp,self --mca btl_tcp_if_include eth0 \
+    --mca oob_tcp_if_include eth0 --host "${list%,}" -np $((hosts * per_host)) "$tmp/mpi_allreduce"
+}
+
 # Bytes every host's eth0 sent: "bytes packets" summed over the hosts.
 tx_counters() {
   local hosts=$1 i bytes=0 packets=0 b p
@@ -116,17 +137,22 @@ for layout in $LAYOUTS; do
     : >"$file"
     : >"$out/$layout-$profile-model.txt"
     for ((round = 1; round <= ROUNDS; round++)); do
-      for algo in $(algorithms_for "$hosts" "$per_host"); do
+      for algo in ${ALGOS:-$(algorithms_for "$hosts" "$per_host")}; do
         echo "## ours $algo round $round" >>"$file"
         ours "$algo" "$MODEL" "$hosts" "$per_host" | sed 's/^\[rank 0\] //' | grep -E '^ *[0-9]+ +[0-9]+ +float|Avg bus' >>"$file"
         if [ "$algo" = auto ] && [ -s "$tmp/model.txt" ]; then
           { echo "# measured by the link probe, round $round"; cat "$tmp/model.txt"; } >>"$out/$layout-$profile-model.txt"
         fi
       done
-      echo "## gloo round $round" >>"$file"
-      gloo "$hosts" "$per_host" | grep -E '^ *[0-9]' >>"$file"
-      echo "## torch round $round" >>"$file"
-      torch_gloo "$hosts" "$per_host" | grep -E '^ *[0-9]' >>"$file"
+      for peer in $PEERS; do
+        echo "## $peer round $round" >>"$file"
+        case $peer in
+          gloo) gloo "$hosts" "$per_host" ;;
+          torch) torch_gloo "$hosts" "$per_host" ;;
+          mpi) mpi "$hosts" "$per_host" ;;
+          *) echo "compare_cluster.sh: unknown peer '$peer' in PEERS; hint: gloo, torch, mpi" >&2; exit 2 ;;
+        esac | grep -E '^ *[0-9]' >>"$file"
+      done
     done
     echo "$layout $profile: $file"
   done

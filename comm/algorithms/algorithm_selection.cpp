@@ -24,15 +24,16 @@ constexpr AllReduceAlgorithm kFlat[] = {AllReduceAlgorithm::ring, AllReduceAlgor
 // large messages), the ring is the faster one measured (bench/cluster_results.md).
 constexpr double kRingMargin = 0.05;
 
-// The fastest of `candidates` (the ring among them) by the model.
+// The fastest of `candidates` (the ring among them) by the model. The per-call term is left out
+// (transfer_seconds): every algorithm pays it, and inside the ring's margin it would tilt the choice.
 template <typename Candidates>
 AllReduceAlgorithm fastest(const CostModel& model, const HostLayout& layout, double bytes, const Candidates& candidates) {
-  const double ring = predicted_seconds(model, all_reduce_traffic(AllReduceAlgorithm::ring, layout, bytes));
+  const double ring = transfer_seconds(model, all_reduce_traffic(AllReduceAlgorithm::ring, layout, bytes));
   AllReduceAlgorithm best = AllReduceAlgorithm::ring;
   double best_seconds = ring * (1 - kRingMargin);
   for (AllReduceAlgorithm a : candidates) {
     if (a == AllReduceAlgorithm::ring) continue;
-    double t = predicted_seconds(model, all_reduce_traffic(a, layout, bytes));
+    double t = transfer_seconds(model, all_reduce_traffic(a, layout, bytes));
     if (t < best_seconds) best = a, best_seconds = t;
   }
   return best;
@@ -57,8 +58,8 @@ AllReduceAlgorithm AllReduceSelector::choose(size_t bytes) const {
   AllReduceAlgorithm best = fastest(model_, layout_, double(bytes), kFlat);
   if (layout_.is_uniform() && layout_.per_host() > 1) {
     const AllReduceAlgorithm across = choose_across_hosts(bytes);
-    const double flat = predicted_seconds(model_, all_reduce_traffic(best, layout_, double(bytes)));
-    const double hier = predicted_seconds(model_, all_reduce_traffic(AllReduceAlgorithm::hierarchical, layout_, double(bytes), across));
+    const double flat = transfer_seconds(model_, all_reduce_traffic(best, layout_, double(bytes)));
+    const double hier = transfer_seconds(model_, all_reduce_traffic(AllReduceAlgorithm::hierarchical, layout_, double(bytes), across));
     if (hier < flat) best = AllReduceAlgorithm::hierarchical;
   }
   return best;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <numeric>
@@ -124,14 +125,16 @@ double flat_schedule(Schedule& s, AllReduceAlgorithm algorithm, const Groups& gr
   }
 }
 
-double parse_number(const std::string& word, const std::string& where, int line) {
+// A rate or a per-message cost must be positive; a per-call cost may be 0 (`zero_allowed`).
+double parse_number(const std::string& word, bool zero_allowed, const std::string& where, int line) {
   try {
     size_t used = 0;
     double v = std::stod(word, &used);
-    if (used == word.size() && v > 0) return v;
+    if (used == word.size() && std::isfinite(v) && (v > 0 || (zero_allowed && v == 0))) return v;
   } catch (const std::exception&) {
   }
-  TINYDDP_FAIL(where, " line ", line, ": '", word, "' is not a positive number; hint: write 'key value', e.g. 'network_gbit_per_s 1'");
+  TINYDDP_FAIL(where, " line ", line, ": '", word, "' is not a ", zero_allowed ? "non-negative" : "positive",
+               " number; hint: write 'key value', e.g. 'network_gbit_per_s 1'");
 }
 
 }  // namespace
@@ -156,7 +159,7 @@ CostModel CostModel::parse(const std::string& text, const std::string& where) {
   const std::map<std::string, std::pair<double*, double>> keys = {
       {"alpha_network_us", {&m.alpha_network_s, 1e-6}},     {"network_gbit_per_s", {&m.network_bytes_per_s, 1e9 / 8}},
       {"alpha_in_host_us", {&m.alpha_in_host_s, 1e-6}},     {"in_host_gbyte_per_s", {&m.in_host_bytes_per_s, 1e9}},
-      {"reduce_gbyte_per_s", {&m.reduce_bytes_per_s, 1e9}},
+      {"reduce_gbyte_per_s", {&m.reduce_bytes_per_s, 1e9}},    {"call_us", {&m.call_s, 1e-6}},
   };
   std::istringstream lines(text);
   std::string line;
@@ -171,7 +174,7 @@ CostModel CostModel::parse(const std::string& text, const std::string& where) {
     TINYDDP_CHECK(it != keys.end(), where, " line ", number, ": unknown key '", key, "'; hint: the keys are ", known);
     TINYDDP_CHECK(bool(words >> value) && !(words >> rest), where, " line ", number, ": '", key,
                   "' needs exactly one value; hint: write 'key value'");
-    *it->second.first = parse_number(value, where, number) * it->second.second;
+    *it->second.first = parse_number(value, key == "call_us", where, number) * it->second.second;
   }
   return m;
 }
@@ -197,7 +200,7 @@ std::string CostModel::to_text() const {
   out.precision(17);
   out << "alpha_network_us " << alpha_network_s * 1e6 << "\nnetwork_gbit_per_s " << network_bytes_per_s * 8 / 1e9
       << "\nalpha_in_host_us " << alpha_in_host_s * 1e6 << "\nin_host_gbyte_per_s " << in_host_bytes_per_s / 1e9
-      << "\nreduce_gbyte_per_s " << reduce_bytes_per_s / 1e9 << "\n";
+      << "\nreduce_gbyte_per_s " << reduce_bytes_per_s / 1e9 << "\ncall_us " << call_s * 1e6 << "\n";
   return out.str();
 }
 
@@ -228,7 +231,9 @@ Traffic all_reduce_traffic(AllReduceAlgorithm algorithm, const HostLayout& layou
   return s.traffic;
 }
 
-double predicted_seconds(const CostModel& model, const Traffic& t) {
+double predicted_seconds(const CostModel& model, const Traffic& t) { return model.call_s + transfer_seconds(model, t); }
+
+double transfer_seconds(const CostModel& model, const Traffic& t) {
   const double in_host = t.in_host_bytes.empty() ? 0.0 : *std::max_element(t.in_host_bytes.begin(), t.in_host_bytes.end());
   return t.network_messages * model.alpha_network_s + t.in_host_messages * model.alpha_in_host_s +
          t.max_host_egress() / model.network_bytes_per_s + in_host / model.in_host_bytes_per_s +

@@ -80,13 +80,55 @@ TEST_CASE("the direct exchange pays α for each of its n-1 messages, so many ran
   const HostLayout eight = HostLayout::uniform(8, 1);
   const double direct = predicted_seconds(probed, all_reduce_traffic(AllReduceAlgorithm::direct, eight, 1024));
   const double rd = predicted_seconds(probed, all_reduce_traffic(AllReduceAlgorithm::recursive_doubling, eight, 1024));
-  CHECK(direct == doctest::Approx(7 * 145.8e-6 + 7 * 1024 / (0.914e9 / 8) + 7 * 1024 / 13.6e9));
+  CHECK(direct == doctest::Approx(probed.call_s + 7 * 145.8e-6 + 7 * 1024 / (0.914e9 / 8) + 7 * 1024 / 13.6e9));
   CHECK(rd < direct);
   AllReduceSelector selector(AllReduceAlgorithm::automatic, probed, eight, 32 << 10);
   CHECK(selector.choose(1024) == AllReduceAlgorithm::recursive_doubling);
   // Two ranks: one message either way, and the direct exchange stays the cheapest.
   AllReduceSelector pair(AllReduceAlgorithm::automatic, probed, HostLayout::uniform(2, 1), 32 << 10);
   CHECK(pair.choose(1024) == AllReduceAlgorithm::direct);
+}
+
+TEST_CASE("the per-call term: parsed, added once to every prediction, and no choice of auto moves with it") {
+  CHECK(CostModel{}.call_s == doctest::Approx(2e-6));
+  const std::string link = "alpha_network_us 100\nnetwork_gbit_per_s 1\nalpha_in_host_us 10\nin_host_gbyte_per_s 2\nreduce_gbyte_per_s 4\n";
+  const CostModel none = CostModel::parse(link + "call_us 0\n", "test");
+  const CostModel slow = CostModel::parse(link + "call_us 150\n", "test");
+  CHECK(none.call_s == 0);
+  CHECK(slow.call_s == doctest::Approx(150e-6));
+  CHECK(CostModel::parse(slow.to_text(), "round trip").call_s == doctest::Approx(150e-6));
+  // Closed form, 4 hosts x 1 rank, rd on S bytes: 2 steps of one message each, 2·S out of each
+  // host, 2·S reduced.
+  const double S = 4096;
+  const Traffic rd = all_reduce_traffic(AllReduceAlgorithm::recursive_doubling, HostLayout::uniform(4, 1), S);
+  CHECK(predicted_seconds(slow, rd) == doctest::Approx(150e-6 + 2 * 100e-6 + 2 * S / 1.25e8 + 2 * S / 4e9));
+  CHECK(predicted_seconds(slow, rd) - predicted_seconds(none, rd) == doctest::Approx(150e-6));
+  CHECK(transfer_seconds(slow, rd) == doctest::Approx(predicted_seconds(none, rd)));
+  // 2 x 2, hier with its cross-host ring: 2 in-host steps and 2 network steps; S sent in host by
+  // each rank, S out of each host, S/2 + S/4 reduced.
+  const Traffic hier = all_reduce_traffic(AllReduceAlgorithm::hierarchical, HostLayout::uniform(2, 2), S);
+  CHECK(predicted_seconds(slow, hier) ==
+        doctest::Approx(150e-6 + 2 * 100e-6 + 2 * 10e-6 + S / 1.25e8 + S / 2e9 + (S / 2 + S / 4) / 4e9));
+  // A constant per call cannot change which algorithm is fastest, so auto chooses the same at every
+  // size; a per-call cost of 10 s makes any use of it inside the ring's relative margin show.
+  const CostModel huge = CostModel::parse(link + "call_us 1e7\n", "test");
+  for (auto [hosts, per_host] : {std::pair{4, 1}, {2, 2}, {8, 1}, {4, 2}, {3, 1}, {16, 4}}) {
+    const HostLayout layout = HostLayout::uniform(hosts, per_host);
+    const AllReduceSelector a(AllReduceAlgorithm::automatic, none, layout, 32 << 10);
+    const AllReduceSelector b(AllReduceAlgorithm::automatic, slow, layout, 32 << 10);
+    const AllReduceSelector c(AllReduceAlgorithm::automatic, huge, layout, 32 << 10);
+    for (size_t bytes = 4; bytes <= (size_t(256) << 20); bytes *= 2) {
+      CAPTURE(hosts);
+      CAPTURE(per_host);
+      CAPTURE(bytes);
+      CHECK(a.choose(bytes) == b.choose(bytes));
+      CHECK(a.choose_across_hosts(bytes) == b.choose_across_hosts(bytes));
+      CHECK(a.choose(bytes) == c.choose(bytes));
+      CHECK(a.choose_across_hosts(bytes) == c.choose_across_hosts(bytes));
+    }
+  }
+  CHECK_THROWS_WITH(CostModel::parse("call_us -1\n", "f"), doctest::Contains("not a non-negative number"));
+  CHECK_THROWS_WITH(CostModel::parse("alpha_network_us 0\n", "f"), doctest::Contains("not a positive number"));
 }
 
 TEST_CASE("bad algorithm names and cost model files are refused, naming what is wrong") {
