@@ -66,16 +66,32 @@ CommHookFuture bf16_single_rounding(comm::ProcessGroup& group, GradBucket& bucke
   });
 }
 
+namespace {
+
+// Each built-in hook under its name: the one list names() and by_name() read.
+struct NamedHook {
+  const char* name;
+  CommHookFuture (*hook)(comm::ProcessGroup&, GradBucket&);
+};
+constexpr NamedHook kBuiltIns[] = {{"allreduce", allreduce},
+                                   {"bf16_compress", bf16_compress},
+                                   {"fp16_compress", fp16_compress},
+                                   {"bf16_single_rounding", bf16_single_rounding}};
+
+}  // namespace
+
 const std::vector<std::string>& names() {
-  static const std::vector<std::string> all{"allreduce", "bf16_compress", "fp16_compress", "bf16_single_rounding"};
+  static const std::vector<std::string> all = [] {
+    std::vector<std::string> out;
+    for (const NamedHook& h : kBuiltIns) out.push_back(h.name);
+    return out;
+  }();
   return all;
 }
 
 CommHook by_name(const std::string& name) {
-  if (name == "allreduce") return allreduce;
-  if (name == "bf16_compress") return bf16_compress;
-  if (name == "fp16_compress") return fp16_compress;
-  if (name == "bf16_single_rounding") return bf16_single_rounding;
+  for (const NamedHook& h : kBuiltIns)
+    if (name == h.name) return h.hook;
   std::string valid;
   for (const std::string& n : names()) valid += (valid.empty() ? "" : ", ") + n;
   TINYDDP_FAIL("unknown comm hook '", name, "'; hint: use one of ", valid);

@@ -99,7 +99,14 @@ TEST_CASE("bf16_single_rounding: the bf16 gradients of 3 ranks summed in f32 in 
 
 TEST_CASE("comm hooks by name: the built-ins, and an unknown name listed against them") {
   CHECK(comm_hooks::names() == std::vector<std::string>{"allreduce", "bf16_compress", "fp16_compress", "bf16_single_rounding"});
-  for (const std::string& name : comm_hooks::names()) CHECK(comm_hooks::by_name(name) != nullptr);
+  using Hook = CommHookFuture (*)(comm::ProcessGroup&, GradBucket&);
+  const std::vector<Hook> expected{comm_hooks::allreduce, comm_hooks::bf16_compress, comm_hooks::fp16_compress,
+                                   comm_hooks::bf16_single_rounding};
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const CommHook hook = comm_hooks::by_name(comm_hooks::names()[i]);
+    REQUIRE(hook.target<Hook>() != nullptr);
+    CHECK_MESSAGE(bool(*hook.target<Hook>() == expected[i]), comm_hooks::names()[i]);  // each name is its own hook
+  }
   CHECK_THROWS_WITH_AS(comm_hooks::by_name("powerSGD"),
                        doctest::Contains("unknown comm hook 'powerSGD'; hint: use one of allreduce, bf16_compress"), Error);
 }
