@@ -10,7 +10,7 @@
 #                                         when they cannot be installed, make test goes on and those tests
 #                                         skip, each saying what is missing.
 set -euo pipefail
-packages=(cmake g++ make pkg-config libasio-dev doctest-dev libopenblas-dev libdnnl-dev nlohmann-json3-dev libcli11-dev zlib1g-dev)
+packages=(cmake g++ make pkg-config ccache libasio-dev doctest-dev libopenblas-dev libdnnl-dev nlohmann-json3-dev libcli11-dev zlib1g-dev)
 optional=()
 if [ "${1:-}" = --tests ]; then
   shift
