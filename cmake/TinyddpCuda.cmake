@@ -94,6 +94,12 @@ function(tinyddp_cuda_half target)
     CXX_VISIBILITY_PRESET hidden CUDA_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON
     POSITION_INDEPENDENT_CODE ON)
   target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wall> $<$<COMPILE_LANGUAGE:CXX>:-Wextra>)
+  # No fused multiply-add that the source does not write: nvcc's default (--fmad=true) turns a * b + c
+  # into one fma.rn.f32, one rounding where the CPU build rounds twice, so the same __host__ __device__
+  # function would give other bits on the GPU than the CPU tests checked. (g++ does not fuse either: it
+  # keeps -ffp-contract=off in ISO mode, which CMAKE_CXX_EXTENSIONS OFF selects.) test/cuda_contraction.sh
+  # checks the built module's PTX.
+  target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--fmad=false>)
   target_link_options(${target} PRIVATE -Wl,--no-undefined)
   install(TARGETS ${target} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 endfunction()
