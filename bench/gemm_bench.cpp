@@ -4,6 +4,7 @@
 //
 //   build/bin/gemm_bench                    # one thread, 3 rounds, each library in turn within a round
 //   build/bin/gemm_bench --threads 2 --rounds 5
+//   build/bin/gemm_bench --choice           # only which library tinyddp chooses here, and why
 //
 // Each figure is the median over the rounds; within a round every library runs the same shape one
 // after another, so a neighbour's load on a shared machine falls on all of them alike.
@@ -152,12 +153,18 @@ int main(int argc, char** argv) {
   CLI::App app{"tinyddp gemm_bench: one core's GEMM through each CPU library, fp32 and bf16"};
   int threads = 1, rounds = 3;
   double seconds = 0.3;
+  bool choice_only = false;
   app.add_option("--threads", threads, "threads of every library")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--rounds", rounds, "rounds; each figure is their median")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--seconds", seconds, "time per measurement")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_flag("--choice", choice_only, "print which CPU GEMM library tinyddp chooses on this machine, and why, then exit");
   if (auto code = tinyddp::command_line::parse(app, argc, argv)) return *code;
 
   try {
+    if (choice_only) {
+      std::printf("tinyddp's choice here: %s\n", kernels::cpu_gemm_description().c_str());
+      return 0;
+    }
     kernels::set_cpu_threads(threads);
     std::vector<Contender> contenders;
     for (kernels::CpuGemm gemm : kernels::available_cpu_gemms()) contenders.push_back(library_contender(gemm));

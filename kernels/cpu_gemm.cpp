@@ -22,26 +22,36 @@ bool cpu_has_avx512_core() {
          __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
 }
 
+const char* vector_class_name(VectorClass vectors) {
+  switch (vectors) {
+    case VectorClass::avx512: return "AVX-512";
+    case VectorClass::avx2: return "AVX2";
+    default: return "narrower than AVX2";
+  }
+}
+
 }  // namespace detail
 
 namespace {
 
 constexpr const char* kChoiceVariable = "TINYDDP_CPU_GEMM";
 
-// When oneDNN is the machine's choice (not when it is asked for), products of fewer multiply-adds
-// than this stay on OpenBLAS: 64 x 64 x 64 take about 5 us at 100 GFLOP/s, where what a call costs,
-// not the kernel, decides; and a program whose products are all that small -- the seed job's
-// Linear(10, 2) -- never loads oneDNN, which costs 7 MB of peak RSS (7.4 -> 14.3 MB for the seed job).
+// Products of fewer multiply-adds than this stay on OpenBLAS when oneDNN is the machine's choice (not
+// when it is asked for): 64 x 64 x 64 take about 5 us at 100 GFLOP/s, where what a call costs, not
+// the kernel, decides.
 constexpr int64_t kOneDnnMinimumWork = int64_t(64) * 64 * 64;
 
+// The state of the choice. `undecided` until first needed; `onednn_candidate` while only loading
+// oneDNN can tell (small products run on OpenBLAS meanwhile); then one of the two libraries.
+enum class State { undecided = -1, openblas = int(CpuGemm::openblas), onednn = int(CpuGemm::onednn), onednn_candidate };
+
 struct Choice {
-  CpuGemm gemm;
+  State state;
   std::string why;
   int64_t onednn_minimum_work = 0;
 };
 
-// The choice, made once on first use (chosen is -1 until then), and what may change it later.
-std::atomic<int> chosen{-1};
+std::atomic<int> state{int(State::undecided)};
 std::atomic<int64_t> onednn_minimum_work{0};
 std::mutex choice_mutex;
 std::string chosen_why;  // guarded by choice_mutex
@@ -58,27 +68,64 @@ void check_available(CpuGemm gemm, const std::string& asked_by) {
 #endif
 }
 
-Choice choose_for_this_machine() {
+std::string openblas_runs() { return "OpenBLAS runs its " + detail::openblas_core_name() + " kernels"; }
+
+// The part of the choice that loads nothing: the user's, or OpenBLAS where oneDNN cannot beat it.
+Choice first_choice() {
   if (std::optional<CpuGemm> asked = env::choice<CpuGemm>(kChoiceVariable, {{"openblas", CpuGemm::openblas},
                                                                             {"onednn", CpuGemm::onednn}})) {
-    const CpuGemm gemm = *asked;
     const std::string asked_by = std::string(kChoiceVariable) + "=" + *env::text(kChoiceVariable);
-    check_available(gemm, asked_by);
-    return {gemm, asked_by};
+    check_available(*asked, asked_by);
+    return {State(*asked), asked_by};
   }
-  if (!detail::cpu_has_avx512_core()) return {CpuGemm::openblas, "this CPU has no AVX-512, where OpenBLAS is the faster"};
 #ifdef TINYDDP_WITH_ONEDNN
-  // Not loaded yet: that waits for the first product large enough (use_onednn_for).
-  return {CpuGemm::onednn, "this CPU has AVX-512; products under 64x64x64 on OpenBLAS", kOneDnnMinimumWork};
+  // Without AVX-512 oneDNN runs AVX2 at best, which wins only where OpenBLAS runs narrower.
+  if (!detail::cpu_has_avx512_core() && detail::openblas_vector_class() >= detail::VectorClass::avx2)
+    return {State::openblas, openblas_runs() + " and this CPU has no AVX-512, where OpenBLAS is the faster"};
+  return {State::onednn_candidate, "", kOneDnnMinimumWork};
 #else
-  return {CpuGemm::openblas, "this CPU has AVX-512, but this build has no oneDNN"};
+  return {State::openblas, "this build has no oneDNN"};
+#endif
+}
+
+// The rest, which loads oneDNN to ask which kernels it runs.
+Choice final_choice() {
+#ifdef TINYDDP_WITH_ONEDNN
+  std::string why_not;
+  if (!detail::onednn_loadable(&why_not)) {
+    log_line(LogLevel::warn, "gemm", "OpenBLAS instead of oneDNN: " + why_not);
+    return {State::openblas, "oneDNN cannot be loaded: " + why_not};
+  }
+  const detail::VectorClass onednn = detail::onednn_vector_class(), openblas = detail::openblas_vector_class();
+  const std::string both = "oneDNN runs " + detail::onednn_isa_name() + " kernels here, " + openblas_runs() + " (" +
+                           detail::vector_class_name(openblas) + ")";
+  if (onednn == detail::VectorClass::avx512 || onednn > openblas)
+    return {State::onednn, both + "; products under 64x64x64 on OpenBLAS", kOneDnnMinimumWork};
+  return {State::openblas, both + ": at the same width OpenBLAS is the faster"};
+#else
+  return first_choice();
 #endif
 }
 
 void set_choice(const Choice& choice) {  // with choice_mutex held
   chosen_why = choice.why;
   onednn_minimum_work.store(choice.onednn_minimum_work);
-  chosen.store(int(choice.gemm), std::memory_order_release);
+  state.store(int(choice.state), std::memory_order_release);
+  // Said under TINYDDP_DEBUG=INFO, beside the other facts of a run's setup; quiet otherwise.
+  if (choice.state != State::onednn_candidate && debug_level() != DebugLevel::off) {
+    const CpuGemm gemm = CpuGemm(choice.state);
+    log_line(LogLevel::info, "gemm", std::string("CPU GEMM: ") + cpu_gemm_name(gemm) + " (" + choice.why + ")");
+  }
+}
+
+// The choice, taken as far as `load_onednn` allows: without it, a candidate stays a candidate.
+State resolve(bool load_onednn) {
+  State now = State(state.load(std::memory_order_acquire));
+  if (now == State::openblas || now == State::onednn || (now == State::onednn_candidate && !load_onednn)) return now;
+  std::lock_guard<std::mutex> lock(choice_mutex);
+  if (State(state.load()) == State::undecided) set_choice(first_choice());
+  if (State(state.load()) == State::onednn_candidate && load_onednn) set_choice(final_choice());
+  return State(state.load());
 }
 
 }  // namespace
@@ -86,21 +133,12 @@ void set_choice(const Choice& choice) {  // with choice_mutex held
 namespace detail {
 
 bool use_onednn_for(int64_t m, int64_t n, int64_t k) {
-#ifdef TINYDDP_WITH_ONEDNN
-  if (cpu_gemm() != CpuGemm::onednn || m * n * k < onednn_minimum_work.load(std::memory_order_relaxed)) return false;
-  std::string why_not;
-  if (onednn_loadable(&why_not)) return true;
-  // Chosen for the machine, but the machine lacks the library: the program runs on, on the fallback.
-  std::lock_guard<std::mutex> lock(choice_mutex);
-  if (chosen.load() == int(CpuGemm::onednn)) {
-    set_choice({CpuGemm::openblas, "this CPU has AVX-512, but " + why_not});
-    log_line(LogLevel::warn, "gemm", "OpenBLAS instead of oneDNN: " + why_not);
-  }
-  return false;
-#else
-  (void)m, (void)n, (void)k;
-  return false;
-#endif
+  const int64_t work = m * n * k;
+  State now = resolve(false);
+  if (now == State::openblas) return false;
+  if (work < onednn_minimum_work.load(std::memory_order_relaxed)) return false;
+  if (now == State::onednn_candidate) now = resolve(true);
+  return now == State::onednn;
 }
 
 }  // namespace detail
@@ -114,12 +152,7 @@ std::vector<CpuGemm> available_cpu_gemms() {
   return {CpuGemm::openblas};
 }
 
-CpuGemm cpu_gemm() {
-  if (int gemm = chosen.load(std::memory_order_acquire); gemm >= 0) return CpuGemm(gemm);
-  std::lock_guard<std::mutex> lock(choice_mutex);
-  if (chosen.load() < 0) set_choice(choose_for_this_machine());
-  return CpuGemm(chosen.load());
-}
+CpuGemm cpu_gemm() { return CpuGemm(resolve(true)); }
 
 std::string cpu_gemm_description() {
   const CpuGemm gemm = cpu_gemm();
@@ -134,7 +167,7 @@ std::string cpu_gemm_description() {
 void set_cpu_gemm(CpuGemm gemm) {
   check_available(gemm, "set_cpu_gemm");
   std::lock_guard<std::mutex> lock(choice_mutex);
-  set_choice({gemm, "set_cpu_gemm"});
+  set_choice({State(gemm), "set_cpu_gemm"});
 }
 
 void set_cpu_threads(int threads) {

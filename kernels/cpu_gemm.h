@@ -1,24 +1,27 @@
 // Which library computes kernels::gemm on the CPU.
 //
 // One core's fp32 GEMM is the bound of an MLP training step, and the fastest library depends on the
-// CPU: on cores with AVX-512, oneDNN's sgemm runs about twice as fast as OpenBLAS held to its AVX2
-// (Haswell) kernels, which is what OpenBLAS runs where OPENBLAS_CORETYPE=Haswell is set because some
-// of its builds miscompute on those CPUs; on AVX2-only cores OpenBLAS is the faster of the two
-// (bench/train_results.md has the figures). So the choice is made at run time, once, from what the
-// CPU can do:
+// CPU and on which kernels each library runs on it. A CPU's flags alone do not say that: an OpenBLAS
+// older than the CPU falls back to its generic kernel (Debian 12's 0.3.21 runs "Prescott" on a Sapphire
+// Rapids Xeon, at a fifth of oneDNN's rate), and ONEDNN_MAX_CPU_ISA / OPENBLAS_CORETYPE cap either
+// library below the CPU. So the choice is made at run time, once, from what the libraries report:
 //
-//   TINYDDP_CPU_GEMM=onednn|openblas   set by the user: that one (an error if it cannot be had)
-//   the CPU has AVX-512 (F, CD, BW, DQ, VL: oneDNN's avx512_core)   oneDNN, for products of at least
-//                                                                    64x64x64 multiply-adds (smaller
-//                                                                    ones are call-bound: OpenBLAS)
-//   otherwise                                                        OpenBLAS
+//   TINYDDP_CPU_GEMM=onednn|openblas       set by the user: that one (an error if it cannot be had)
+//   oneDNN runs AVX-512 kernels            oneDNN: on AVX-512 its sgemm outruns OpenBLAS's, whichever
+//                                          kernel OpenBLAS runs (bench/train_results.md)
+//   oneDNN runs wider vectors than         oneDNN (OpenBLAS fell back to a narrower kernel)
+//     OpenBLAS's kernel family
+//   otherwise                              OpenBLAS: at the same width (AVX2) it is the faster
 //
-// OpenBLAS is always linked: it is the fallback, and `-DTINYDDP_ONEDNN=OFF` builds with it alone.
-// oneDNN is loaded when first used (kernels/cpu_gemm_onednn.cpp), so a program that does not use it
-// does not carry it (7 MB of peak RSS), and one on a machine without libdnnl2 still runs, on OpenBLAS.
+// OpenBLAS reports its kernel family (openblas_get_corename) without cost. oneDNN must be loaded to
+// report its ISA, and loading it costs 7 MB of peak RSS, so when the CPU could make oneDNN the choice
+// it is loaded at the first product of at least 64x64x64 multiply-adds; smaller products are
+// call-bound and stay on OpenBLAS, and a program whose products are all that small -- the seed job's
+// Linear(10, 2) -- never loads it. On a machine without libdnnl2 the program runs on, on OpenBLAS.
 // Asked for by name (the variable, set_cpu_gemm), a library computes every product.
+// `TINYDDP_DEBUG=INFO` logs the choice and why; gemm_bench and train_bench print it.
 // Both compute c = alpha op(a) op(b) + beta c on row-major f32 matrices; they round differently
-// (other blockings of the same sums), within the tolerances the kernel tests hold against PyTorch.
+// (other blockings of the same sums), within the tolerances the kernel tests derive.
 #pragma once
 
 #include <string>
@@ -34,7 +37,7 @@ const char* cpu_gemm_name(CpuGemm gemm);
 std::vector<CpuGemm> available_cpu_gemms();
 // The one gemm() uses now (chosen on first use, as described above).
 CpuGemm cpu_gemm();
-// Why: "oneDNN 2.6.3 (this CPU has AVX-512)", "OpenBLAS 0.3.21 (TINYDDP_CPU_GEMM=openblas)", ...
+// The library and why: "oneDNN 2.6.3 (oneDNN runs avx512_core_amx kernels here, OpenBLAS Prescott ...)", ...
 std::string cpu_gemm_description();
 // Uses `gemm` from now on, in every thread. Throws when it is not available (see above).
 void set_cpu_gemm(CpuGemm gemm);

@@ -8,8 +8,13 @@
 namespace tinyddp::kernels::detail {
 
 // True when the CPU runs AVX-512 at the level of oneDNN's avx512_core (F, CD, BW, DQ, VL), with the OS
-// saving its registers: where oneDNN's kernels are the faster (kernels/cpu_gemm.h).
+// saving its registers.
 bool cpu_has_avx512_core();
+
+// The widest vectors a library's kernels use here, as it reports them: the terms of the choice in
+// kernels/cpu_gemm.cpp. Ordered: a wider class is the faster at the same clock.
+enum class VectorClass { narrower = 0, avx2 = 1, avx512 = 2 };
+const char* vector_class_name(VectorClass vectors);
 // Whether gemm() computes an m x n x k product with oneDNN: the choice is oneDNN, the product is
 // large enough for it (kernels/cpu_gemm.cpp), and the library loads (else the choice becomes OpenBLAS).
 bool use_onednn_for(int64_t m, int64_t n, int64_t k);
@@ -19,6 +24,10 @@ void openblas_sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, in
                     int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 void openblas_set_threads(int threads);
 std::string openblas_version();
+// The kernel family OpenBLAS runs ("Haswell", "SkylakeX", "Prescott" where it does not know the CPU, or
+// what OPENBLAS_CORETYPE forces), and the vectors that family uses.
+std::string openblas_core_name();
+VectorClass openblas_vector_class();
 
 #ifdef TINYDDP_WITH_ONEDNN
 // oneDNN (kernels/cpu_gemm_onednn.cpp), built when TINYDDP_WITH_ONEDNN is defined and loaded on first
@@ -28,6 +37,11 @@ void onednn_sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int6
                   int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 void onednn_set_threads(int threads);
 std::string onednn_version();
+// The instruction set oneDNN's kernels use here (dnnl_get_effective_cpu_isa: the CPU's best, or less
+// where ONEDNN_MAX_CPU_ISA caps it), by oneDNN's name ("avx512_core_amx", "avx2", ...), and its vectors.
+// Only once onednn_loadable().
+std::string onednn_isa_name();
+VectorClass onednn_vector_class();
 #endif
 
 }  // namespace tinyddp::kernels::detail

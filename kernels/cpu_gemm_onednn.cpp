@@ -17,6 +17,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <utility>
 
 #include "tinyddp/core/error.h"
 #include "tinyddp/core/log.h"
@@ -35,6 +36,7 @@ constexpr const char* kLibrary = "libdnnl.so." TINYDDP_STRINGIFY(DNNL_VERSION_MA
 struct OneDnn {
   decltype(&dnnl_sgemm) sgemm = nullptr;
   decltype(&dnnl_version) version = nullptr;
+  decltype(&dnnl_get_effective_cpu_isa) effective_isa = nullptr;
   void (*omp_set_num_threads)(int) = nullptr;
   int (*omp_get_max_threads)() = nullptr;
   std::string error;  // why it is not there; empty when loaded
@@ -59,6 +61,7 @@ OneDnn load() {
   void* gomp = dlopen("libgomp.so.1", RTLD_NOW | RTLD_NOLOAD);
   loaded.sgemm = symbol<decltype(&dnnl_sgemm)>(dnnl, "dnnl_sgemm", loaded.error);
   loaded.version = symbol<decltype(&dnnl_version)>(dnnl, "dnnl_version", loaded.error);
+  loaded.effective_isa = symbol<decltype(&dnnl_get_effective_cpu_isa)>(dnnl, "dnnl_get_effective_cpu_isa", loaded.error);
   loaded.omp_set_num_threads = symbol<void (*)(int)>(gomp, "omp_set_num_threads", loaded.error);
   loaded.omp_get_max_threads = symbol<int (*)()>(gomp, "omp_get_max_threads", loaded.error);
   if (!gomp && loaded.error.empty()) loaded.error = std::string(kLibrary) + " is not threaded with libgomp.so.1";
@@ -132,6 +135,26 @@ std::string onednn_version() {
   if (!dnnl.error.empty()) return "oneDNN (not loaded)";
   const dnnl_version_t* v = dnnl.version();
   return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
+}
+
+std::string onednn_isa_name() {
+  // From the widest down: each ISA's flags include those of every ISA it extends.
+  static const std::pair<dnnl_cpu_isa_t, const char*> names[] = {
+      {dnnl_cpu_isa_avx512_core_amx, "avx512_core_amx"}, {dnnl_cpu_isa_avx512_core_bf16, "avx512_core_bf16"},
+      {dnnl_cpu_isa_avx512_core_vnni, "avx512_core_vnni"}, {dnnl_cpu_isa_avx512_core, "avx512_core"},
+      {dnnl_cpu_isa_avx2_vnni, "avx2_vnni"}, {dnnl_cpu_isa_avx2, "avx2"}, {dnnl_cpu_isa_avx, "avx"},
+      {dnnl_cpu_isa_sse41, "sse41"}};
+  const unsigned isa = unsigned(onednn().effective_isa());
+  for (const auto& [flags, name] : names)
+    if ((isa & unsigned(flags)) == unsigned(flags)) return name;
+  return "generic";
+}
+
+VectorClass onednn_vector_class() {
+  const unsigned isa = unsigned(onednn().effective_isa());
+  if ((isa & unsigned(dnnl_cpu_isa_avx512_core)) == unsigned(dnnl_cpu_isa_avx512_core)) return VectorClass::avx512;
+  if ((isa & unsigned(dnnl_cpu_isa_avx2)) == unsigned(dnnl_cpu_isa_avx2)) return VectorClass::avx2;
+  return VectorClass::narrower;
 }
 
 }  // namespace tinyddp::kernels::detail

@@ -1,6 +1,10 @@
 // kernels::gemm on the CPU through OpenBLAS's CBLAS interface: the fallback that every build has.
 #include <cblas.h>
 
+#include <algorithm>
+#include <cctype>
+#include <set>
+
 #include "tinyddp/kernels/cpu_gemm_libraries.h"
 
 namespace tinyddp::kernels::detail {
@@ -20,6 +24,20 @@ std::string openblas_version() {
   std::string config = openblas_get_config();
   size_t second_space = config.find(' ', config.find(' ') + 1);
   return config.substr(0, second_space) + ", " + openblas_get_corename() + " kernels";
+}
+
+std::string openblas_core_name() { return openblas_get_corename(); }
+
+VectorClass openblas_vector_class() {
+  // OpenBLAS's x86 kernel families by the vectors their sgemm uses; every family not named here (the
+  // generic Prescott, Nehalem, Sandybridge, ...) is narrower than AVX2.
+  static const std::set<std::string> avx512{"skylakex", "cooperlake", "sapphirerapids"};
+  static const std::set<std::string> avx2{"haswell", "zen", "excavator", "steamroller"};
+  std::string core = openblas_core_name();
+  std::transform(core.begin(), core.end(), core.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+  if (avx512.count(core)) return VectorClass::avx512;
+  if (avx2.count(core)) return VectorClass::avx2;
+  return VectorClass::narrower;
 }
 
 }  // namespace tinyddp::kernels::detail
