@@ -1,7 +1,11 @@
 // DistributedDataParallel across real processes: two forked ranks meet through tcp:// rendezvous (a
 // TcpStore hosted by rank 0), train a model whose backward is long (three wide Linear layers), record
 // a trace, and save their final weights. The parent checks that
-//   - both replicas are bitwise identical, and equal one process trained on the same global batches;
+//   - both replicas are bitwise identical, and bitwise equal to one process that computes what DDP
+//     computes: each rank's half-batch forward and backward on its own (the same GEMMs, on one thread
+//     as the ranks run them), the two gradients summed and divided as the all-reduce's avg does, then
+//     the same Adam step. Equal to the last bit on every GEMM library and ISA: a real bug cannot hide
+//     inside a tolerance;
 //   - the trace (merged from both ranks, as a user opens it) shows, in every iteration, bucket 0 ready
 //     and its all-reduce started on the comm lane *before* that rank's backward pass ended: the overlap
 //     DDP exists for. (Ordering of recorded events, not a timing measurement.)
@@ -74,6 +78,43 @@ int run_rank(int rank, int port, const TempDir& dir) {
   return 0;
 }
 
+// One process doing DDP's arithmetic: at each step, each rank's half-batch through forward and
+// backward on its own, the two gradients summed (two terms: an IEEE sum is the same in either order,
+// as the all-reduce may add them) and divided by the world size as comm::finish_average does, then
+// Adam. Run in a child, on one GEMM thread as the ranks: a GEMM split over threads may sum in another
+// order.
+int run_reference(const TempDir& dir) {
+  kernels::set_cpu_threads(1);
+  auto model = make_mlp(kWidths, 1);  // rank 0's weights, which DDP broadcasts
+  Adam optimizer(model->named_parameters(), 1e-3);
+  const Tensor x = features(), y = labels();
+  const std::vector<Parameter*> parameters = model->parameters();
+  for (int64_t step = 0; step < kSteps; ++step) {
+    std::vector<std::vector<float>> summed(parameters.size());
+    for (int rank = 0; rank < kWorld; ++rank) {
+      std::vector<int64_t> mine = DistributedSampler(kSamples, int(kWorld), rank, {.shuffle = false}).indices();
+      std::vector<int64_t> batch(mine.begin() + step * kBatch, mine.begin() + (step + 1) * kBatch);
+      optimizer.zero_grad();
+      train_step_backward(*model, gather_rows<float>(x, batch), gather_rows<int64_t>(y, batch));
+      for (size_t i = 0; i < parameters.size(); ++i) {
+        std::vector<float> grad = parameters[i]->grad.to_vector<float>();
+        if (rank == 0) summed[i] = grad;
+        else
+          for (size_t j = 0; j < grad.size(); ++j) summed[i][j] += grad[j];
+      }
+    }
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      float* grad = parameters[i]->grad.data<float>();
+      for (size_t j = 0; j < summed[i].size(); ++j) grad[j] = summed[i][j] / float(kWorld);
+    }
+    optimizer.step();
+  }
+  NamedTensors weights;
+  for (auto& named : model->named_parameters()) weights.emplace_back(named.name, named.parameter->value);
+  save_safetensors(dir.file("reference.safetensors"), weights);
+  return 0;
+}
+
 std::vector<json> events_of(const json& trace, int rank, const std::string& name) {
   std::vector<json> out;
   for (const json& e : trace["traceEvents"])
@@ -96,24 +137,19 @@ TEST_CASE("two processes over tcp://: identical replicas equal to one process, a
     REQUIRE_MESSAGE(outcome.ok(), "rank ", rank, ": ", outcome.describe());
   }
 
-  // The weights: identical on both ranks, and those of one process fed both ranks' batches at each step.
+  // The weights: identical on both ranks, and those of the one-process reference.
+  {
+    Child reference = spawn_child([&](std::string&) { return run_reference(dir); });
+    ChildOutcome outcome = finish_child(reference, std::chrono::seconds(120));
+    REQUIRE_MESSAGE(outcome.ok(), "the one-process reference: ", outcome.describe());
+  }
   SafetensorsFile rank0 = load_safetensors(dir.file("rank0.safetensors"));
   SafetensorsFile rank1 = load_safetensors(dir.file("rank1.safetensors"));
-  auto reference = make_mlp(kWidths, 1);
-  Adam optimizer(reference->named_parameters(), 1e-3);
-  const Tensor x = features(), y = labels();
-  std::vector<int64_t> r0 = DistributedSampler(kSamples, int(kWorld), 0, {.shuffle = false}).indices();
-  std::vector<int64_t> r1 = DistributedSampler(kSamples, int(kWorld), 1, {.shuffle = false}).indices();
-  for (int64_t step = 0; step < kSteps; ++step) {
-    std::vector<int64_t> batch(r0.begin() + step * kBatch, r0.begin() + (step + 1) * kBatch);
-    batch.insert(batch.end(), r1.begin() + step * kBatch, r1.begin() + (step + 1) * kBatch);
-    optimizer.zero_grad();
-    train_step_backward(*reference, gather_rows<float>(x, batch), gather_rows<int64_t>(y, batch));
-    optimizer.step();
-  }
-  for (auto& named : reference->named_parameters()) {
+  SafetensorsFile reference = load_safetensors(dir.file("reference.safetensors"));
+  for (const auto& named : make_mlp(kWidths, 1)->named_parameters()) {
+    CAPTURE(named.name);
     CHECK(bitwise_equal(rank0.get(named.name), rank1.get(named.name)));
-    check_close(rank0.get(named.name), named.parameter->value, 1e-5, 1e-4, named.name);
+    CHECK(bitwise_equal(rank0.get(named.name), reference.get(named.name)));
   }
 
   // The trace, merged as rank 0 merges it for a user.
