@@ -23,10 +23,14 @@ build: configure
 # tests when torchrun, mpirun or Slurm cannot be installed: scripts/deps.sh --tests). Then the comm
 # and nn suites again under AddressSanitizer + UndefinedBehaviorSanitizer (the code that parses
 # bytes from the network and from files, and runs threads): a second build folder, CUDA off.
+# A failure in the first part does not stop the second: both always run, and make test fails if
+# either did.
 test: build
 	@scripts/deps.sh --tests
-	@cd $(BUILD) && ctest --output-on-failure -L cpu $(CTEST_FLAGS)
-	@$(MAKE) --no-print-directory test-asan-comm-nn
+	@status=0; \
+	  (cd $(BUILD) && ctest --output-on-failure -L cpu $(CTEST_FLAGS)) || status=1; \
+	  $(MAKE) --no-print-directory test-asan-comm-nn || status=1; \
+	  exit $$status
 
 # CUDA-vs-CPU checks of every kernel, and the collectives on GPUs; needs a machine with a GPU. It fails
 # when no GPU test ran: TINYDDP_REQUIRE_GPU=1 (the default here) turns a test's "skipped: no GPU"
@@ -73,8 +77,10 @@ test-asan-comm-nn: configure-asan
 	@cmake --build $(ASAN_BUILD) -j $(JOBS) --target test_comm test_nn
 	@cd $(ASAN_BUILD) && $(ASAN_ENV) ctest --output-on-failure -R '^(comm|nn)$$' $(CTEST_FLAGS)
 
-# The seed job on every GPU, or on 2 CPU workers where there is none (examples/dummy_mgpu).
-demo: build
+# The seed job on every GPU, or on 2 CPU workers where there is none (examples/dummy_mgpu). Builds
+# only the libraries and that example: the suites, fuzzers and benchmarks wait for `make test`.
+demo: configure
+	@cmake --build $(BUILD) -j $(JOBS) --target dummy_mgpu
 	@$(BUILD)/bin/dummy_mgpu --save $(BUILD)/dummy_model.safetensors
 
 # The UCI handwritten digits for examples/digits (build/bin/digits --data data/digits.csv.gz): the file
