@@ -84,6 +84,7 @@ if(DEFINED SHORT_INCLUDES AND NOT SHORT_INCLUDES)
   set(user_cxx_flags "-iquote ${user_headers}")
 endif()
 if(LAUNCHER)
+  set(ENV{CCACHE_BASEDIR} ${SOURCE_DIR})  # as the main build keys its cache
   list(APPEND common_args -DCMAKE_CXX_COMPILER_LAUNCHER=${LAUNCHER})
 endif()
 if(CUDA_LAUNCHER)
