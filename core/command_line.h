@@ -4,7 +4,7 @@
 //   app.add_option("--epochs", epochs, "passes over the data")->check(command_line::at_least(1))->capture_default_str();
 //   if (auto code = command_line::parse(app, argc, argv)) return *code;
 //
-// The exit codes are the same in every program (README.md, "Exit codes"):
+// The exit codes are the same in every program (docs/reference.md, "Flags, exit codes and environment variables"):
 //   0  done (--help and --version too)
 //   1  the work started and failed (an error message on stderr names what and where)
 //   2  the command line was wrong; nothing ran (the message names the flag)
