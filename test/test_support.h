@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -40,6 +41,19 @@ inline void check_close(const Tensor& got, const Tensor& ref, double atol, doubl
   REQUIRE_MESSAGE(got.shape() == ref.shape(), what << ": shape " << shape_str(got.shape()) << " vs reference "
                                                    << shape_str(ref.shape()));
   check_close(got.to_vector<float>(), ref.to_vector<float>(), atol, rtol, what);
+}
+
+// Checks that got and ref hold the same floats bit for bit (for two computations that perform the same
+// roundings in the same order, so that no tolerance can hide a real difference), reporting the first
+// element that differs and how many do.
+inline void check_identical(const std::vector<float>& got, const std::vector<float>& ref, const std::string& what) {
+  REQUIRE_MESSAGE(got.size() == ref.size(), what << ": " << got.size() << " values, reference has " << ref.size());
+  size_t differ = 0, first = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (std::memcmp(&got[i], &ref[i], sizeof(float)) != 0 && differ++ == 0) first = i;
+  if (differ != 0)
+    FAIL_CHECK(what << ": " << differ << " of " << got.size() << " values differ from the reference, the first at ["
+                    << first << "]: " << got[first] << " vs " << ref[first] << " (" << got[first] - ref[first] << ")");
 }
 
 // A fresh directory under the system's temp folder, removed with everything in it at scope exit.
