@@ -93,8 +93,13 @@ void check_others_name_rank_1(const StallRun& run) {
   }
   auto record0 = read_json(run.records.path / "rank-0.json");
   auto record2 = read_json(run.records.path / "rank-2.json");
-  CHECK(record0["reason"] == "timeout");
-  CHECK(record2["reason"] == "timeout");
+  // Both wait with the same timeout, and the first to run out aborts the group: the other may then
+  // fail on that abort ("error") a moment before its own timeout. Which one comes first is the
+  // scheduler's choice; that one at least timed out.
+  CAPTURE(record0["reason"]);
+  CAPTURE(record2["reason"]);
+  CHECK((record0["reason"] == "timeout" || record2["reason"] == "timeout"));
+  for (const auto* record : {&record0, &record2}) CHECK(((*record)["reason"] == "timeout" || (*record)["reason"] == "error"));
   const long long in = record0["last_started"].get<long long>();
   CHECK(record2["last_started"].get<long long>() == in);
   CHECK(record0["last_finished"].get<long long>() == in - 1);
