@@ -25,6 +25,7 @@
 #include "test/comm/helpers/child_process.h"
 #include "test/examples/example_programs.h"
 #include "test/test_support.h"
+#include "test/test_skip.h"
 
 using namespace tinyddp;
 using namespace std::chrono_literals;
@@ -179,7 +180,7 @@ namespace {
 std::string digits_data_or_skip() {
   std::string data = testing::digits_data();
   if (data.empty())
-    MESSAGE("skipped: neither " TINYDDP_SHARED_DATA "/digits.csv.gz nor data/digits.csv.gz is there (make data extracts it)");
+    TINYDDP_RECORD_SKIP("neither " TINYDDP_SHARED_DATA "/digits.csv.gz nor data/digits.csv.gz is there (make data extracts it)");
   return data;
 }
 

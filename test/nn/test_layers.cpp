@@ -19,6 +19,7 @@
 #include "tinyddp/nn/loss.h"
 #include "tinyddp/nn/sequential.h"
 #include "test/test_support.h"
+#include "test/test_skip.h"
 
 using namespace tinyddp;
 using tinyddp::testing::check_close;
@@ -308,8 +309,7 @@ TEST_CASE("layer errors say what was wrong and what to do") {
 
 TEST_CASE("a Linear moved to CUDA keeps bitwise the weights it had on the CPU") {
   if (cuda_device_count() == 0) {
-    MESSAGE("skipped: no CUDA device");
-    return;
+    TINYDDP_SKIP("no CUDA device");
   }
   Generator a(5), b(5);
   nn::Linear cpu(64, 32, a), gpu(64, 32, b);

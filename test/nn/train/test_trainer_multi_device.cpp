@@ -23,6 +23,7 @@
 #include "tinyddp/nn/train/addons/spawned_workers.h"
 #include "tinyddp/nn/train/checkpoint.h"
 #include "test/nn/train/test_trainer_support.h"
+#include "test/test_skip.h"
 
 using namespace tinyddp;
 using namespace tinyddp::testing;
@@ -302,8 +303,7 @@ TEST_CASE("SpawnedWorkers: all succeed; a failure stops the rest; signals, timeo
 
 TEST_CASE("the process role comes from the environment: spawned, launched, spawner or single") {
   if (in_spawned_worker() || std::getenv("RANK") || std::getenv("WORLD_SIZE")) {
-    MESSAGE("skipped: this process was itself started with launcher variables");
-    return;
+    TINYDDP_SKIP("this process was itself started with launcher variables");
   }
   CHECK(nn::detect_process_role(1) == nn::ProcessRole::single);
   CHECK(nn::detect_process_role(2) == nn::ProcessRole::spawner);
