@@ -25,11 +25,15 @@ build: configure
 # bytes from the network and from files, and runs threads): a second build folder, CUDA off.
 # A failure in the first part does not stop the second: both always run, and make test fails if
 # either did.
+# Every test skipped at run time, and every suite run skipped under a CPU cap this CPU cannot run,
+# is named at the end with its reason (TINYDDP_SKIP_LOG: test/test_skip.h, test/cpu_gemm_cap.sh).
+SKIP_LOG = $(CURDIR)/$(BUILD)/skipped.log
 test: build
 	@scripts/deps.sh --tests
-	@status=0; \
-	  (cd $(BUILD) && ctest --output-on-failure -L cpu $(CTEST_FLAGS)) || status=1; \
-	  $(MAKE) --no-print-directory test-asan-comm-nn || status=1; \
+	@rm -f $(SKIP_LOG); status=0; \
+	  (cd $(BUILD) && TINYDDP_SKIP_LOG=$(SKIP_LOG) ctest --output-on-failure -L cpu $(CTEST_FLAGS)) || status=1; \
+	  $(MAKE) --no-print-directory test-asan-comm-nn TINYDDP_SKIP_LOG=$(SKIP_LOG) || status=1; \
+	  scripts/list_skips.sh $(SKIP_LOG); \
 	  exit $$status
 
 # CUDA-vs-CPU checks of every kernel, and the collectives on GPUs; needs a machine with a GPU. It fails
@@ -75,7 +79,7 @@ test-tsan: configure-tsan
 # The part of test-asan that `make test` runs: only the comm and nn suites and what they link.
 test-asan-comm-nn: configure-asan
 	@cmake --build $(ASAN_BUILD) -j $(JOBS) --target test_comm test_nn
-	@cd $(ASAN_BUILD) && $(ASAN_ENV) ctest --output-on-failure -R '^(comm|nn)$$' $(CTEST_FLAGS)
+	@cd $(ASAN_BUILD) && $(ASAN_ENV) TINYDDP_SKIP_LOG=$(TINYDDP_SKIP_LOG) ctest --output-on-failure -R '^(comm|nn)$$' $(CTEST_FLAGS)
 
 # The seed job on every GPU, or on 2 CPU workers where there is none (examples/dummy_mgpu). Builds
 # only the libraries and that example: the suites, fuzzers and benchmarks wait for `make test`.

@@ -30,7 +30,9 @@ for flag in "${needed[@]}"; do
   [[ "$flags" == *" $flag "* ]] || missing+=("$flag")
 done
 if [ ${#missing[@]} -gt 0 ]; then
-  echo "skipped: $library held to $cap needs CPU flags this CPU lacks: ${missing[*]}"
+  reason="$library held to $cap needs CPU flags this CPU lacks: ${missing[*]}"
+  echo "skipped: $reason"
+  [ -n "${TINYDDP_SKIP_LOG:-}" ] && printf '%s\tskipped\t%s\t%s\n' "$(basename "${1:-suite}")" "the whole suite" "$reason" >>"$TINYDDP_SKIP_LOG"
   exit 77
 fi
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "test/bench/perf_programs.h"
+#include "test/test_skip.h"
 
 using namespace tinyddp::testing;
 
@@ -50,8 +51,7 @@ ChildOutcome choice_under(const Case& c, const std::vector<std::string>& more_en
 
 TEST_CASE("the CPU GEMM follows what each library reports it runs, under every cap this CPU can run") {
   if (!built("gemm_bench") || !__builtin_cpu_supports("avx2")) {
-    MESSAGE("skipped: needs bench/gemm_bench built with oneDNN and a CPU with AVX2");
-    return;
+    TINYDDP_SKIP("needs bench/gemm_bench built and a CPU with AVX2");
   }
   int ran = 0;
   for (const Case& c : kCases) {
@@ -63,8 +63,7 @@ TEST_CASE("the CPU GEMM follows what each library reports it runs, under every c
     ChildOutcome outcome = choice_under(c);
     REQUIRE_MESSAGE(outcome.ok(), outcome.describe());
     if (outcome.report.find("this build has no oneDNN") != std::string::npos) {
-      MESSAGE("skipped: this build has no oneDNN");
-      return;
+      TINYDDP_SKIP("this build has no oneDNN");
     }
     const std::string prefix = "tinyddp's choice here: ";
     const size_t at = outcome.report.find(prefix);
@@ -80,8 +79,7 @@ TEST_CASE("the CPU GEMM follows what each library reports it runs, under every c
 
 TEST_CASE("TINYDDP_DEBUG=INFO logs the CPU GEMM choice and its reason") {
   if (!built("gemm_bench") || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
-    MESSAGE("skipped: needs bench/gemm_bench and a CPU with AVX2");
-    return;
+    TINYDDP_SKIP("needs bench/gemm_bench built and a CPU with AVX2");
   }
   ChildOutcome outcome = choice_under(kCases[1], {"TINYDDP_DEBUG=INFO"});
   REQUIRE_MESSAGE(outcome.ok(), outcome.describe());
