@@ -60,6 +60,11 @@ int64_t checkpoint_epochs_done(const std::string& path);
 // Removes the temporary files that writers killed mid-save left in `directory` (<name>.tmp.<pid>.<n>):
 // they are never read, but a job restarted many times would pile them up.
 void remove_stale_temporaries(const std::string& directory);
+// The same, but only those whose writer (the <pid> in the name) no longer runs on this host: what a
+// MultiDevice spawner removes once its workers are gone, leaving another live writer's alone.
+void remove_dead_writers_temporaries(const std::string& directory);
+// "run it again to resume from <dir>/last.safetensors (7 epochs done)", or "" when there is no such file.
+std::string resume_hint_for(const std::string& last_checkpoint);
 // Every rank's (epochs done, step) after resuming, summed over the ranks as [1, e, e*e, s, s*s]:
 // they are all equal exactly when sum(e)^2 == n * sum(e*e), and the same for s. Throws when not.
 void check_same_resume_point(const std::vector<double>& sums, int64_t epochs_done, int64_t step,
@@ -143,6 +148,17 @@ class StateManager : public Base {
   void on_run_end() override {
     faults_.reset();
     Base::on_run_end();
+  }
+
+  void on_workers_ended() override {
+    Base::on_workers_ended();
+    if (directory_.empty()) return;
+    remove_dead_writers_temporaries(directory_);
+  }
+
+  std::string resume_hint() const override {
+    std::string hint = directory_.empty() ? std::string() : resume_hint_for(last_checkpoint_path());
+    return hint.empty() ? Base::resume_hint() : hint;
   }
 
  public:
