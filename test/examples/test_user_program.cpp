@@ -238,3 +238,51 @@ TEST_CASE("sine_fit, the README's program: a killed worker and Ctrl-C each end w
     check_nothing_left(tmp, "", everyone);
   }
 }
+
+namespace {
+// The RANK a process was started with (its /proc/<pid>/environ), or -1.
+int rank_of(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
+  std::string entry;
+  while (std::getline(in, entry, '\0'))
+    if (entry.starts_with("RANK=")) return std::atoi(entry.c_str() + 5);
+  return -1;
+}
+
+std::string host_name() {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  return host;
+}
+}  // namespace
+
+TEST_CASE("user program: a second job into a checkpoint directory in use fails at once naming the holder") {
+  if (!have_programs({"test_user_program"})) return;
+  TempDir tmp, checkpoints;
+  const std::string dir = checkpoints.file("run");
+  RunningJob first({program("test_user_program"), dir, "100000", "i64"}, tmp, dir);
+  ChildGuard guard{first.spawner};
+  pid_t writer = -1;  // the first job's rank 0: the process that writes the checkpoints
+  for (pid_t pid : first.workers)
+    if (rank_of(pid) == 0) writer = pid;
+  REQUIRE(writer > 0);
+  {
+    std::ifstream lock(dir + "/lock");
+    std::string line;
+    std::getline(lock, line);
+    CHECK(line.starts_with("pid " + std::to_string(writer) + " on host " + host_name() + " since "));
+  }
+
+  TempDir second_tmp;
+  ChildOutcome second = run({"test_user_program", dir, "100000", "i64"}, {"TMPDIR=" + second_tmp.path.string()});
+  check_one_clean_failure(second, "the checkpoint directory " + dir + " is in use by another job (pid " +
+                                      std::to_string(writer) + " on host " + host_name() + " since ");
+  CHECK(names_in(second_tmp.path).empty());
+  CHECK(process_is_gone(writer) == false);  // the first job goes on, untouched
+
+  // Once the first job is gone, the directory is free: nothing is left that a third would trip on.
+  for (pid_t pid : first.everyone()) kill(pid, SIGINT);
+  ChildOutcome out = finish_child(first.spawner, std::chrono::seconds(60));
+  CHECK(out.exit_code == 1);
+  check_nothing_left(tmp, dir, first.everyone());
+}
