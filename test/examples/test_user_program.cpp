@@ -102,6 +102,7 @@ void check_nothing_left(const TempDir& tmp, const std::string& checkpoint_dir, c
 // directory, the first checkpoint is written (the job is training).
 struct RunningJob {
   Child spawner;
+  ChildGuard guard{spawner};  // a failed REQUIRE below leaves no job running (its workers die with it)
   std::vector<pid_t> workers;
 
   RunningJob(const std::vector<std::string>& argv, const TempDir& tmp, const std::string& checkpoint_dir) {
@@ -129,7 +130,6 @@ TEST_CASE("user program: a worker killed with SIGKILL ends the job with exit 1 n
   TempDir tmp, checkpoints;
   const std::string dir = checkpoints.file("run");
   RunningJob job({program("test_user_program"), dir, "100000", "i64"}, tmp, dir);
-  ChildGuard guard{job.spawner};
   REQUIRE(kill(job.workers[0], SIGKILL) == 0);
   ChildOutcome out = finish_child(job.spawner, std::chrono::seconds(60));
   check_one_clean_failure(out, "was killed by signal 9");
@@ -143,7 +143,6 @@ TEST_CASE("user program: Ctrl-C stops the job with exit 1, says how to resume, a
   TempDir tmp, checkpoints;
   const std::string dir = checkpoints.file("run");
   RunningJob job({program("test_user_program"), dir, "100000", "i64"}, tmp, dir);
-  ChildGuard guard{job.spawner};
   // What the terminal does on Ctrl-C: SIGINT to every process of the foreground job at once.
   for (pid_t pid : job.everyone()) kill(pid, SIGINT);
   ChildOutcome out = finish_child(job.spawner, std::chrono::seconds(60));
@@ -261,7 +260,6 @@ TEST_CASE("user program: a second job into a checkpoint directory in use fails a
   TempDir tmp, checkpoints;
   const std::string dir = checkpoints.file("run");
   RunningJob first({program("test_user_program"), dir, "100000", "i64"}, tmp, dir);
-  ChildGuard guard{first.spawner};
   pid_t writer = -1;  // the first job's rank 0: the process that writes the checkpoints
   for (pid_t pid : first.workers)
     if (rank_of(pid) == 0) writer = pid;

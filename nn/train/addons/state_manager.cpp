@@ -71,6 +71,10 @@ void prepare_checkpoint_dir(const std::string& directory) {
   // create_directories is safe when several ranks race to create the same path: the losers find it
   // existing, which is not an error.
   std::filesystem::create_directories(directory, error);
+  std::error_code not_there;
+  TINYDDP_CHECK(std::filesystem::is_directory(directory) || !std::filesystem::exists(directory, not_there),
+                "StateManager: the checkpoint directory ", directory, " is a file, not a directory",
+                "; hint: give a directory (it is created when missing), or move the file away");
   TINYDDP_CHECK(std::filesystem::is_directory(directory), "StateManager: cannot create the checkpoint directory ",
                 directory, (error ? ": " + error.message() : std::string()),
                 "; hint: choose a path under a writable directory");
