@@ -76,11 +76,13 @@ CheckpointDirLock::CheckpointDirLock(const std::string& directory) : path_(path_
                    "; hint: the checkpoint directory's file system is full or failing");
     }
     fd_ = fd;
+    removed_if_stopped_ = std::make_unique<RemoveOnStopSignal>(path_);
     return;
   }
 }
 
 CheckpointDirLock::~CheckpointDirLock() {
+  removed_if_stopped_.reset();
   // The name first, while the lock still keeps everyone else out; then the lock (with the descriptor).
   ::unlink(path_.c_str());
   ::close(fd_);
