@@ -138,17 +138,24 @@ TEST_CASE("user program: a worker killed with SIGKILL ends the job with exit 1 n
   check_nothing_left(tmp, dir, job.everyone());
 }
 
-TEST_CASE("user program: Ctrl-C stops the job with exit 1, says how to resume, and leaves nothing behind") {
+TEST_CASE("user program: SIGINT (to the spawner, or Ctrl-C to the whole job) stops it with exit 1, says how to resume, leaves nothing") {
   if (!have_programs({"test_user_program"})) return;
-  TempDir tmp, checkpoints;
-  const std::string dir = checkpoints.file("run");
-  RunningJob job({program("test_user_program"), dir, "100000", "i64"}, tmp, dir);
-  // What the terminal does on Ctrl-C: SIGINT to every process of the foreground job at once.
-  for (pid_t pid : job.everyone()) kill(pid, SIGINT);
-  ChildOutcome out = finish_child(job.spawner, std::chrono::seconds(60));
-  check_one_clean_failure(out, "stopped by signal 2 (Interrupt)");
-  CHECK(contains(out.report, "hint: run it again to resume from " + dir + "/last.safetensors ("));
-  check_nothing_left(tmp, dir, job.everyone());
+  for (bool whole_job : {false, true}) {
+    CAPTURE(whole_job);
+    TempDir tmp, checkpoints;
+    const std::string dir = checkpoints.file("run");
+    RunningJob job({program("test_user_program"), dir, "100000", "i64"}, tmp, dir);
+    if (whole_job) {
+      // What the terminal does on Ctrl-C: SIGINT to every process of the foreground job at once.
+      for (pid_t pid : job.everyone()) kill(pid, SIGINT);
+    } else {
+      REQUIRE(kill(job.spawner.pid, SIGINT) == 0);  // the spawner then stops its workers (SIGTERM)
+    }
+    ChildOutcome out = finish_child(job.spawner, std::chrono::seconds(60));
+    check_one_clean_failure(out, "stopped by signal 2 (Interrupt)");
+    CHECK(contains(out.report, "hint: run it again to resume from " + dir + "/last.safetensors ("));
+    check_nothing_left(tmp, dir, job.everyone());
+  }
 }
 
 TEST_CASE("user program: f32 labels for a classifier are refused with exit 1 naming the dtype; nothing is left behind") {
