@@ -71,7 +71,8 @@ const Driver& driver() {
   return d;
 }
 
-const char* const kCpuHint = "use --device cpu (the CPU path needs no GPU)";
+// A library hint names the API, not one program's flag (the examples' is --device cpu).
+const char* const kCpuHint = "run on the CPU instead (Device::cpu(): it needs no GPU)";
 
 }  // namespace
 

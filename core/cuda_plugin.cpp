@@ -83,7 +83,7 @@ void* cuda_half_entry(const std::string& library, const char* symbol) {
       const char* why = dlerror();
       TINYDDP_FAIL("could not load tinyddp's CUDA half ", path, ": ", why ? why : "dlopen failed",
                    "; hint: the CUDA libraries it names must be installed (the CUDA toolkit's lib64, NCCL) and found by the "
-                   "dynamic loader (ldconfig, or LD_LIBRARY_PATH), or use --device cpu");
+                   "dynamic loader (ldconfig, or LD_LIBRARY_PATH), or run on the CPU instead (Device::cpu())");
     }
   }
   void* entry = dlsym(handle, symbol);

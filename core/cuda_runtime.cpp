@@ -21,7 +21,7 @@ const Availability& real_devices() {
     Availability a;
 #ifndef TINYDDP_WITH_CUDA
     a.reason = "this build of tinyddp has no CUDA support; hint: install the CUDA toolkit (nvcc) and rebuild with "
-               "TINYDDP_CUDA=AUTO or ON, or use --device cpu";
+               "TINYDDP_CUDA=AUTO or ON, or run on the CPU instead (Device::cpu())";
 #else
     CudaDriverAssessment driver = assess_cuda_driver(cuda_driver_facts(), TINYDDP_CUDA_TOOLKIT_VERSION);
     a.device_count = driver.device_count;

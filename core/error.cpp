@@ -1,5 +1,9 @@
 #include "tinyddp/core/error.h"
 
+#include <strings.h>
+
+#include <cstdlib>
+
 namespace tinyddp {
 
 namespace {
@@ -13,10 +17,20 @@ std::string project_relative(const std::string& file) {
   return file;
 }
 
+std::string locate(const std::string& expression, const std::string& file, int line) {
+  return (expression.empty() ? "raised at " : "check `" + expression + "` failed at ") + file + ":" + std::to_string(line);
+}
+
+// TINYDDP_DEBUG asks for the library's own details. Read here without core/log.h's parser, which
+// throws an Error for a value it does not know: an error being made must not raise another.
+bool debugging_tinyddp() {
+  const char* level = std::getenv("TINYDDP_DEBUG");
+  return level && *level && strcasecmp(level, "OFF") != 0;
+}
+
 std::string render(const std::string& message, const std::string& expression, const std::string& file, int line) {
   std::string text = "tinyddp error: " + message;
-  text += expression.empty() ? "\n  raised at " : "\n  check `" + expression + "` failed at ";
-  text += file + ":" + std::to_string(line);
+  if (debugging_tinyddp()) text += "\n  " + locate(expression, file, line);
   return text;
 }
 }  // namespace
@@ -27,6 +41,8 @@ Error::Error(std::string message, std::string expression, std::string file, int 
       expression_(std::move(expression)),
       file_(project_relative(file)),
       line_(line) {}
+
+std::string Error::location() const { return locate(expression_, file_, line_); }
 
 namespace detail {
 void fail(const char* expression, const char* file, int line, const std::string& message) {

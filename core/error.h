@@ -6,9 +6,14 @@
 // produces
 //
 //   tinyddp error: Linear expects a 2-D input, got f32[3, 4, 5] on cpu; hint: flatten ...
+//
+// and, when TINYDDP_DEBUG is set (INFO or DETAIL), a second line for whoever debugs tinyddp itself:
+//
 //     check `x.dim() == 2` failed at nn/linear.cpp:31
 //
-// Library code throws; only a program's main() decides to exit.
+// A user is told what failed and what to do; where in the library it was noticed helps only the
+// library's own developers, so it stays out of the message unless asked for (location() has it always).
+// Library code throws; only a program's main() decides to exit (core/run_main.h).
 #pragma once
 
 #include <sstream>
@@ -25,6 +30,8 @@ class Error : public std::runtime_error {
   const std::string& expression() const { return expression_; }
   const std::string& file() const { return file_; }
   int line() const { return line_; }
+  // "check `x.dim() == 2` failed at nn/linear.cpp:31", or "raised at ..." for TINYDDP_FAIL.
+  std::string location() const;
 
  private:
   std::string message_, expression_, file_;

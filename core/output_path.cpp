@@ -1,6 +1,10 @@
 #include "tinyddp/core/output_path.h"
 
+#include <sys/statvfs.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <cstdio>
 #include <cstdlib>
@@ -22,8 +26,23 @@ void check_output_path(const std::string& what, const std::string& path) {
   TINYDDP_CHECK(fs::is_directory(dir, error), what, " ", path, ": the directory ", dir.string(),
                 " does not exist; hint: create it first (mkdir -p ", dir.string(), ") or write somewhere else");
   // The file is written as a temporary beside it and renamed over it: the directory must be writable.
-  TINYDDP_CHECK(access(dir.c_str(), W_OK | X_OK) == 0, what, " ", path, ": the directory ", dir.string(),
-                " is not writable by this user; hint: choose a directory you can write to");
+  if (std::optional<Unwritable> unwritable = why_unwritable(dir.string()))
+    TINYDDP_FAIL(what, " ", path, ": the directory ", dir.string(), " ", unwritable->why, "; hint: ", unwritable->hint);
+}
+
+std::optional<Unwritable> why_unwritable(const std::string& directory) {
+  // Asked first: root may write anywhere by permissions, but not on a read-only mount.
+  struct statvfs file_system {};
+  const bool read_only = statvfs(directory.c_str(), &file_system) == 0 && (file_system.f_flag & ST_RDONLY);
+  if (!read_only && access(directory.c_str(), W_OK | X_OK) == 0) return std::nullopt;
+  if (read_only || errno == EROFS)
+    return Unwritable{"is on a read-only file system",
+                      "choose a directory on a writable file system (findmnt -T " + directory +
+                          " shows its mount and options)"};
+  if (errno == EACCES || errno == EPERM)
+    return Unwritable{"is not writable by this user",
+                      "choose a directory you can write to, or ask its owner for write permission (ls -ld " + directory + ")"};
+  return Unwritable{std::string("cannot be written: ") + std::strerror(errno), "choose another directory"};
 }
 
 std::string fallback_path(const std::string& path) {

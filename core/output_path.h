@@ -13,6 +13,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 
 namespace tinyddp {
@@ -20,6 +21,15 @@ namespace tinyddp {
 // Throws an Error naming `what` (the flag or variable that gave the path) unless a file can be
 // created or replaced at `path`.
 void check_output_path(const std::string& what, const std::string& path);
+
+// Why files cannot be created in `directory` (it must exist), and what to do about it; nothing when
+// they can. A read-only file system (statvfs's ST_RDONLY, or EROFS) is told apart from permissions,
+// which only the owner or another directory fixes.
+struct Unwritable {
+  std::string why;   // "is on a read-only file system", "is not writable by this user", ...
+  std::string hint;  // without "hint: "
+};
+std::optional<Unwritable> why_unwritable(const std::string& directory);
 
 // Where write_with_fallback writes when `path` fails: $TMPDIR (or /tmp)/<file name>.<pid>.
 std::string fallback_path(const std::string& path);

@@ -14,6 +14,8 @@
 #include <set>
 #include <tuple>
 
+#include "tinyddp/core/remove_on_stop_signal.h"
+
 namespace tinyddp {
 
 using json = nlohmann::json;
@@ -330,6 +332,7 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors, cons
   for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(uint64_t(text.size()) >> (8 * i));
 
   const std::string tmp = temporary_path(path);
+  const RemoveOnStopSignal removed_if_stopped(tmp);  // Ctrl-C or SIGTERM mid-write leaves no temporary behind
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   TINYDDP_CHECK(fd >= 0, "cannot create ", tmp, ": ", std::strerror(errno),
                 "; hint: check that the directory exists and is writable");

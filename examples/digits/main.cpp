@@ -23,6 +23,7 @@
 #include <sstream>
 
 #include "examples/example_cli.h"
+#include "tinyddp/core/run_main.h"
 #include "tinyddp/kernels/ops.h"
 #include "tinyddp/nn/activations.h"
 #include "tinyddp/nn/data/csv.h"
@@ -168,7 +169,8 @@ int main(int argc, char** argv) {
   } catch (const Error& e) {
     return command_line::usage_error(app, e.message());
   }
-  try {
+  // Every failure prints its message once and exits 1 (core/run_main.h).
+  return run_main([&] {
     examples::check_inputs(options);  // before the data and the training: a typo should not wait for them
     TINYDDP_CHECK(std::filesystem::exists(data_path), "--data ", data_path, " does not exist; hint: ",
                   data_path == "data/digits.csv.gz" ? "run `make data` in the source tree (it writes data/digits.csv.gz)"
@@ -213,9 +215,6 @@ int main(int argc, char** argv) {
     }
     if (!options.save_path.empty())
       return examples::save_final_weights(options.save_path, [&](const std::string& path) { nn::save_model(path, trainer.model()); });
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s\n", e.what());
-    return command_line::kFailed;
-  }
-  return 0;
+    return 0;
+  });
 }

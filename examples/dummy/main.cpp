@@ -13,6 +13,7 @@
 #include "tinyddp/core/command_line.h"
 #include "tinyddp/core/cuda_runtime.h"
 #include "tinyddp/core/output_path.h"
+#include "tinyddp/core/run_main.h"
 #include "tinyddp/kernels/ops.h"
 #include "tinyddp/nn/data/data_loader.h"
 #include "tinyddp/nn/linear.h"
@@ -51,7 +52,8 @@ int main(int argc, char** argv) {
     return command_line::usage_error(app, "--device " + device_name + ": " + e.message());
   }
 
-  try {
+  // Every failure prints its message once and exits 1 (core/run_main.h).
+  return run_main([&] {
     auto start = std::chrono::steady_clock::now();
     if (!save_path.empty()) check_output_path("--save", save_path);  // before the work, not after it
     kernels::set_cpu_threads(1);
@@ -109,8 +111,5 @@ int main(int argc, char** argv) {
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::printf("wall %.3f s\n", seconds);
     return code;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s\n", e.what());
-    return command_line::kFailed;
-  }
+  });
 }

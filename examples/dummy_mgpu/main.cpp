@@ -31,6 +31,7 @@
 
 #include "examples/dummy_dataset.h"
 #include "examples/example_cli.h"
+#include "tinyddp/core/run_main.h"
 #include "tinyddp/kernels/ops.h"
 #include "tinyddp/nn/data/data_loader.h"
 #include "tinyddp/nn/linear.h"
@@ -79,7 +80,8 @@ int main(int argc, char** argv) {
       ->check(command_line::at_least(1))->capture_default_str();
   if (auto code = command_line::parse(app, argc, argv)) return *code;
 
-  try {
+  // Every failure prints its message once and exits 1 (core/run_main.h).
+  return run_main([&] {
     examples::check_inputs(options);
     // DummyDataset(1000) and DataLoader(dataset, batch_size=32). Every worker builds the same data from
     // the seed; MultiDevice gives each its own share of it.
@@ -112,9 +114,6 @@ int main(int argc, char** argv) {
                 result.metrics.at("loss"), accuracy, samples);
     if (!options.save_path.empty())  // torch.save(trainer.model.state_dict(), ...)
       return examples::save_final_weights(options.save_path, [&](const std::string& path) { nn::save_model(path, trainer.model()); });
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s\n", e.what());
-    return command_line::kFailed;
-  }
-  return 0;
+    return 0;
+  });
 }

@@ -1,4 +1,5 @@
 // Fit y = sin(x) with a small MLP on 2 CPU workers (or every GPU), as a program outside tinyddp's tree.
+#include <tinyddp/core/run_main.h>
 #include <tinyddp/core/version.h>
 #include <tinyddp/nn/activations.h>
 #include <tinyddp/nn/data/data_loader.h>
@@ -12,7 +13,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <exception>
 #include <memory>
 
 using namespace tinyddp;
@@ -35,8 +35,9 @@ class SineTrainer : public nn::Trainer {
 
 int main(int argc, char** argv) {
   if (auto code = answer_without_flags(argc, argv, "sine_fit: y = sin(x) by an MLP on 2 CPU workers")) return *code;
-  // Every failure is a tinyddp::Error that says what failed and what to do: print it and exit 1.
-  try {
+  // Every failure is a tinyddp::Error that says what failed and what to do: run_main prints it once
+  // and returns 1. Cleaning up (workers, temporary files) never depends on it.
+  return run_main([&] {
     Tensor x = Tensor::empty({1024, 1}), y = Tensor::empty({1024, 1});  // 1024 points on [-3, 3]
     for (int64_t i = 0; i < 1024; ++i) {
       x.data<float>()[i] = -3.f + 6.f * float(i) / 1023.f;
@@ -56,13 +57,10 @@ int main(int argc, char** argv) {
     nn::WithAddOns<SineTrainer, nn::MultiDevice> trainer(model, nn::all_devices(2), optimizer, &schedule,
                                                          {.log_bar = false, .scheduler_step_on_batch = true});
     trainer.run(60, loader);
-    if (!trainer.is_main_process()) return 0;  // the workers run main() too: only the spawner reports
+    if (!trainer.is_main_process()) return;  // the workers run main() too: only the spawner reports
 
     Tensor guess = trainer.predict(Tensor::from_vector<float>({0.5f}, {1, 1}));
     std::printf("%d workers, final loss %.5f; sin(0.5) = %.4f, the model says %.4f\n", trainer.world_size(),
                 trainer.history().back().train.at("loss"), std::sin(0.5), guess.item<float>());
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s\n", e.what());
-    return 1;
-  }
+  });
 }

@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <string_view>
 #include <vector>
 
@@ -17,7 +18,28 @@ namespace {
 
 // Reads the whole file as text. zlib's gz* functions read gzip files and plain files alike (a file
 // without the gzip magic bytes is passed through), so one path serves .csv and .csv.gz.
+// The CSV files in `directory`, for the hint when a directory is given where a file was meant.
+std::string csv_files_in(const std::string& directory) {
+  std::string names;
+  std::error_code error;
+  int shown = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(directory, error)) {
+    const std::string name = entry.path().filename().string();
+    if (!name.ends_with(".csv") && !name.ends_with(".csv.gz")) continue;
+    if (shown++ == 3) return names + ", ...";
+    names += (names.empty() ? "" : ", ") + entry.path().string();
+  }
+  return names;
+}
+
 std::string read_text(const std::string& path, uint64_t max_bytes) {
+  // gzopen opens a directory without a word; the read then fails as if the file were damaged.
+  std::error_code not_there;
+  if (std::filesystem::is_directory(path, not_there)) {
+    const std::string found = csv_files_in(path);
+    TINYDDP_FAIL(path, " is a directory, not a CSV file; hint: ",
+                 found.empty() ? "name the .csv or .csv.gz file to read (there is none in it)" : "name the file to read: " + found);
+  }
   errno = 0;
   gzFile file = gzopen(path.c_str(), "rb");
   TINYDDP_CHECK(file != nullptr, "cannot open ", path, ": ", errno ? std::strerror(errno) : "out of memory",
@@ -39,8 +61,10 @@ std::string read_text(const std::string& path, uint64_t max_bytes) {
   // A read error, corrupt gzip data, or a gzip stream cut short ("unexpected end of file").
   int code = Z_OK;
   const char* message = gzerror(file, &code);
+  // Z_ERRNO: the system could not read it (an I/O error); anything else: zlib found the data bad.
   TINYDDP_CHECK(code == Z_OK, "reading ", path, " failed: ", code == Z_ERRNO ? std::strerror(errno) : message,
-                "; hint: the file is damaged or truncated (test it with gzip -t)");
+                code == Z_ERRNO ? "; hint: the disk or file system failed to read it (dmesg may say why)"
+                                : "; hint: the file is damaged or truncated (test it with gzip -t)");
   return text;
 }
 

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "tinyddp/core/error.h"
+#include "tinyddp/core/run_main.h"
 #include "tinyddp/core/trace.h"
 #include "tinyddp/kernels/ops.h"
 #include "tinyddp/nn/optim/clip.h"
@@ -114,6 +115,9 @@ struct Trainer::Totals {
 Trainer::Trainer(Module& model, std::vector<Device> devices, Optimizer& optimizer, LRScheduler* scheduler,
                  TrainerOptions options)
     : model_(model), devices_(std::move(devices)), optimizer_(optimizer), scheduler_(scheduler), options_(options) {
+  // A program that trains ends a failure nobody catches with its message and exit code 1, not with
+  // "terminate called after throwing" and SIGABRT (core/run_main.h).
+  exit_on_uncaught_exception();
   TINYDDP_CHECK(!devices_.empty(), "Trainer: the device list is empty; hint: pass {Device::cpu()} or the GPUs to use");
   TINYDDP_CHECK(options_.gradient_clip >= 0, "Trainer: gradient_clip is ", options_.gradient_clip,
                 "; hint: use a positive maximum norm, or 0 to turn clipping off");
@@ -303,7 +307,7 @@ void Trainer::check_loss(float loss, int64_t epoch, int64_t batch_index, StepOut
   }
   TINYDDP_FAIL("Trainer: the loss is ", loss, " at epoch ", epoch + 1, ", batch ", batch_index + 1, " (step ",
                global_step_ + 1, ", rank ", rank_, "); stopped before the optimizer step wrote it into the weights",
-               "; hint: look for NaN or huge values in the inputs and in --load'ed weights, lower the learning rate,",
+               "; hint: look for NaN or huge values in the inputs and in the weights it started from (a loaded model), lower the learning rate,",
                " or set TrainerOptions::non_finite_loss = NonFiniteLoss::skip_step to skip such steps");
 }
 

@@ -219,6 +219,13 @@ class Trainer {
   // True when an add-on saves the optimizer's state at every epoch end (StateManager with a
   // directory): an add-on that shards that state (MultiDevice's ZeRO-1) then consolidates it first.
   virtual bool saves_state_each_epoch() const { return false; }
+  // In a MultiDevice spawner, once every worker has ended, however it ended: an add-on removes what a
+  // worker killed in the middle of a write leaves in the add-on's files. Must not throw.
+  virtual void on_workers_ended() {}
+  // What the user can do to continue a run that was stopped before its end ("run it again to resume
+  // from ..."), or "" when nothing was kept. A MultiDevice spawner stopped by a signal ends its
+  // message with it.
+  virtual std::string resume_hint() const { return ""; }
 
   void set_device(Device device);
   // `group` may be null: a spawner records the job it ran, without taking part in it.

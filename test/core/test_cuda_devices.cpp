@@ -56,6 +56,9 @@ TEST_CASE("assess_cuda_driver tells no driver, a too-old driver, no device and a
   CHECK(a.device_count == 0);
   CHECK(a.reason.find("no NVIDIA driver found") != std::string::npos);
   CHECK(a.reason.find("cannot open shared object file") != std::string::npos);
+  // A library's hint names the API (Device::cpu()), never one program's flag (--device cpu).
+  CHECK(a.reason.find("run on the CPU instead (Device::cpu()") != std::string::npos);
+  CHECK(a.reason.find("--device") == std::string::npos);
 
   none.kernel_module_loaded = true;  // a container without the driver's library mounted
   CHECK(assess_cuda_driver(none, 13000).reason.find("kernel driver is loaded, but its library libcuda.so.1") != std::string::npos);

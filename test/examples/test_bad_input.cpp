@@ -139,7 +139,7 @@ TEST_CASE("programs: a bad environment variable stops the run naming the variabl
   CHECK(spawn_dirs_in(dir.path.string()) == 0);
 }
 
-TEST_CASE("digits: a label that is not a class is refused at its line; no data/ says make data") {
+TEST_CASE("digits: a label that is not a class is refused at its line; a directory is named as one; no data/ says make data") {
   if (!have_programs({"digits"})) return;
   TempDir dir;
   {
@@ -152,6 +152,12 @@ TEST_CASE("digits: a label that is not a class is refused at its line; no data/ 
   ChildOutcome label = run({"digits", "--data", dir.file("d.csv"), "--world-size", "1"});
   CHECK(label.exit_code == 1);
   CHECK(contains(label.report, "d.csv:2, column 65: the label 12 is not a class of this model (10 classes: 0 to 9)"));
+  // A directory where the file was meant: said as such, with the CSV files it holds; not "damaged".
+  ChildOutcome directory = run({"digits", "--data", dir.path.string(), "--world-size", "1"});
+  CHECK(directory.exit_code == 1);
+  CHECK(contains(directory.report, dir.path.string() + " is a directory, not a CSV file; hint: name the file to read: " +
+                                       dir.file("d.csv")));
+  CHECK_FALSE(contains(directory.report, "damaged"));
   if (std::filesystem::exists("data/digits.csv.gz")) {
     TINYDDP_SKIP_PART("the make-data hint: data/digits.csv.gz is there in ", std::filesystem::current_path().string());
     return;
@@ -176,7 +182,7 @@ TEST_CASE("dummy_mgpu: a NaN weight stops the job at the first step, said once w
   CHECK(count(out.report, "tinyddp error:") == 1);  // the workers' own copies are not printed
   CHECK(count(out.report, "the loss is nan at epoch 1, batch 1 (step 1, rank ") == 2);
   CHECK(count(out.report, "\n  then rank ") == 1);
-  CHECK(contains(out.report, "hint: look for NaN or huge values in the inputs and in --load'ed weights"));
+  CHECK(contains(out.report, "hint: look for NaN or huge values in the inputs and in the weights it started from (a loaded model)"));
   CHECK_FALSE(std::filesystem::exists(dir.file("out.safetensors")));
   CHECK(spawn_dirs_in(dir.path.string()) == 0);
 }
@@ -194,7 +200,7 @@ TEST_CASE("dummy_mgpu: an explicit --init-method whose port is taken is an error
   CHECK_FALSE(contains(out.report, "epoch 1/1"));
 }
 
-TEST_CASE("dummy_mgpu: SIGTERM to the spawner stops the workers and removes its temporary folder; stale ones go") {
+TEST_CASE("dummy_mgpu: SIGTERM to the spawner stops the workers, removes its temporary folder and exits 1; stale ones go") {
   if (!have_programs({"dummy_mgpu"})) return;
   TempDir dir;
   // What a spawner killed with SIGKILL leaves: a folder named after a pid that no longer runs.
@@ -211,6 +217,10 @@ TEST_CASE("dummy_mgpu: SIGTERM to the spawner stops the workers and removes its 
   REQUIRE(kill(spawner.pid, SIGTERM) == 0);
   ChildOutcome out = finish_child(spawner, std::chrono::seconds(30));
   INFO(out.report);
-  CHECK(out.signal == SIGTERM);  // it ends as a SIGTERM ends a program, only after cleaning up
+  // It ends as every failure does: one message, exit code 1, after cleaning up.
+  CHECK(out.signal == 0);
+  CHECK(out.exit_code == 1);
+  CHECK(contains(out.report, "MultiDevice: stopped by signal 15 (Terminated); the 2 workers were stopped"));
+  CHECK(count(out.report, "tinyddp error: ") == 1);
   CHECK(spawn_dirs_in(dir.path.string()) == 0);
 }

@@ -163,6 +163,10 @@ std::string failure_text(const std::vector<WorkerEnd>& failures, comm::TcpStore&
   const std::optional<Report>& own = reports[size_t(root.rank)];
   if (root.timed_out) {
     text += "; hint: raise multi_device_options().timeout, or look for a rank stuck above";
+  } else if (!own && root.signal == SIGKILL) {
+    // SIGKILL leaves no last words: whoever sent it is outside the job.
+    text += "; hint: something outside the job killed it: the kernel's out-of-memory killer (dmesg | grep -i oom "
+            "says) or a person or program";
   } else if (!own) {
     text += "; hint: the worker's own output is above";
   } else {
@@ -289,7 +293,7 @@ void report_failure(const JoinedJob& job, const std::string& message) {
 
 std::shared_ptr<const std::string> spawn_workers(const std::vector<Device>& devices, const MultiDeviceOptions& options) {
   std::string token = random_hex(16);
-  StopSignals stop_signals;  // first made, last gone: a signal is raised again after everything below is cleaned up
+  StopSignals stop_signals;  // first made, last gone: a signal stops the workers, then everything below is cleaned up
   std::unique_ptr<comm::TcpStore> store = host_store(options, token);
   auto result_dir = make_result_dir();
 

@@ -50,6 +50,7 @@
 #include "tinyddp/comm/store/tcp_store.h"
 #include "tinyddp/nn/ddp/distributed_data_parallel.h"
 #include "tinyddp/nn/optim/zero_redundancy_optimizer.h"
+#include "tinyddp/nn/train/addons/spawned_workers.h"
 #include "tinyddp/nn/train/trainer.h"
 
 namespace tinyddp::nn {
@@ -170,21 +171,26 @@ class MultiDevice : public Base {
   DistributedDataParallel* ddp() { return ddp_.get(); }
 
   void run(int64_t n_epoch, DataLoader& loader, DataLoader* valid_loader = nullptr) override {
-    switch (role()) {
-      case ProcessRole::single: Base::run(n_epoch, loader, valid_loader); return;
-      case ProcessRole::spawner: {
-        multi_device::check_zero_options(options_, this->options());
-        multi_device::check_comm_hook(options_);
-        // The schedule checked (and sized) as every worker will, before any of them starts.
-        const int world = int(this->devices().size());
-        this->fit_schedule_to_run(n_epoch, multi_device::batches_per_rank(loader, world), world);
-        auto result_dir = multi_device::spawn_workers(this->devices(), options_);
-        multi_device::load_result(*result_dir, *this);
-        this->set_distributed(0, world, nullptr);
-        return;
+    // An exception that nobody catches ends in std::terminate, which unwinds no frame. This handler
+    // makes everything below it unwind first -- the workers stopped and reaped, the store closed, the
+    // spawner's temporary folder removed, a worker's process group and shared memory released --
+    // whatever the program's main() does with the exception afterwards.
+    try {
+      switch (role()) {
+        case ProcessRole::single: Base::run(n_epoch, loader, valid_loader); return;
+        case ProcessRole::spawner: run_spawner(n_epoch, loader); return;
+        case ProcessRole::spawned_worker:
+        case ProcessRole::launched_worker: run_worker(n_epoch, loader, valid_loader); return;
       }
-      case ProcessRole::spawned_worker:
-      case ProcessRole::launched_worker: run_worker(n_epoch, loader, valid_loader); return;
+    } catch (const StoppedBySignal& stopped) {
+      // The workers are gone; what the user can do next depends on the add-ons (StateManager: resume).
+      const std::string hint = this->resume_hint();
+      TINYDDP_FAIL(stopped.message(), "; hint: ",
+                   hint.empty() ? "nothing was saved; a trainer with StateManager and a checkpoint directory "
+                                  "resumes where it stopped"
+                                : hint);
+    } catch (...) {
+      throw;
     }
   }
 
@@ -214,6 +220,31 @@ class MultiDevice : public Base {
   }
 
  private:
+  void run_spawner(int64_t n_epoch, DataLoader& loader) {
+    multi_device::check_zero_options(options_, this->options());
+    multi_device::check_comm_hook(options_);
+    // The schedule checked (and sized) as every worker will, before any of them starts.
+    const int world = int(this->devices().size());
+    this->fit_schedule_to_run(n_epoch, multi_device::batches_per_rank(loader, world), world);
+    // Held until rank 0's state is loaded: a signal after the workers are done still unwinds.
+    StopSignals stop_signals;
+    std::shared_ptr<const std::string> result_dir;
+    {
+      // However the workers ended -- a worker killed mid-write included -- what they leave in the
+      // add-ons' files goes once they are gone (StateManager: a checkpoint's temporaries).
+      struct AfterWorkers {
+        MultiDevice& trainer;
+        ~AfterWorkers() { trainer.on_workers_ended(); }
+      } after_workers{*this};
+      result_dir = multi_device::spawn_workers(this->devices(), options_);
+    }
+    multi_device::load_result(*result_dir, *this);
+    if (int signal = StopSignals::take())
+      throw StoppedBySignal("MultiDevice: stopped by signal " + std::to_string(signal) + " after the workers were done",
+                            signal, __FILE__, __LINE__);
+    this->set_distributed(0, world, nullptr);
+  }
+
   void run_worker(int64_t n_epoch, DataLoader& loader, DataLoader* valid_loader) {
     multi_device::JoinedJob job = multi_device::join_job(this->devices(), options_);
     try {

@@ -118,10 +118,13 @@ StopSignals::~StopSignals() {
   std::lock_guard<std::mutex> lock(g_guards_mutex);
   if (--g_guards > 0) return;
   for (size_t i = 0; i < std::size(kStopSignals); ++i) sigaction(kStopSignals[i], &g_previous[i], nullptr);
-  if (int signal = g_received.exchange(0)) raise(signal);  // now that the cleanup is done
+  // A signal nobody took arrived while a failure was already on its way out: that failure ends the
+  // program (exit code 1), and the signal asked for no more than that.
+  g_received = 0;
 }
 
 int StopSignals::received() { return g_received.load(); }
+int StopSignals::take() { return g_received.exchange(0); }
 
 std::string WorkerEnd::describe() const {
   std::string who = "rank " + std::to_string(rank) + " (pid " + std::to_string(pid) + ")";
@@ -166,11 +169,11 @@ std::vector<WorkerEnd> SpawnedWorkers::wait(std::chrono::milliseconds timeout, s
   std::vector<WorkerEnd> failures;
   std::optional<Clock::time_point> settle_until;
   for (;;) {
-    if (int signal = StopSignals::received()) {
+    if (int signal = StopSignals::take()) {
       stop_running(grace);
-      TINYDDP_FAIL("MultiDevice: stopped by signal ", signal, " (", strsignal(signal), "); the ", pids_.size(),
-                   " workers were stopped and the temporary files removed",
-                   "; hint: run with --checkpoint-dir to resume where it stopped");
+      throw StoppedBySignal("MultiDevice: stopped by signal " + std::to_string(signal) + " (" + strsignal(signal) +
+                                "); the " + std::to_string(pids_.size()) + " workers were stopped",
+                            signal, __FILE__, __LINE__);
     }
     bool any_running = false;
     for (size_t rank = 0; rank < pids_.size(); ++rank) {

@@ -21,13 +21,15 @@
 #include <string>
 #include <vector>
 
+#include "tinyddp/core/error.h"
+
 namespace tinyddp::nn {
 
 // While one lives, SIGINT, SIGTERM and SIGHUP do not kill this process at once: SpawnedWorkers::wait()
-// notices the signal within its poll interval, stops the workers and throws, so that everything the
-// spawner made (its temporary directory, its store) is cleaned up on the way out. When the last one
-// goes, the previous handlers come back and the signal is raised again: the process then ends as it
-// would have (by the signal, 128 + its number), only tidily.
+// notices the signal within its poll interval, stops the workers and throws StoppedBySignal, so that
+// everything the spawner made (its temporary directory, its store) is cleaned up on the way out and
+// the program ends as on any other failure: one message, exit code 1. When the last one goes, the
+// previous handlers come back.
 class StopSignals {
  public:
   StopSignals();
@@ -37,6 +39,19 @@ class StopSignals {
 
   // The signal received since the first StopSignals was made, or 0.
   static int received();
+  // The same, and forgets it: the caller acts on it.
+  static int take();
+};
+
+// What wait() throws for a signal StopSignals caught, once every worker is stopped and reaped.
+class StoppedBySignal : public Error {
+ public:
+  StoppedBySignal(std::string message, int signal, const char* file, int line)
+      : Error(std::move(message), "", file, line), signal_(signal) {}
+  int signal() const { return signal_; }
+
+ private:
+  int signal_;
 };
 
 // How one worker ended, when it is what made the job fail.
@@ -68,7 +83,8 @@ class SpawnedWorkers {
   // Waits until every worker has ended, or one has failed, or `timeout` has passed (zero: no limit).
   // After a failure the others get up to a second (at most `grace`) to end on their own; then, as
   // after a timeout, every worker still running is stopped (SIGTERM, then SIGKILL after `grace`) and
-  // reaped before this returns. Throws, after stopping them, when a StopSignals caught a signal. Returns nothing when all exited with 0. Otherwise it returns every
+  // reaped before this returns. Throws StoppedBySignal, after stopping them, when a StopSignals caught a
+  // signal. Returns nothing when all exited with 0. Otherwise it returns every
   // worker that failed on its own, in rank order (a crash takes its peers down within milliseconds,
   // and which of them came first is for the caller to tell), or, after a timeout, one entry with
   // timed_out set.

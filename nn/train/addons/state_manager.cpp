@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -11,6 +12,8 @@
 
 #include "tinyddp/core/error.h"
 #include "tinyddp/core/fault_injection.h"
+#include "tinyddp/core/output_path.h"
+#include "tinyddp/core/process.h"
 #include "tinyddp/nn/train/addons/state_manager.h"
 #include "tinyddp/nn/train/checkpoint.h"
 
@@ -68,11 +71,15 @@ void prepare_checkpoint_dir(const std::string& directory) {
   // create_directories is safe when several ranks race to create the same path: the losers find it
   // existing, which is not an error.
   std::filesystem::create_directories(directory, error);
+  std::error_code not_there;
+  TINYDDP_CHECK(std::filesystem::is_directory(directory) || !std::filesystem::exists(directory, not_there),
+                "StateManager: the checkpoint directory ", directory, " is a file, not a directory",
+                "; hint: give a directory (it is created when missing), or move the file away");
   TINYDDP_CHECK(std::filesystem::is_directory(directory), "StateManager: cannot create the checkpoint directory ",
                 directory, (error ? ": " + error.message() : std::string()),
                 "; hint: choose a path under a writable directory");
-  TINYDDP_CHECK(access(directory.c_str(), W_OK) == 0, "StateManager: the checkpoint directory ", directory,
-                " is not writable: ", std::strerror(errno), "; hint: choose another directory or fix its permissions");
+  if (std::optional<Unwritable> unwritable = why_unwritable(directory))
+    TINYDDP_FAIL("StateManager: the checkpoint directory ", directory, " ", unwritable->why, "; hint: ", unwritable->hint);
 }
 
 bool checkpoint_exists(const std::string& path) {
@@ -105,6 +112,34 @@ void remove_stale_temporaries(const std::string& directory) {
       if (name.rfind(ours, 0) == 0) stale.push_back(entry.path());
   }
   for (const auto& path : stale) std::filesystem::remove(path, error);
+}
+
+void remove_dead_writers_temporaries(const std::string& directory) {
+  std::error_code error;
+  std::vector<std::filesystem::path> stale;
+  for (const auto& entry : std::filesystem::directory_iterator(directory, error)) {
+    const std::string name = entry.path().filename().string();
+    for (const std::string ours : {"last.safetensors.tmp.", "best.safetensors.tmp."}) {
+      if (name.rfind(ours, 0) != 0) continue;
+      // <file>.tmp.<pid>.<n>: save_safetensors' temporary, written by process <pid>.
+      const std::string rest = name.substr(ours.size());
+      const size_t dot = rest.find('.');
+      const long pid = dot == std::string::npos ? 0 : std::atol(rest.substr(0, dot).c_str());
+      if (pid > 0 && !process_alive(int(pid))) stale.push_back(entry.path());
+    }
+  }
+  for (const auto& path : stale) std::filesystem::remove(path, error);
+}
+
+std::string resume_hint_for(const std::string& last_checkpoint) {
+  if (!checkpoint_exists(last_checkpoint)) return "";
+  try {
+    const int64_t done = checkpoint_epochs_done(last_checkpoint);
+    return "run it again to resume from " + last_checkpoint + " (" + std::to_string(done) + (done == 1 ? " epoch" : " epochs") +
+           " done)";
+  } catch (const std::exception&) {
+    return "";  // not a checkpoint it could resume from: no promise
+  }
 }
 
 void check_same_resume_point(const std::vector<double>& sums, int64_t epochs_done, int64_t step,

@@ -10,6 +10,8 @@
 //                            step count), the scheduler's step, the epochs done and the history
 //   <dir>/best.safetensors   the same, written after each epoch whose loss is the lowest so far (the
 //                            validation loss when there is a validation set)
+//   <dir>/lock               while a job runs: who holds the directory (checkpoint_dir_lock.h); a
+//                            second job started into it fails naming that one
 // Only rank 0 writes, so N ranks do not race on one file (their replicas are identical anyway), and
 // each write is atomic (a temporary file, fsync, rename, fsync of the directory): a crash mid-save
 // leaves the previous checkpoint intact, never half of one. last.safetensors is written before
@@ -40,6 +42,7 @@
 
 #include "tinyddp/core/fault_injection.h"
 #include "tinyddp/core/log.h"
+#include "tinyddp/nn/train/addons/checkpoint_dir_lock.h"
 #include "tinyddp/nn/train/trainer.h"
 
 namespace tinyddp::nn {
@@ -60,6 +63,11 @@ int64_t checkpoint_epochs_done(const std::string& path);
 // Removes the temporary files that writers killed mid-save left in `directory` (<name>.tmp.<pid>.<n>):
 // they are never read, but a job restarted many times would pile them up.
 void remove_stale_temporaries(const std::string& directory);
+// The same, but only those whose writer (the <pid> in the name) no longer runs on this host: what a
+// MultiDevice spawner removes once its workers are gone, leaving another live writer's alone.
+void remove_dead_writers_temporaries(const std::string& directory);
+// "run it again to resume from <dir>/last.safetensors (7 epochs done)", or "" when there is no such file.
+std::string resume_hint_for(const std::string& last_checkpoint);
 // Every rank's (epochs done, step) after resuming, summed over the ranks as [1, e, e*e, s, s*s]:
 // they are all equal exactly when sum(e)^2 == n * sum(e*e), and the same for s. Throws when not.
 void check_same_resume_point(const std::vector<double>& sums, int64_t epochs_done, int64_t step,
@@ -106,6 +114,18 @@ class StateManager : public Base {
   // The epochs done in the checkpoint the last run() resumed from (nullopt: it started fresh).
   std::optional<int64_t> resumed_from() const { return resumed_from_; }
 
+  // The process that writes the checkpoints holds the directory's lock while it runs (a second job
+  // into the same directory fails naming this one: checkpoint_dir_lock.h); it lets go however run() ends.
+  void run(int64_t n_epoch, DataLoader& loader, DataLoader* valid_loader = nullptr) override {
+    try {
+      Base::run(n_epoch, loader, valid_loader);
+    } catch (...) {
+      lock_.reset();
+      throw;
+    }
+    lock_.reset();
+  }
+
  protected:
   void on_run_begin(int64_t n_epoch) override {
     Base::on_run_begin(n_epoch);
@@ -114,8 +134,12 @@ class StateManager : public Base {
     if (directory_.empty()) return;
     prepare_checkpoint_dir(directory_);
     // Only rank 0 writes, and no write happens before every rank is past this point (rank 0 cannot
-    // end an epoch alone), so the temporaries found now are dead writers' leftovers.
-    if (this->is_rank_zero()) remove_stale_temporaries(directory_);
+    // end an epoch alone); with the lock held no other job writes here either, so the temporaries
+    // found now are dead writers' leftovers.
+    if (this->is_rank_zero()) {
+      lock_ = std::make_unique<CheckpointDirLock>(directory_);
+      remove_stale_temporaries(directory_);
+    }
     if (resume_ && checkpoint_exists(last_checkpoint_path())) {
       resumed_from_ = load_training_state(last_checkpoint_path(), *this);
       restore_best_weights();
@@ -143,6 +167,18 @@ class StateManager : public Base {
   void on_run_end() override {
     faults_.reset();
     Base::on_run_end();
+  }
+
+  void on_workers_ended() override {
+    Base::on_workers_ended();
+    if (directory_.empty()) return;
+    remove_dead_writers_temporaries(directory_);
+    remove_stale_lock(directory_);
+  }
+
+  std::string resume_hint() const override {
+    std::string hint = directory_.empty() ? std::string() : resume_hint_for(last_checkpoint_path());
+    return hint.empty() ? Base::resume_hint() : hint;
   }
 
  public:
@@ -191,6 +227,7 @@ class StateManager : public Base {
   bool resume_ = true;
   std::optional<int64_t> resumed_from_;
   std::unique_ptr<TrainingFaultPoints> faults_;  // only while a run is under TINYDDP_FAULT
+  std::unique_ptr<CheckpointDirLock> lock_;      // rank 0, while run() lasts
 };
 
 }  // namespace tinyddp::nn

@@ -375,7 +375,12 @@ TEST_CASE("StateManager refuses a checkpoint directory it cannot use") {
   Setup s;
   nn::DataLoader loader = shuffled_loader();
   Managed trainer(*s.model, Device::cpu(), *s.optimizer, nullptr, {.log_bar = false});
+  // A file in the way is said as such (not blamed on permissions).
   trainer.set_checkpoint_dir(dir.file("plain_file"));
+  const std::string a_file = "the checkpoint directory " + dir.file("plain_file") + " is a file, not a directory; hint: give a directory";
+  CHECK_THROWS_WITH(trainer.run(1, loader), doctest::Contains(a_file.c_str()));
+  // A path that cannot be made: under a file.
+  trainer.set_checkpoint_dir(dir.file("plain_file/run"));
   CHECK_THROWS_WITH(trainer.run(1, loader), doctest::Contains("cannot create the checkpoint directory"));
 }
 
