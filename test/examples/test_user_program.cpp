@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "test/test_skip.h"
 #include "test/comm/helpers/child_process.h"
 #include "test/examples/example_programs.h"
 #include "test/test_support.h"
@@ -179,8 +180,7 @@ TEST_CASE("user program: a read-only checkpoint directory is refused as read-onl
   // unprivileged user too, through a user namespace). Where Linux forbids that, the test says so.
   ChildOutcome probe = run_as_is({"/usr/bin/unshare", "-rm", "sh", "-c", "mount -t tmpfs -o ro tmpfs \"$0\"", dir});
   if (probe.exit_code != 0) {
-    MESSAGE("skipped: unshare -rm cannot mount a read-only file system here: ", probe.report);
-    return;
+    TINYDDP_SKIP("unshare -rm cannot mount a read-only file system here: ", probe.report);
   }
   Child spawner = spawn_program({"/usr/bin/unshare", "-rm", "sh", "-c", "mount -t tmpfs -o ro tmpfs \"$1\" && exec \"$0\" \"$1\" 2 i64",
                                  program("test_user_program"), dir},
@@ -202,8 +202,7 @@ TEST_CASE("user program: a read-only checkpoint directory is refused as read-onl
 TEST_CASE("user program: a checkpoint directory without write permission is refused as such (not as read-only)") {
   if (!have_programs({"test_user_program"})) return;
   if (geteuid() == 0) {
-    MESSAGE("skipped: root writes through any permission; the read-only file system case covers root");
-    return;
+    TINYDDP_SKIP("root writes through any permission; the read-only file system case covers root");
   }
   TempDir tmp, checkpoints;
   const std::string dir = checkpoints.file("run");
