@@ -149,7 +149,8 @@ AllReduceAlgorithm algorithm_from_name(const std::string& name, const std::strin
   std::string list;
   for (auto [a, n] : kNames) {
     if (name == n) return a;
-    list += (list.empty() ? "" : "|") + std::string(n);
+    if (!list.empty()) list += '|';
+    list += n;
   }
   TINYDDP_FAIL(where, ": unknown all-reduce algorithm '", name, "'; hint: use one of ", list);
 }
