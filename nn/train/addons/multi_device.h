@@ -65,7 +65,7 @@ struct MultiDeviceOptions {
   // How a process started by a launcher joins: env:// (the launcher's variables), or tcp://host:port
   // (rank 0 hosts the store there; ranks and world size still from the launcher).
   std::string launched_init_method = "env://";
-  // "ring" or "nccl"; empty: nccl for CUDA devices when this build has it, ring otherwise.
+  // "host" or "nccl"; empty: nccl for CUDA devices when this build has it, host otherwise.
   std::string backend;
   DdpOptions ddp;
   // ZeRO stage: 0 (plain DDP: every rank holds the whole optimizer state) or 1 (each worker steps a
