@@ -75,7 +75,7 @@ struct MultiDeviceOptions {
   int zero_stage = 0;
   // How each gradient bucket is reduced (nn/ddp/comm_hook.h, comm_hooks::names()): "" or "allreduce"
   // (f32, the default), "bf16_compress", "fp16_compress", "bf16_single_rounding". ZeRO-1 brings its
-  // own hook, so it takes only the default.
+  // own comm hook, so it takes only the default.
   std::string comm_hook;
   // The spawner's limit for the whole job (zero: none). Past it, the workers are stopped and run() throws.
   std::chrono::milliseconds timeout{0};
