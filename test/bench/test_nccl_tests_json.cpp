@@ -11,6 +11,7 @@
 
 #include "test/bench/perf_programs.h"
 #include "test/test_support.h"
+#include "test/test_skip.h"
 
 using namespace tinyddp::testing;
 using Json = nlohmann::json;
@@ -81,8 +82,7 @@ std::string nccl_tests_analyzer() {
 
 TEST_CASE("-J writes nccl-tests' JSON, key for key, and --csv the same rows") {
   if (!built("all_reduce_perf") || !built("tinyddp-run")) {
-    MESSAGE("skipped: build all_reduce_perf and tinyddp-run first");
-    return;
+    TINYDDP_SKIP("build all_reduce_perf and tinyddp-run first");
   }
   TempDir dir;
   const std::string json = dir.file("result.json"), csv = dir.file("result.csv");
@@ -182,8 +182,7 @@ TEST_CASE("-J writes nccl-tests' JSON, key for key, and --csv the same rows") {
 
 TEST_CASE("-J: a placement that did not run is null, an unchecked #wrong is null, a file is never overwritten") {
   if (!built("broadcast_perf")) {
-    MESSAGE("skipped: build broadcast_perf first");
-    return;
+    TINYDDP_SKIP("build broadcast_perf first");
   }
   TempDir dir;
   const std::string json = dir.file("bcast.json");

@@ -5,6 +5,7 @@
 
 #include "bench/perf/perf_collective.h"
 #include "test/bench/perf_programs.h"
+#include "test/test_skip.h"
 
 using namespace tinyddp;
 using namespace tinyddp::bench;
@@ -31,9 +32,8 @@ bool programs_built() {
 
 TEST_CASE("every collective benchmark runs at world sizes 1 to 4 with every result exact") {
   if (!programs_built()) {
-    MESSAGE("skipped: build the benchmarks first (cmake --build BUILD --target all_reduce_perf all_gather_perf "
+    TINYDDP_SKIP("build the benchmarks first (cmake --build BUILD --target all_reduce_perf all_gather_perf "
             "reduce_scatter_perf broadcast_perf tinyddp-run)");
-    return;
   }
   // A different type, op, transport and root at each world size, so the four runs cover them all.
   const char* types[] = {"float", "int64", "double", "int32"};
@@ -77,8 +77,7 @@ TEST_CASE("every collective benchmark runs at world sizes 1 to 4 with every resu
 
 TEST_CASE("all_reduce_perf with a forced algorithm (--algo direct): int32 max, exact") {
   if (!programs_built()) {
-    MESSAGE("skipped: build all_reduce_perf and tinyddp-run first");
-    return;
+    TINYDDP_SKIP("build all_reduce_perf and tinyddp-run first");
   }
   auto run = run_perf("all_reduce_perf", 2, {"-b", "1K", "-e", "1M", "-f", "32", "-n", "3", "-w", "1", "-d", "int32", "-o",
                                             "max", "--algo", "direct"});
@@ -91,8 +90,7 @@ TEST_CASE("all_reduce_perf with a forced algorithm (--algo direct): int32 max, e
 
 TEST_CASE("the programs refuse bad flags by name, once, with exit status 2") {
   if (!programs_built()) {
-    MESSAGE("skipped: build the benchmarks first");
-    return;
+    TINYDDP_SKIP("build the benchmarks first");
   }
   struct Case {
     const char* program;
@@ -122,8 +120,7 @@ TEST_CASE("the programs refuse bad flags by name, once, with exit status 2") {
 
 TEST_CASE("--help shows every flag with its default") {
   if (!built("broadcast_perf")) {
-    MESSAGE("skipped: build broadcast_perf first");
-    return;
+    TINYDDP_SKIP("build broadcast_perf first");
   }
   auto run = run_perf("broadcast_perf", 1, {"--help"});
   CHECK(run.exit_code == 0);

@@ -12,6 +12,7 @@
 
 #include "test/comm/helpers/child_process.h"
 #include "test/test_support.h"
+#include "test/test_skip.h"
 
 namespace tinyddp::testing {
 
@@ -30,7 +31,7 @@ inline size_t count_of(const std::string& text, const std::string& needle) {
 inline bool programs_built(std::initializer_list<const char*> names) {
   for (const char* name : names)
     if (!std::filesystem::exists(bin(name))) {
-      MESSAGE("skipped: ", bin(name), " is not built (configure with examples and benchmarks on, and build it)");
+      TINYDDP_RECORD_SKIP(bin(name), " is not built (configure with examples and benchmarks on, and build it)");
       return false;
     }
   return true;

@@ -6,6 +6,7 @@
 
 #include "test/cluster/cluster_support.h"
 #include "test/test_support.h"
+#include "test/test_skip.h"
 
 using namespace tinyddp::testing;
 
@@ -13,8 +14,7 @@ TEST_CASE("cluster: every all-reduce algorithm is exact on 2 hosts x 2 ranks") {
   if (!programs_built({"tinyddp-run", "all_reduce_perf"})) return;
   SimCluster cluster(2, "al");
   if (!cluster.ready()) {
-    MESSAGE("skipped: simulated hosts are not available here (", cluster.why_not(), ")");
-    return;
+    TINYDDP_SKIP("simulated hosts are not available here (", cluster.why_not(), ")");
   }
   for (const char* algo : {"hier", "rd", "rabenseifner", "auto"}) {
     INFO("--algo ", algo);
@@ -33,8 +33,7 @@ TEST_CASE("cluster: the hierarchical all-gather and the host-ordered broadcast a
   if (!programs_built({"tinyddp-run", "all_gather_perf", "broadcast_perf"})) return;
   SimCluster cluster(2, "ag");
   if (!cluster.ready()) {
-    MESSAGE("skipped: simulated hosts are not available here (", cluster.why_not(), ")");
-    return;
+    TINYDDP_SKIP("simulated hosts are not available here (", cluster.why_not(), ")");
   }
   // Every root for the broadcast; odd counts for both. Rank order is host-major here, so the
   // broadcast's chain is the flat one; test_hierarchical_gather.cpp covers round-robin placement.

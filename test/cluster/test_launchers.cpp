@@ -13,6 +13,7 @@
 
 #include "test/cluster/cluster_support.h"
 #include "test/test_support.h"
+#include "test/test_skip.h"
 
 using namespace tinyddp;
 using namespace tinyddp::testing;
@@ -88,8 +89,7 @@ TEST_CASE("torchrun: workers join the agent's store, restart with TORCHELASTIC_R
   if (!programs_built({"test_rendezvous_worker", "all_reduce_perf", "dummy_mgpu"})) return;
   auto launchers = torchruns();
   if (launchers.empty()) {
-    MESSAGE("skipped: no torchrun (Debian: apt-get install python3-torch, which make test installs as root)");
-    return;
+    TINYDDP_SKIP("no torchrun (Debian: apt-get install python3-torch, which make test installs as root)");
   }
   const std::string worker = bin("test_rendezvous_worker");
   for (const Torchrun& torchrun : launchers) {
@@ -140,8 +140,7 @@ TEST_CASE("mpirun: the ranks find the store with no MASTER_ADDR/MASTER_PORT") {
   if (!programs_built({"test_rendezvous_worker", "all_reduce_perf", "dummy_mgpu"})) return;
   std::string mpirun = access("/usr/bin/mpirun", X_OK) == 0 ? "/usr/bin/mpirun" : "";
   if (mpirun.empty()) {
-    MESSAGE("skipped: no mpirun (Debian: apt-get install openmpi-bin, which make test installs as root)");
-    return;
+    TINYDDP_SKIP("no mpirun (Debian: apt-get install openmpi-bin, which make test installs as root)");
   }
   std::vector<std::string> mpi = {mpirun, "--allow-run-as-root", "--oversubscribe", "-np"};
   auto with = [&](int np, std::vector<std::string> program) {
@@ -166,8 +165,7 @@ TEST_CASE("srun: the tasks of a Slurm step find the store with no MASTER_ADDR/MA
   std::string script = source_file("scripts/slurm_localhost.sh");
   auto why = finish_child(spawn_program({script, "check"}), 30s);
   if (!why.ok()) {
-    MESSAGE("skipped: Slurm cannot run here (", why.report, ")");
-    return;
+    TINYDDP_SKIP("Slurm cannot run here (", why.report, ")");
   }
   TempDir dir("tinyddp_slurm");
   auto started = finish_child(spawn_program({script, "start", dir.file("cluster"), std::to_string(getpid())}), 60s);

@@ -17,6 +17,7 @@
 #include "tinyddp/core/safetensors.h"
 #include "test/cluster/cluster_support.h"
 #include "test/test_support.h"
+#include "test/test_skip.h"
 
 using namespace tinyddp;
 using namespace tinyddp::testing;
@@ -61,7 +62,7 @@ void check_allreduce(const SimCluster& cluster, const Layout& layout, const std:
 std::unique_ptr<SimCluster> make_cluster(const Layout& layout) {
   auto cluster = std::make_unique<SimCluster>(layout.hosts, layout.tag);
   if (cluster->ready()) return cluster;
-  MESSAGE("skipped: simulated hosts are not available here (", cluster->why_not(), ")");
+  TINYDDP_RECORD_SKIP("simulated hosts are not available here (", cluster->why_not(), ")");
   return nullptr;
 }
 
@@ -82,8 +83,7 @@ TEST_CASE("cluster: digits for two epochs across simulated hosts ends where the 
   if (!programs_built({"tinyddp-run", "digits"})) return;
   std::string data = digits_data();
   if (data.empty()) {
-    MESSAGE("skipped: no digits.csv.gz in ../shared/data or data/ (make data extracts it)");
-    return;
+    TINYDDP_SKIP("no digits.csv.gz in ../shared/data or data/ (make data extracts it)");
   }
   for (const Layout& layout : kLayouts) {
     INFO(layout_name(layout));

@@ -4,6 +4,8 @@
 #include <doctest/doctest.h>
 
 #include <csignal>
+#include <regex>
+#include <set>
 #include <thread>
 
 #include "tinyddp/comm/process_group.h"
@@ -20,9 +22,43 @@ namespace {
 constexpr int kWorld = 4;
 constexpr int kVictim = 2;
 
+// Every rank in the lists of "rank 2", "ranks 1, 3" or "rank(s) 2, 3" that `pattern` (with the list
+// as its first group) finds in `message`.
+std::set<int> ranks_in(const std::string& message, const std::regex& pattern) {
+  static const std::regex number("[0-9]+");
+  std::set<int> ranks;
+  for (std::sregex_iterator m(message.begin(), message.end(), pattern), end; m != end; ++m) {
+    const std::string list = (*m)[1];
+    for (std::sregex_iterator n(list.begin(), list.end(), number); n != end; ++n) ranks.insert(std::stoi(n->str()));
+  }
+  return ranks;
+}
+
+// The ranks an error message says died: "rank(s) 2, 3 died" (tcp), "rank 2 (pid 123) died" (shm).
+// Other ranks may be named for other reasons: a fellow survivor that relays its own failure ("rank 3
+// aborted: rank 3 failed: <why>"), or one that hung up after it failed (tcp cannot tell an abort's
+// hang-up from a death's, and says "closed their connections").
+std::set<int> ranks_said_dead(const std::string& message) {
+  static const std::regex died(R"(\brank(?:s|\(s\))? ([0-9]+(?:, [0-9]+)*)(?: \(pid [0-9]+\))? died)");
+  return ranks_in(message, died);
+}
+
+// Every rank the message names at all.
+std::set<int> ranks_named(const std::string& message) {
+  static const std::regex named(R"(\brank(?:s|\(s\))? ([0-9]+(?:, [0-9]+)*))");
+  return ranks_in(message, named);
+}
+
+// A survivor's verdict: the victim named, and no other rank said to have died.
+bool names_exactly_the_victim(const std::string& message) {
+  const std::set<int> dead = ranks_said_dead(message);
+  return ranks_named(message).count(kVictim) == 1 && (dead.empty() || dead == std::set<int>{kVictim});
+}
+
 // One rank: all-reduces 4 MiB again and again; the victim SIGKILLs itself 300 ms in. A survivor
-// exits 0 when its error names the victim (and says how long detection took), 3 when it names
-// someone else, 4 when no error came at all.
+// exits 0 when its error names the victim and says no other rank died (and says how long detection
+// took), 3 otherwise, 4 when no error came at all. It stays alive until every survivor has its error
+// (or 20 s pass), so that no survivor sees another gone and rightly calls it dead.
 int run_rank(int rank, int port, const std::string& transport, std::string& report) {
   TcpStoreOptions store_options;
   store_options.timeout = 20s;
@@ -49,11 +85,13 @@ int run_rank(int rank, int port, const std::string& transport, std::string& repo
   } catch (const std::exception& e) {
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
     report = "after " + std::to_string(ms) + " ms: " + e.what();
-    // The error must name the victim as a rank ("rank 2" or "rank(s) 2").
-    bool names = report.find("rank " + std::to_string(kVictim) + " ") != std::string::npos ||
-                 report.find("rank " + std::to_string(kVictim) + "'") != std::string::npos ||
-                 report.find("rank(s) " + std::to_string(kVictim)) != std::string::npos;
-    return names ? 0 : 3;
+    const bool right = names_exactly_the_victim(e.what());
+    const int64_t reported = store->add("failure-" + transport + "/reported", 1);
+    for (auto give_up = std::chrono::steady_clock::now() + 20s;
+         reported < kWorld - 1 && store->add("failure-" + transport + "/reported", 0) < kWorld - 1 &&
+         std::chrono::steady_clock::now() < give_up;)
+      std::this_thread::sleep_for(10ms);
+    return right ? 0 : 3;
   }
 }
 
@@ -82,3 +120,14 @@ void kill_one_rank(const std::string& transport) {
 TEST_CASE("a peer killed mid-collective is named by every survivor, over tcp") { kill_one_rank("tcp"); }
 
 TEST_CASE("a peer killed mid-collective is named by every survivor, over shared memory") { kill_one_rank("shm"); }
+
+TEST_CASE("the survivors' check: a message that says another rank died too does not pass") {
+  CHECK_FALSE(names_exactly_the_victim("tcp transport: connection from rank 1 to rank 0 broke: ...; rank(s) 2, 3 died (the "
+                                       "process is gone); rank(s) 2, 3, 0 closed their connections"));
+  CHECK_FALSE(names_exactly_the_victim("shm transport: rank 3 (pid 7) died while rank 0 was in a collective with it"));
+  CHECK_FALSE(names_exactly_the_victim("tcp transport: rank(s) 0 closed their connections"));
+  CHECK(names_exactly_the_victim("shm transport: rank 3 aborted: rank 3 failed: shm transport: rank 2 (pid 7) died while "
+                                 "rank 3 was in a collective with it; hint: look at rank 3's own output"));
+  CHECK(names_exactly_the_victim("tcp transport: connection from rank 3 to rank 2 broke: ...; rank(s) 2 closed their connections"));
+  CHECK(names_exactly_the_victim("tcp transport: ...; rank(s) 2 died (the process is gone); rank(s) 2, 0 closed their connections"));
+}

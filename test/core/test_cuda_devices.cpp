@@ -17,6 +17,7 @@
 #include "tinyddp/core/random.h"
 #include "tinyddp/core/tensor.h"
 #include "test/test_support.h"
+#include "test/test_skip.h"
 
 using namespace tinyddp;
 
@@ -86,8 +87,7 @@ TEST_CASE("assess_cuda_driver tells no driver, a too-old driver, no device and a
 
 TEST_CASE("this machine's answer: no NVIDIA driver is said as such, and asking loads no CUDA library") {
   if (cuda_devices_are_fake() || cuda_device_count() > 0) {
-    MESSAGE("skipped: this machine has CUDA devices");
-    return;
+    TINYDDP_SKIP("this machine has CUDA devices");
   }
   const std::string reason = cuda_unavailable_reason();
   if (!cuda_built()) {
@@ -130,8 +130,7 @@ TEST_CASE("default_cuda_device: the local rank's, the rank's, or the only one; n
 
 TEST_CASE("the CUDA half is found beside the build's programs, or where TINYDDP_PLUGIN_DIR says") {
   if (!cuda_built()) {
-    MESSAGE("skipped: this build has no CUDA half");
-    return;
+    TINYDDP_SKIP("this build has no CUDA half");
   }
   CHECK(find_cuda_half(kCudaHalfLibrary).find("/lib/libtinyddp_cuda.so") != std::string::npos);
   testing::TempDir dir;

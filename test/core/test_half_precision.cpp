@@ -18,6 +18,7 @@
 #include "tinyddp/core/safetensors.h"
 #include "tinyddp/core/tensor.h"
 #include "test/half_precision_reference.h"
+#include "test/test_skip.h"
 
 using namespace tinyddp;
 using namespace tinyddp::testing;
@@ -173,8 +174,7 @@ TEST_CASE("f32 -> f16 agrees with numpy's float16 on a million random values and
     if (python.empty() && std::system((std::string(candidate) + " -c 'import numpy' >/dev/null 2>&1").c_str()) == 0)
       python = candidate;
   if (python.empty()) {
-    MESSAGE("skipped: no python3 with numpy (apt-get install python3-numpy)");
-    return;
+    TINYDDP_SKIP("no python3 with numpy (apt-get install python3-numpy)");
   }
   std::vector<float> inputs = interesting_inputs(decode_f16, 1 << 20);
   std::erase_if(inputs, [](float x) { return std::isnan(x); });  // numpy keeps NaN payloads its own way

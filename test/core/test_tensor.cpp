@@ -7,6 +7,7 @@
 #include "tinyddp/core/philox.h"
 #include "tinyddp/core/random.h"
 #include "tinyddp/core/tensor.h"
+#include "test/test_skip.h"
 
 using namespace tinyddp;
 
@@ -45,8 +46,7 @@ TEST_CASE("Philox4x32-10 matches the Random123 known-answer vectors") {
 
 TEST_CASE("no CUDA device means a clear error, not a crash") {
   if (cuda_device_count() > 0) {
-    MESSAGE("skipped: this machine has a CUDA device");
-    return;
+    TINYDDP_SKIP("this machine has a CUDA device");
   }
   CHECK_THROWS_WITH_AS(Tensor::empty({2}, DType::f32, Device::cuda(0)), doctest::Contains("cuda:0 was requested"), Error);
 }
@@ -89,8 +89,7 @@ TEST_CASE("to(dtype) refuses a value the integer type cannot hold, naming the el
 
 TEST_CASE("to(dtype) of a CUDA tensor stays on its device") {
   if (cuda_device_count() == 0) {
-    MESSAGE("skipped: no CUDA device (the conversion itself runs on the CPU and is tested above)");
-    return;
+    TINYDDP_SKIP("no CUDA device (the conversion itself runs on the CPU and is tested above)");
   }
   Tensor g = Tensor::from_vector<float>({1.5f, -2.5f}, {2}).to(Device::cuda(0));
   Tensor converted = g.to(DType::i64);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "test/comm/helpers/child_process.h"
+#include "test/test_skip.h"
 
 namespace tinyddp::testing {
 
@@ -17,7 +18,7 @@ inline std::string program(const std::string& name) { return std::string(TINYDDP
 inline bool have_programs(std::initializer_list<const char*> names) {
   for (const char* name : names)
     if (!std::filesystem::exists(program(name))) {
-      MESSAGE("skipped: ", program(name), " is not built (configure with -DTINYDDP_EXAMPLES=ON and build it)");
+      TINYDDP_RECORD_SKIP(program(name), " is not built (configure with -DTINYDDP_EXAMPLES=ON and build it)");
       return false;
     }
   return true;

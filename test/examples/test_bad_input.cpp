@@ -20,6 +20,7 @@
 #include "test/comm/helpers/child_process.h"
 #include "test/examples/example_programs.h"
 #include "test/test_support.h"
+#include "test/test_skip.h"
 
 using namespace tinyddp;
 using namespace tinyddp::testing;
@@ -152,7 +153,7 @@ TEST_CASE("digits: a label that is not a class is refused at its line; no data/ 
   CHECK(label.exit_code == 1);
   CHECK(contains(label.report, "d.csv:2, column 65: the label 12 is not a class of this model (10 classes: 0 to 9)"));
   if (std::filesystem::exists("data/digits.csv.gz")) {
-    MESSAGE("skipped the make-data hint: data/digits.csv.gz is there in ", std::filesystem::current_path().string());
+    TINYDDP_SKIP_PART("the make-data hint: data/digits.csv.gz is there in ", std::filesystem::current_path().string());
     return;
   }
   ChildOutcome missing = run({"digits", "--world-size", "1"});

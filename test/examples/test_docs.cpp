@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "test/test_support.h"
+#include "test/test_skip.h"
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
@@ -185,15 +186,15 @@ TEST_CASE("docs/how-ddp-works.md: every marked command runs and prints what the 
          it != std::sregex_iterator(); ++it)
       if (!fs::exists(fs::path(TINYDDP_BIN_DIR) / (*it)[1].str())) missing = (*it)[1].str();
     if (!missing.empty()) {
-      MESSAGE("skipped the block after line ", command.line, ": ", missing, " is not built");
+      TINYDDP_SKIP_PART("the block after line ", command.line, ": ", missing, " is not built");
       continue;
     }
     if (command.script.find("data/") != std::string::npos && !have_data) {
-      MESSAGE("skipped the block after line ", command.line, ": digits.csv.gz is absent (make data extracts it)");
+      TINYDDP_SKIP_PART("the block after line ", command.line, ": digits.csv.gz is absent (make data extracts it)");
       continue;
     }
     if (command.script.find("python3 ") != std::string::npos && !have_python) {
-      MESSAGE("skipped the block after line ", command.line, ": no python3 on PATH");
+      TINYDDP_SKIP_PART("the block after line ", command.line, ": no python3 on PATH");
       continue;
     }
     ScriptOutcome outcome = run_script(command.script, dir.path, 60s);

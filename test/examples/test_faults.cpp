@@ -20,6 +20,7 @@
 #include "tinyddp/nn/train/addons/state_manager.h"
 #include "test/comm/helpers/child_process.h"
 #include "test/test_support.h"
+#include "test/test_skip.h"
 
 using namespace tinyddp;
 using namespace std::chrono_literals;
@@ -33,7 +34,7 @@ std::string bin(const std::string& name) { return std::string(TINYDDP_BIN_DIR) +
 bool built(std::initializer_list<const char*> names) {
   for (const char* name : names)
     if (!std::filesystem::exists(bin(name))) {
-      MESSAGE("skipped: ", bin(name), " is not built (configure with examples and benchmarks on, and build it)");
+      TINYDDP_RECORD_SKIP(bin(name), " is not built (configure with examples and benchmarks on, and build it)");
       return false;
     }
   return true;

@@ -16,6 +16,7 @@
 #include "tinyddp/core/cuda_runtime.h"
 #include "test/comm/helpers/child_process.h"
 #include "test/test_support.h"
+#include "test/test_skip.h"
 
 using namespace tinyddp;
 using namespace std::chrono_literals;
@@ -57,16 +58,13 @@ testing::ChildOutcome run(const std::vector<std::string>& argv) {
 TEST_CASE("a CUDA-enabled build's program runs on the CPU where the CUDA libraries are absent") {
   const std::string dummy = std::string(TINYDDP_BIN_DIR) + "/dummy";
   if (!cuda_built()) {
-    MESSAGE("skipped: this build has no CUDA half, so there is nothing to hide");
-    return;
+    TINYDDP_SKIP("this build has no CUDA half, so there is nothing to hide");
   }
   if (!std::filesystem::exists(dummy)) {
-    MESSAGE("skipped: ", dummy, " is not built");
-    return;
+    TINYDDP_SKIP(dummy, " is not built");
   }
   if (::geteuid() != 0 || !run({"/usr/bin/unshare", "--mount", "/bin/true"}).ok()) {
-    MESSAGE("skipped: hiding the CUDA libraries needs a mount namespace (root, and unshare --mount)");
-    return;
+    TINYDDP_SKIP("hiding the CUDA libraries needs a mount namespace (root, and unshare --mount)");
   }
   const std::set<std::string> folders = cuda_library_folders();
   REQUIRE_MESSAGE(!folders.empty(), "ldd names no libcudart/libcublas/libnccl for the CUDA half");

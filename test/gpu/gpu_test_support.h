@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tinyddp/core/cuda_runtime.h"
+#include "test/test_skip.h"
 
 namespace tinyddp::testing {
 
@@ -23,7 +24,7 @@ inline bool gpu_available() {
     FAIL_CHECK("no GPU to test on, and TINYDDP_REQUIRE_GPU=1: " << why);
     return false;
   }
-  MESSAGE("skipped: no CUDA device: " << why);
+  TINYDDP_RECORD_SKIP("no CUDA device: ", why);
   return false;
 }
 

@@ -7,6 +7,7 @@
 #include "tinyddp/core/cuda_runtime.h"
 #include "test/comm/test_collectives_support.h"
 #include "test/gpu/gpu_test_support.h"
+#include "test/test_skip.h"
 
 using namespace tinyddp;
 using namespace tinyddp::comm;
@@ -84,8 +85,7 @@ TEST_CASE("nccl backend: one rank per device agrees with the reference") {
   if (!have_gpu()) return;
   auto backends = available_backends();
   if (std::find(backends.begin(), backends.end(), "nccl") == backends.end()) {
-    MESSAGE("skipped: this build has no NCCL");
-    return;
+    TINYDDP_SKIP("this build has no NCCL");
   }
   check_all_reduce_on_devices("nccl", cuda_device_count(), /*one_device=*/false);
 }

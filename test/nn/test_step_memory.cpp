@@ -11,17 +11,16 @@
 #include "tinyddp/nn/optim/adam.h"
 #include "tinyddp/nn/sequential.h"
 #include "test/test_support.h"
+#include "test/test_skip.h"
 
 using namespace tinyddp;
 
 TEST_CASE("after the first training step, no block of 64 KiB or more is allocated from the system again") {
 #if defined(__SANITIZE_ADDRESS__)
-  MESSAGE("skipped: AddressSanitizer build, where the CPU block cache is off");
-  return;
+  TINYDDP_SKIP("AddressSanitizer build, where the CPU block cache is off");
 #elif defined(__has_feature)
 #if __has_feature(address_sanitizer)
-  MESSAGE("skipped: AddressSanitizer build, where the CPU block cache is off");
-  return;
+  TINYDDP_SKIP("AddressSanitizer build, where the CPU block cache is off");
 #endif
 #endif
   cpu_cache_release();  // a cache filled to its limit by earlier tests would refuse this test's blocks

@@ -19,15 +19,14 @@
 #include <thread>
 #include <vector>
 
+#include "test/test_skip.h"
+
 // ThreadSanitizer cannot follow a forked child of a multi-threaded process that keeps running
 // instead of calling exec (it reports "dup thread" and exits 66). Test cases whose children are
 // spawn_child lambdas start with this, and skip with a message under TSan; spawn_program is fine.
 #if defined(__SANITIZE_THREAD__)
-#define TINYDDP_SKIP_UNDER_TSAN()                                                                  \
-  do {                                                                                            \
-    MESSAGE("skipped under ThreadSanitizer: it does not support forked children that do not exec"); \
-    return;                                                                                       \
-  } while (0)
+#define TINYDDP_SKIP_UNDER_TSAN() \
+  TINYDDP_SKIP("under ThreadSanitizer, which does not support forked children that do not exec")
 #else
 #define TINYDDP_SKIP_UNDER_TSAN() \
   do {                            \

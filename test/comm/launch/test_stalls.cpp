@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tinyddp/comm/collective_watchdog.h"
 #include "test/comm/helpers/child_process.h"
 #include "test/test_support.h"
 
@@ -69,8 +70,8 @@ void run_stall(StallRun& run, const std::string& how) {
                              60s);
 }
 
-// What both stalls must show: ranks 0 and 2 fail within the timeout + 2 s of the stall, each naming
-// rank 1 and the same collective; that collective is the one their flight records were in.
+// What both stalls must show: ranks 0 and 2 fail after one timeout, each naming rank 1 and the same
+// collective; that collective is the one their flight records were in.
 void check_others_name_rank_1(const StallRun& run) {
   const std::string& report = run.outcome.report;
   REQUIRE_MESSAGE(run.outcome.exit_code != 0, run.outcome.describe());
@@ -78,14 +79,27 @@ void check_others_name_rank_1(const StallRun& run) {
   REQUIRE_MESSAGE(stalled.size() == 1, report);
   auto failed = moments(report, "failed at_ms=");
   REQUIRE_MESSAGE(failed.size() == 2, report);
+  // When: after the timeout, plus at most the board's patience to judge who stalled. The stall line
+  // and the others' entry into the collective are not one moment (rank 1 prints after it finished the
+  // collective before, as the others did, and a busy machine may delay its print), so each bound has a
+  // wide margin of what it tells apart: failing before the timeout ran out, and not failing by the
+  // timeout at all (then nothing ends the job before finish_child gives up at 60 s).
+  const long long timeout_ms = kTimeoutSeconds * 1000;
+  const long long judge_ms = comm::CollectiveWatchdog::kVerdictPatience.count();
   for (long long at : failed) {
-    CHECK_MESSAGE(at - stalled[0] <= (kTimeoutSeconds + 2) * 1000, "failed ", at - stalled[0], " ms after the stall\n", report);
-    CHECK(at - stalled[0] >= kTimeoutSeconds * 1000 - 100);  // and not before the timeout
+    CHECK_MESSAGE(at - stalled[0] < timeout_ms + judge_ms + 3000, "failed ", at - stalled[0], " ms after the stall\n", report);
+    CHECK_MESSAGE(at - stalled[0] > timeout_ms - 1000, "failed ", at - stalled[0], " ms after the stall, before its timeout\n",
+                  report);
   }
   auto record0 = read_json(run.records.path / "rank-0.json");
   auto record2 = read_json(run.records.path / "rank-2.json");
-  CHECK(record0["reason"] == "timeout");
-  CHECK(record2["reason"] == "timeout");
+  // Both wait with the same timeout, and the first to run out aborts the group: the other may then
+  // fail on that abort ("error") a moment before its own timeout. Which one comes first is the
+  // scheduler's choice; that one at least timed out.
+  CAPTURE(record0["reason"]);
+  CAPTURE(record2["reason"]);
+  CHECK((record0["reason"] == "timeout" || record2["reason"] == "timeout"));
+  for (const auto* record : {&record0, &record2}) CHECK(((*record)["reason"] == "timeout" || (*record)["reason"] == "error"));
   const long long in = record0["last_started"].get<long long>();
   CHECK(record2["last_started"].get<long long>() == in);
   CHECK(record0["last_finished"].get<long long>() == in - 1);
@@ -151,8 +165,10 @@ TEST_CASE("stall: an unreachable store fails after TINYDDP_TIMEOUT, saying where
                               30s);
   auto took = Clock::now() - start;
   CHECK_MESSAGE(outcome.exit_code == 1, outcome.describe());
-  CHECK(took >= 3s);
-  CHECK(took < 6s);
+  CHECK(took >= 3s);  // it waits out its timeout (a busy machine only lengthens this)
+  // The message below says it gave up after 3 s by its own clock; this only catches a wait that
+  // outlives the timeout several times over (finish_child stops it at 30 s).
+  CHECK(took < 15s);
   CHECK_MESSAGE(contains(outcome.report, "could not connect to the store at 127.0.0.1:" + std::to_string(port) +
                                              ": gave up after 3."),
                 outcome.report);

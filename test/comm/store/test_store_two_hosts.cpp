@@ -12,6 +12,7 @@
 #include "tinyddp/comm/store/tcp_store.h"
 #include "tinyddp/core/error.h"
 #include "test/comm/helpers/child_process.h"
+#include "test/test_skip.h"
 
 using namespace tinyddp;
 using namespace tinyddp::comm;
@@ -96,8 +97,7 @@ TEST_CASE("two hosts: the store on one, clients on the other") {
   TINYDDP_SKIP_UNDER_TSAN();
   TwoHosts hosts;
   if (!hosts.ready) {
-    MESSAGE("skipped: network namespaces are not available (", hosts.why_not, "); this test needs root and `ip netns`");
-    return;
+    TINYDDP_SKIP("network namespaces are not available (", hosts.why_not, "); this test needs root and `ip netns`");
   }
 
   SUBCASE("a standalone tinyddp-store on host A serves a client on host B") {

@@ -356,8 +356,47 @@ TEST_CASE("shm: no segment is left in /dev/shm once the group is up") {
   CHECK_MESSAGE(left.empty(), "left behind: ", left.size(), " segment(s), e.g. ", left.empty() ? "" : left[0]);
 }
 
+namespace {
+
+// A store through which rank `elsewhere` reports a host identity of its own, as a rank on another
+// host would (the host backend publishes "<pid> <host identity>" under .../host/<rank>).
+class ElsewhereStore : public HashStore {
+ public:
+  explicit ElsewhereStore(int elsewhere) : suffix_("host/" + std::to_string(elsewhere)) {}
+  void set(const std::string& key, const std::string& value) override {
+    const bool moved = key.size() >= suffix_.size() && key.compare(key.size() - suffix_.size(), suffix_.size(), suffix_) == 0;
+    HashStore::set(key, moved ? value + "-on-another-host" : value);
+  }
+
+ private:
+  std::string suffix_;
+};
+
+}  // namespace
+
 TEST_CASE("shm: a group needs every rank on one host") {
   // Host identities are what decides; two threads of one process always share one.
   CHECK(host_identity() == host_identity());
   CHECK(host_identity().find('/') != std::string::npos);
+  // Rank 1 says it runs elsewhere: each rank refuses transport 'shm', naming the other.
+  auto store = std::make_shared<ElsewhereStore>(1);
+  store->set_timeout(std::chrono::seconds(30));
+  std::vector<std::string> errors(2);
+  tinyddp::testing::run_ranks(2, [&](int r) {
+    ProcessGroupOptions o;
+    o.transport = "shm";
+    o.group_name = "two-hosts";
+    try {
+      create_process_group("host", store, r, 2, o);
+    } catch (const std::exception& e) {
+      errors[size_t(r)] = e.what();
+    }
+  });
+  for (int r = 0; r < 2; ++r) {
+    CAPTURE(r);
+    const std::string other = std::to_string(1 - r);
+    CHECK_MESSAGE(errors[size_t(r)].find("transport 'shm' needs every rank on one host, but rank(s) " + other +
+                                         " run on another host than rank " + std::to_string(r)) != std::string::npos,
+                  errors[size_t(r)]);
+  }
 }

@@ -16,18 +16,21 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <optional>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "tinyddp/comm/store/hash_store.h"
 #include "tinyddp/comm/transport/shm_transport.h"
 #include "tinyddp/comm/transport/tcp_transport.h"
 #include "tinyddp/core/error.h"
 #include "tinyddp/core/log.h"
+#include "test/test_skip.h"
 
 using namespace tinyddp;
 using namespace tinyddp::comm;
@@ -209,6 +212,33 @@ std::optional<Clock::duration> closed_within(int fd, std::chrono::milliseconds l
   return Clock::now() - start;
 }
 
+// Watches every socket of `fds` at once until the other side closes each, or `limit` after `start`
+// passes: for each, when after `start` it was closed, or nothing (not closed, or it sent data).
+std::vector<std::optional<Clock::duration>> close_times(const std::vector<int>& fds, Clock::time_point start,
+                                                        std::chrono::milliseconds limit) {
+  std::vector<std::optional<Clock::duration>> closed(fds.size());
+  std::vector<bool> open(fds.size(), true);
+  for (;;) {
+    std::vector<pollfd> watch;
+    std::vector<size_t> which;
+    for (size_t i = 0; i < fds.size(); ++i)
+      if (open[i]) {
+        watch.push_back({fds[i], POLLIN, 0});
+        which.push_back(i);
+      }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(start + limit - Clock::now());
+    if (watch.empty() || left.count() <= 0) return closed;
+    if (::poll(watch.data(), watch.size(), int(left.count())) <= 0) continue;
+    const auto now = Clock::now();
+    for (size_t k = 0; k < watch.size(); ++k) {
+      if (!watch[k].revents) continue;
+      char c;
+      open[which[k]] = false;
+      if (::recv(watch[k].fd, &c, 1, MSG_DONTWAIT) <= 0) closed[which[k]] = now - start;
+    }
+  }
+}
+
 size_t count(const std::string& text, const std::string& what) {
   size_t n = 0;
   for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
@@ -275,7 +305,7 @@ TEST_CASE("tcp transport: strangers, wrong ranks, an older version, a wrong toke
   CHECK(send_and_receive(*rank0->connection(1), *rank1->connection(0), "and back") == "and back");
 
   if (log_threshold() > LogLevel::warn) {
-    MESSAGE("TINYDDP_LOG_LEVEL hides warnings: the logged reasons are not checked");
+    TINYDDP_SKIP_PART("TINYDDP_LOG_LEVEL hides warnings: the logged reasons are not checked");
     return;
   }
   INFO("rank 0's log:\n", text);
@@ -306,13 +336,11 @@ TEST_CASE("tcp transport: silent strangers on rank 0's port do not delay the gro
   std::vector<int> strangers;
   std::unique_ptr<TcpTransport> rank1;
   std::string error1;
-  Clock::duration formed{};
   {
     WaitingRank0 zero(store, prefix, job);
     store.wait({prefix + "tcp/0"}, 10s);
     for (int i = 0; i < 3; ++i) strangers.push_back(dial(port_of(store.get(prefix + "tcp/0"))));
     std::this_thread::sleep_for(300ms);  // rank 0 has accepted them by now: they are ahead of rank 1
-    const auto start = Clock::now();
     std::thread one([&] {
       try {
         rank1 = std::make_unique<TcpTransport>(store, prefix, 1, std::vector<int>{0}, job.hosts, job.pids, 30s);
@@ -322,24 +350,28 @@ TEST_CASE("tcp transport: silent strangers on rank 0's port do not delay the gro
     });
     zero.thread.join();
     one.join();
-    formed = Clock::now() - start;
     REQUIRE_MESSAGE(zero.error.empty(), zero.error);
     REQUIRE_MESSAGE(error1.empty(), error1);
     CHECK(send_and_receive(*rank1->connection(0), *zero.transport->connection(1), "ping") == "ping");
   }
-  // Each stranger was hung up on when the group formed, not after its grace.
+  // Each stranger was hung up on. (The 30 s wait is only a bound on a hang: a stranger is refused when
+  // the group forms, or at the latest when its 5 s grace ends.)
   for (int fd : strangers) {
     REQUIRE(fd >= 0);
-    CHECK(closed_within(fd, 1000ms).has_value());
+    CHECK(closed_within(fd, 30000ms).has_value());
     ::close(fd);
   }
   const std::string text = log.text();
   log.restore();
-  const auto formed_ms = std::chrono::duration_cast<std::chrono::milliseconds>(formed).count();
+  // When: the reason rank 0 gives. Had it waited for a stranger's handshake before it heard rank 1, that
+  // stranger's grace would have run out first, and its refusal would read "no handshake within 5 s".
+  if (log_threshold() > LogLevel::warn) {
+    TINYDDP_SKIP_PART("TINYDDP_LOG_LEVEL hides warnings: when and why the strangers were refused is not checked");
+    return;
+  }
   INFO("rank 0's log:\n", text);
-  CHECK_MESSAGE(formed_ms < 2000, "the group took ", formed_ms, " ms to form behind 3 silent strangers");
-  if (log_threshold() <= LogLevel::warn)
-    CHECK(count(text, "no handshake yet when every rank had joined (0 of 32 bytes in ") == 3);
+  CHECK(count(text, "no handshake yet when every rank had joined (0 of 32 bytes in ") == 3);
+  CHECK(count(text, "no handshake within 5 s") == 0);
 }
 
 TEST_CASE("tcp transport: strangers that stay silent or stop mid-handshake are refused after 5 s each, side by side") {
@@ -353,18 +385,28 @@ TEST_CASE("tcp transport: strangers that stay silent or stop mid-handshake are r
   WaitingRank0 zero(store, prefix, job);
   store.wait({prefix + "tcp/0"}, 10s);
   const int port = port_of(store.get(prefix + "tcp/0"));
+  const auto start = Clock::now();  // before either connects, so before either grace starts
   int silent = dial(port), partial = dial(port);
   REQUIRE(silent >= 0);
   REQUIRE(partial >= 0);
   ::send(partial, "TDDP\x02\x00\x00", 7, MSG_NOSIGNAL);  // a handshake that stops after 7 bytes
-  const auto silent_closed = closed_within(silent, 10000ms);
-  const auto partial_closed = closed_within(partial, 1000ms);  // by then, its grace is over too
+  // 30 s only bounds a hang: one at a time, the second would be refused 10 s after the start.
+  const auto closed = close_times({silent, partial}, start, 30000ms);
   ::close(silent);
   ::close(partial);
-  REQUIRE(silent_closed.has_value());
-  REQUIRE(partial_closed.has_value());
-  CHECK(*silent_closed > 4500ms);
-  CHECK(*silent_closed + *partial_closed < 7000ms);
+  REQUIRE(closed[0].has_value());
+  REQUIRE(closed[1].has_value());
+  const auto silent_ms = std::chrono::duration_cast<std::chrono::milliseconds>(*closed[0]).count();
+  const auto partial_ms = std::chrono::duration_cast<std::chrono::milliseconds>(*closed[1]).count();
+  CAPTURE(silent_ms);
+  CAPTURE(partial_ms);
+  // Not before the grace: it starts at rank 0's accept, after `start` (a busy machine only delays the
+  // refusal; the 500 ms allow for how rank 0's timer rounds).
+  CHECK(silent_ms > 4500);
+  CHECK(partial_ms > 4500);
+  // Side by side: one at a time, the second refusal would come a whole grace (5 s) after the first;
+  // half of that tells the two apart and leaves rank 0 2.5 s of delay on a loaded machine.
+  CHECK(std::abs(silent_ms - partial_ms) < 2500);
 
   // Rank 0 is still waiting, and the real rank 1 joins.
   std::unique_ptr<TcpTransport> rank1;
@@ -379,7 +421,10 @@ TEST_CASE("tcp transport: strangers that stay silent or stop mid-handshake are r
   REQUIRE_MESSAGE(zero.error.empty(), zero.error);
   REQUIRE(rank1);
   CHECK(send_and_receive(*rank1->connection(0), *zero.transport->connection(1), "ping") == "ping");
-  if (log_threshold() > LogLevel::warn) return;
+  if (log_threshold() > LogLevel::warn) {
+    TINYDDP_SKIP_PART("TINYDDP_LOG_LEVEL hides warnings: the logged reasons are not checked");
+    return;
+  }
   INFO("rank 0's log:\n", text);
   CHECK(count(text, "no handshake within 5 s (0 of 32 bytes in ") == 1);
   CHECK(count(text, "no handshake within 5 s (7 of 32 bytes in ") == 1);

@@ -23,6 +23,7 @@
 #include "tinyddp/nn/data/dataset.h"
 #include "tinyddp/nn/data/sampler.h"
 #include "test/test_support.h"
+#include "test/test_skip.h"
 
 using namespace tinyddp;
 using namespace tinyddp::nn;
@@ -359,8 +360,7 @@ TEST_CASE("read_csv reads plain and gzip files, and names the file in its errors
 TEST_CASE("the digits data set: 1797 rows, 64 features, labels 0..9, and pixel values as Python reads them") {
   const std::string path = testing::digits_data();
   if (path.empty()) {
-    MESSAGE("skipped: neither " TINYDDP_SHARED_DATA "/digits.csv.gz nor data/digits.csv.gz is there (make data extracts it)");
-    return;
+    TINYDDP_SKIP("neither " TINYDDP_SHARED_DATA "/digits.csv.gz nor data/digits.csv.gz is there (make data extracts it)");
   }
   TensorDataset digits = read_csv(path, {.feature_scale = 1.f / 16});
   REQUIRE(digits.features().shape() == Shape{1797, 64});

@@ -30,6 +30,9 @@ constexpr int64_t kSamples = 32, kBatch = 4, kSteps = 4;
 }  // namespace
 
 TEST_CASE("2-rank DDP training equals single-process training on the same global batches") {
+  // One GEMM thread in every rank and in the reference, so that no library splits a product's sums
+  // differently between them: the comparison below is bitwise.
+  kernels::set_cpu_threads(1);
   const Tensor x = random_features(kSamples, kWidths.front(), 1);
   const Tensor y = random_labels(kSamples, kWidths.back(), 2);
   auto groups = make_test_groups(2);
@@ -50,25 +53,33 @@ TEST_CASE("2-rank DDP training equals single-process training on the same global
     final_weights[size_t(rank)] = flat_values(*model);
   });
 
-  // One process, one model, the union of both ranks' batches at every step (8 samples, mean loss).
+  // One process, one model, both ranks' batches at every step (8 samples, the mean of the two 4-sample
+  // mean losses). Each rank's half-batch runs its own forward and backward, as on its rank, and the
+  // gradients are averaged as the all-reduce averages: the same products in the same order, so the
+  // same bits, on every GEMM library, ISA and thread count. (One GEMM over all 8 rows would add the
+  // rows' contributions to a weight gradient in another order and agree to rounding only.)
   auto reference = make_mlp(kWidths, 7);
   Adam optimizer(reference->named_parameters(), 0.01);
-  std::vector<int64_t> r0 = DistributedSampler(kSamples, 2, 0, {.shuffle = false}).indices();
-  std::vector<int64_t> r1 = DistributedSampler(kSamples, 2, 1, {.shuffle = false}).indices();
+  std::vector<std::vector<int64_t>> rank_indices{DistributedSampler(kSamples, 2, 0, {.shuffle = false}).indices(),
+                                                 DistributedSampler(kSamples, 2, 1, {.shuffle = false}).indices()};
   for (int64_t step = 0; step < kSteps; ++step) {
-    std::vector<int64_t> batch(r0.begin() + step * kBatch, r0.begin() + (step + 1) * kBatch);
-    batch.insert(batch.end(), r1.begin() + step * kBatch, r1.begin() + (step + 1) * kBatch);
+    std::vector<float> averaged = gradients_as_ddp_averages(*reference, 2, [&](int rank) {
+      const std::vector<int64_t>& mine = rank_indices[size_t(rank)];
+      std::vector<int64_t> batch(mine.begin() + step * kBatch, mine.begin() + (step + 1) * kBatch);
+      train_step_backward(*reference, gather_rows<float>(x, batch), gather_rows<int64_t>(y, batch));
+    });
     optimizer.zero_grad();
-    train_step_backward(*reference, gather_rows<float>(x, batch), gather_rows<int64_t>(y, batch));
+    set_flat_grads(*reference, averaged);
     optimizer.step();
   }
   // The replicas are identical to the bit: the same averaged gradients and the same update everywhere.
-  CHECK(final_weights[0] == final_weights[1]);
-  check_close(final_weights[0], flat_values(*reference), 1e-5, 1e-4, "DDP vs single process");
+  check_identical(final_weights[1], final_weights[0], "rank 1's weights vs rank 0's");
+  check_identical(final_weights[0], flat_values(*reference), "DDP vs single process");
   CHECK(final_weights[0] != flat_values(*make_mlp(kWidths, 7)));  // it did train
 }
 
 TEST_CASE("every gradient is a view into its bucket's flat buffer and holds the ranks' average after backward") {
+  kernels::set_cpu_threads(1);  // as in the ranks: the reference's products split no differently
   const Tensor x = random_features(8, kWidths.front(), 3);
   const Tensor y = random_labels(8, kWidths.back(), 4);
   auto groups = make_test_groups(2);
@@ -95,18 +106,14 @@ TEST_CASE("every gradient is a view into its bucket's flat buffer and holds the 
     check_views();  // after the rebuild too
     grads[size_t(rank)] = flat_grads(*model);
   });
-  // Reference: each rank's local gradient in a plain model, averaged by hand.
-  std::vector<float> expected;
-  for (int rank = 0; rank < 2; ++rank) {
-    auto model = make_mlp(kWidths, 5);
+  // Reference: each rank's local gradient in a plain model, averaged as the all-reduce averages.
+  auto model = make_mlp(kWidths, 5);
+  std::vector<float> expected = gradients_as_ddp_averages(*model, 2, [&](int rank) {
     std::vector<int64_t> rows{rank * 4, rank * 4 + 1, rank * 4 + 2, rank * 4 + 3};
     train_step_backward(*model, gather_rows<float>(x, rows), gather_rows<int64_t>(y, rows));
-    std::vector<float> g = flat_grads(*model);
-    if (expected.empty()) expected.assign(g.size(), 0.f);
-    for (size_t i = 0; i < g.size(); ++i) expected[i] += g[i] / 2;
-  }
-  CHECK(grads[0] == grads[1]);
-  check_close(grads[0], expected, 1e-7, 1e-6, "averaged gradients");
+  });
+  check_identical(grads[1], grads[0], "rank 1's gradients vs rank 0's");
+  check_identical(grads[0], expected, "averaged gradients");
 }
 
 TEST_CASE("bucket layout of the bench MLP: reverse registration order at first, then rebuilt in the ready order") {
@@ -191,6 +198,7 @@ TEST_CASE("a bucket's all-reduce starts when it is complete and every earlier bu
 }
 
 TEST_CASE("no_sync: micro-batches accumulate locally, and the next synchronised backward averages the sum") {
+  kernels::set_cpu_threads(1);  // as in the ranks: the reference's products split no differently
   const Tensor x = random_features(16, kWidths.front(), 5);
   const Tensor y = random_labels(16, kWidths.back(), 6);
   auto batch_of = [&](int rank, int micro) {
@@ -235,20 +243,17 @@ TEST_CASE("no_sync: micro-batches accumulate locally, and the next synchronised 
   });
   CHECK(all_reduces_under_no_sync == std::vector<size_t>{0, 0});
   CHECK(local[0] != local[1]);  // nothing was exchanged yet
-  // Reference: every rank's two micro-batch gradients summed in a plain model, then averaged over ranks.
-  std::vector<float> expected;
-  for (int rank = 0; rank < 2; ++rank) {
-    auto model = make_mlp(kWidths, 8);
+  // Reference: every rank's two micro-batch gradients accumulated in a plain model (the same GEMMs with
+  // beta = 1 that the ranks ran), then averaged over ranks as the all-reduce averages.
+  auto model = make_mlp(kWidths, 8);
+  std::vector<float> expected = gradients_as_ddp_averages(*model, 2, [&](int rank) {
     for (int micro = 0; micro < 2; ++micro) {
       auto rows = batch_of(rank, micro);
       train_step_backward(*model, gather_rows<float>(x, rows), gather_rows<int64_t>(y, rows));
     }
-    std::vector<float> g = flat_grads(*model);
-    if (expected.empty()) expected.assign(g.size(), 0.f);
-    for (size_t i = 0; i < g.size(); ++i) expected[i] += g[i] / 2;
-  }
-  CHECK(synced[0] == synced[1]);
-  check_close(synced[0], expected, 1e-7, 1e-6, "accumulated then averaged gradients");
+  });
+  check_identical(synced[1], synced[0], "rank 1's gradients vs rank 0's");
+  check_identical(synced[0], expected, "accumulated then averaged gradients");
 }
 
 TEST_CASE("construction broadcasts rank 0's weights; world size 1 leaves gradients as they are") {

@@ -136,23 +136,21 @@ TEST_CASE("find_unused_parameters: a layer used on one rank only gets the averag
     second_weight[size_t(rank)] = grad_of(model, "second.weight");
     CHECK_FALSE(ddp.reducer().buckets_rebuilt());  // as in PyTorch: no rebuild with find_unused_parameters
   });
-  // References: the same model and data in one process, per rank, averaged by hand.
-  std::vector<std::vector<float>> local_first(2), local_second(2);
-  for (int rank = 0; rank < 2; ++rank) {
-    Generator gen(2);
-    SkippableHead model(gen);
+  // References: the same model and data in one process, per rank, averaged as the all-reduce averages
+  // (rank 1 contributing zeros for the layer it skipped): the same roundings, so the same bits.
+  Generator gen(2);
+  SkippableHead model(gen);
+  std::vector<float> expected = gradients_as_ddp_averages(model, 2, [&](int rank) {
     model.use_second = rank == 0;
     mse_step(model, rank);
-    local_first[size_t(rank)] = grad_of(model, "first.weight");
-    local_second[size_t(rank)] = grad_of(model, "second.weight");
-  }
-  std::vector<float> expected_first, expected_second;
-  for (size_t i = 0; i < local_first[0].size(); ++i) expected_first.push_back((local_first[0][i] + local_first[1][i]) / 2);
-  for (size_t i = 0; i < local_second[0].size(); ++i) expected_second.push_back(local_second[0][i] / 2);
-  CHECK(std::all_of(local_second[1].begin(), local_second[1].end(), [](float g) { return g == 0.f; }));
+    if (rank == 1) CHECK_FALSE(model.parameter("second.weight").has_grad);
+  });
+  // Flat in registration order: first.weight [3, 4], first.bias [3], second.weight [3, 3], second.bias [3].
+  const std::vector<float> expected_first(expected.begin(), expected.begin() + 12);
+  const std::vector<float> expected_second(expected.begin() + 15, expected.begin() + 24);
   for (int rank = 0; rank < 2; ++rank) {
-    check_close(first_weight[size_t(rank)], expected_first, 1e-7, 1e-6, "first.weight");
-    check_close(second_weight[size_t(rank)], expected_second, 1e-7, 1e-6, "second.weight");
+    check_identical(first_weight[size_t(rank)], expected_first, "first.weight");
+    check_identical(second_weight[size_t(rank)], expected_second, "second.weight");
   }
 }
 
@@ -174,14 +172,16 @@ TEST_CASE("find_unused_parameters after zero_grad: a gradient set to none contri
     second_weight[size_t(rank)] = grad_of(model, "second.weight");
     second_has_grad[size_t(rank)] = model.parameter("second.weight").has_grad;
   });
-  // Rank 1 skipped the layer: the average is half of rank 0's gradient (as in the test above).
+  // Rank 1 skipped the layer: the average is rank 0's gradient plus zeros, halved (as in the test above).
   Generator gen(2);
   SkippableHead alone(gen);
-  mse_step(alone, 0);
-  std::vector<float> expected = grad_of(alone, "second.weight");
-  for (float& g : expected) g /= 2;
+  std::vector<float> expected = gradients_as_ddp_averages(alone, 2, [&](int rank) {
+    alone.use_second = rank == 0;
+    mse_step(alone, rank);
+  });
+  expected = std::vector<float>(expected.begin() + 15, expected.begin() + 24);  // second.weight
   for (int rank = 0; rank < 2; ++rank) {
-    check_close(second_weight[size_t(rank)], expected, 1e-7, 1e-6, "second.weight");
+    check_identical(second_weight[size_t(rank)], expected, "second.weight");
     CHECK(second_has_grad[size_t(rank)]);
   }
 }
@@ -197,6 +197,7 @@ TEST_CASE("find_unused_parameters with a layer no rank uses: its gradient stays 
       ddp.zero_grad();
       mse_step(ddp, rank);
     }
+    CHECK(grad_of(model, "second.weight") == std::vector<float>(9, 0.f));
     CHECK(grad_of(model, "second.bias") == std::vector<float>(3, 0.f));
     CHECK(ddp.reducer().iterations() == 2);
   });

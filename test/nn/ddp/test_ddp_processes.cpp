@@ -78,35 +78,22 @@ int run_rank(int rank, int port, const TempDir& dir) {
   return 0;
 }
 
-// One process doing DDP's arithmetic: at each step, each rank's half-batch through forward and
-// backward on its own, the two gradients summed (two terms: an IEEE sum is the same in either order,
-// as the all-reduce may add them) and divided by the world size as comm::finish_average does, then
-// Adam. Run in a child, on one GEMM thread as the ranks: a GEMM split over threads may sum in another
-// order.
+// One process doing DDP's arithmetic (gradients_as_ddp_averages): at each step, each rank's
+// half-batch through forward and backward on its own, the gradients summed and divided as the
+// all-reduce's avg does, then Adam. Run in a child, on one GEMM thread as the ranks: a GEMM split over
+// threads may sum in another order.
 int run_reference(const TempDir& dir) {
   kernels::set_cpu_threads(1);
   auto model = make_mlp(kWidths, 1);  // rank 0's weights, which DDP broadcasts
   Adam optimizer(model->named_parameters(), 1e-3);
   const Tensor x = features(), y = labels();
-  const std::vector<Parameter*> parameters = model->parameters();
   for (int64_t step = 0; step < kSteps; ++step) {
-    std::vector<std::vector<float>> summed(parameters.size());
-    for (int rank = 0; rank < kWorld; ++rank) {
+    const std::vector<float> averaged = gradients_as_ddp_averages(*model, int(kWorld), [&](int rank) {
       std::vector<int64_t> mine = DistributedSampler(kSamples, int(kWorld), rank, {.shuffle = false}).indices();
       std::vector<int64_t> batch(mine.begin() + step * kBatch, mine.begin() + (step + 1) * kBatch);
-      optimizer.zero_grad();
       train_step_backward(*model, gather_rows<float>(x, batch), gather_rows<int64_t>(y, batch));
-      for (size_t i = 0; i < parameters.size(); ++i) {
-        std::vector<float> grad = parameters[i]->grad.to_vector<float>();
-        if (rank == 0) summed[i] = grad;
-        else
-          for (size_t j = 0; j < grad.size(); ++j) summed[i][j] += grad[j];
-      }
-    }
-    for (size_t i = 0; i < parameters.size(); ++i) {
-      float* grad = parameters[i]->grad.data<float>();
-      for (size_t j = 0; j < summed[i].size(); ++j) grad[j] = summed[i][j] / float(kWorld);
-    }
+    });
+    set_flat_grads(*model, averaged);
     optimizer.step();
   }
   NamedTensors weights;

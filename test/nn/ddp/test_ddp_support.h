@@ -4,6 +4,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -85,6 +86,50 @@ inline std::vector<float> flat_grads(nn::Module& model) {
     out.insert(out.end(), g.begin(), g.end());
   }
   return out;
+}
+
+// What `world` ranks of DDP leave in every gradient, computed in one process with the same roundings in
+// the same order: each rank's backward passes run separately on `model` (`rank_backward(r)`, from a
+// zero_grad, so every GEMM has the shape that rank's GEMMs have), then the ranks' gradients are summed
+// in rank order in f32 and divided by the world size, as ReduceOp::avg does (comm/reduce_op.cpp: the
+// f32 sum, then one division). A parameter a rank left without a gradient counts as zeros, as
+// find_unused_parameters fills it. For two ranks the result is exact bit for bit, whatever order the
+// all-reduce adds in (a + b == b + a in IEEE arithmetic); with more, the ring adds each chunk starting
+// at another rank, and only a tolerance can compare.
+template <typename RankBackward>
+std::vector<float> gradients_as_ddp_averages(nn::Module& model, int world, RankBackward rank_backward) {
+  std::vector<float> sum;
+  for (int r = 0; r < world; ++r) {
+    model.zero_grad();
+    rank_backward(r);
+    std::vector<float> mine;
+    for (nn::Parameter* p : model.parameters()) {
+      std::vector<float> g = p->has_grad ? p->grad.to_vector<float>() : std::vector<float>(size_t(p->value.numel()), 0.f);
+      mine.insert(mine.end(), g.begin(), g.end());
+    }
+    if (r == 0) {
+      sum = mine;
+    } else {
+      for (size_t i = 0; i < sum.size(); ++i) sum[i] = sum[i] + mine[i];
+    }
+  }
+  const float divisor = float(world);
+  for (float& s : sum) s = s / divisor;
+  return sum;
+}
+
+// Writes `flat` (every gradient, in registration order, as flat_grads returns them) into the model's
+// gradients, so that an optimizer steps on them.
+inline void set_flat_grads(nn::Module& model, const std::vector<float>& flat) {
+  size_t at = 0;
+  for (nn::Parameter* p : model.parameters()) {
+    const size_t n = size_t(p->value.numel());
+    REQUIRE(at + n <= flat.size());
+    p->begin_grad_write();
+    std::copy(flat.begin() + std::ptrdiff_t(at), flat.begin() + std::ptrdiff_t(at + n), p->grad.data<float>());
+    at += n;
+  }
+  REQUIRE(at == flat.size());
 }
 
 // A ProcessGroup that forwards to a real one and writes down each all-reduce it was asked for (which

@@ -111,8 +111,11 @@ TEST_CASE("the Trainer computes exactly what the hand-written loop computes (cli
 
 TEST_CASE("epoch means weigh each batch by its size: with lr 0 they equal the loss over the whole set") {
   Setup s(5, /*lr=*/0.0);
-  nn::DataLoader loader = shuffled_loader();
-  nn::DataLoader valid = ordered_loader(12);
+  // Weights and features on a grid where the forward pass is exact (exact_forward): batches of 16 and
+  // the whole set of 100 give every row the same logits, and so the same loss, to the bit.
+  exact_forward(*s.model);
+  nn::DataLoader loader(three_class_data(kSamples, 11, true), {.batch_size = kBatch, .shuffle = true, .seed = 3});
+  nn::DataLoader valid(three_class_data(kSamples, 12, true), {.batch_size = kBatch});
   MlpTrainer trainer(*s.model, Device::cpu(), *s.optimizer, nullptr, {.log_bar = false});
   trainer.run(2, loader, &valid);
 
@@ -120,18 +123,25 @@ TEST_CASE("epoch means weigh each batch by its size: with lr 0 they equal the lo
     nn::CrossEntropyLoss loss_fn;
     return double(loss_fn.evaluate(s.model->forward(data.features()), data.targets()));
   };
-  double train_loss = whole(*three_class_data(kSamples, 11)), valid_loss = whole(*three_class_data(kSamples, 12));
+  double train_loss = whole(*three_class_data(kSamples, 11, true)), valid_loss = whole(*three_class_data(kSamples, 12, true));
+  // The row losses being equal, only the means round differently: each batch's mean is rounded to
+  // float once (relative error <= u = 2^-24), and so is the whole set's; the sums and divisions in
+  // double add at most about a hundred times 2^-53 = u / 2^29 more. The weighted mean of the batch
+  // means is the whole mean L, so the two differ by at most u L + u L plus those: 3u L bounds it.
+  auto within_rounding_of_means = [](double got, double whole_mean) {
+    return std::fabs(got - whole_mean) <= 3 * 0x1p-24 * std::fabs(whole_mean);
+  };
   for (const nn::EpochRecord& r : trainer.history()) {
-    CHECK(r.train.at("loss") == doctest::Approx(train_loss).epsilon(1e-6));
-    CHECK(r.valid.at("loss") == doctest::Approx(valid_loss).epsilon(1e-6));
+    CHECK(within_rounding_of_means(r.train.at("loss"), train_loss));
+    CHECK(within_rounding_of_means(r.valid.at("loss"), valid_loss));
   }
 
   // inference(): every batch's output stacked in loader order, and the same means.
   nn::InferenceResult result = trainer.inference(valid);
-  Tensor expected = s.model->forward(three_class_data(kSamples, 12)->features());
+  Tensor expected = s.model->forward(three_class_data(kSamples, 12, true)->features());
   REQUIRE(result.outputs.shape() == Shape{kSamples, 3});
-  check_close(result.outputs, expected, 1e-6, 1e-6, "inference outputs");
-  CHECK(result.metrics.at("loss") == doctest::Approx(valid_loss).epsilon(1e-6));
+  check_identical(result.outputs.to_vector<float>(), expected.to_vector<float>(), "inference outputs");
+  CHECK(within_rounding_of_means(result.metrics.at("loss"), valid_loss));
   CHECK(result.metrics.count("accuracy") == 1);
 }
 
