@@ -1,7 +1,6 @@
 // all_reduce_perf: all-reduce: every rank ends with the sum (or -o op) of every rank's buffer.
 // nccl-tests' program of the same name, on tinyddp's collectives: the same flags, table and JSON
 // (bench/perf/perf_main.h; run with --help for the flags and their defaults).
-// Also built as allreduce_perf, the name this program had before it took nccl-tests' names.
 //
 //   tinyddp-run -n 4 build/bin/all_reduce_perf -b 8 -e 128M -f 2
 #include "bench/perf/perf_main.h"

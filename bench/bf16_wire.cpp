@@ -86,7 +86,7 @@ ErrorStats compare(const std::vector<float>& got, const std::vector<double>& exa
   return s;
 }
 
-// Runs body(rank, group) on `world` threads, one ring process group each (shared memory, the ring).
+// Runs body(rank, group) on `world` threads, one host process group each (shared memory, the ring).
 void with_groups(int world, const std::function<void(int, ProcessGroup&)>& body) {
   auto store = std::make_shared<HashStore>();
   ProcessGroupOptions options;
@@ -98,7 +98,7 @@ void with_groups(int world, const std::function<void(int, ProcessGroup&)>& body)
   for (int r = 0; r < world; ++r)
     threads.emplace_back([&, r] {
       try {
-        auto group = create_process_group("ring", store, r, world, options);
+        auto group = create_process_group("host", store, r, world, options);
         body(r, *group);
         group->barrier()->wait();
       } catch (...) {
@@ -194,11 +194,11 @@ void print_times(const ProcessGroup& pg, std::vector<Variant>& variants, const s
   }
 }
 
-// The ring process group of the launched job (tinyddp-run's environment), on `transport`.
+// The host process group of the launched job (tinyddp-run's environment), on `transport`.
 std::shared_ptr<ProcessGroup> join_ring(const std::string& transport) {
   ProcessGroupOptions options;
   options.transport = transport;
-  return init_process_group("ring", "env://", -1, -1, options);
+  return init_process_group("host", "env://", -1, -1, options);
 }
 
 void measure_time(double mib, int rounds, int warmup, const std::string& transport) {

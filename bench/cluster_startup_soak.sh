@@ -2,7 +2,7 @@
 # cluster_startup_soak.sh: does a multi-host job start every time? N startups per layout and
 # transport on simulated hosts (scripts/sim_cluster.sh), each the way a user starts one on a real
 # cluster: `tinyddp-run -n R --nnodes H --node-rank i --master-addr <host 0> --master-port P` on every
-# host at once, running allreduce_perf for one small checked all-reduce. Prints N_ok/N per case and
+# host at once, running all_reduce_perf for one small checked all-reduce. Prints N_ok/N per case and
 # the startup times; the suite runs each case once (test/cluster), this runs them many times.
 #
 #   bench/cluster_startup_soak.sh [BUILD_DIR] [RUNS]          (defaults: build, 20)
@@ -23,7 +23,7 @@ out=${OUT:-/tmp/cluster_startup_soak}
 here=$(cd "$(dirname "$0")/.." && pwd)
 sim=$here/scripts/sim_cluster.sh
 bin=$(cd "$build" && pwd)/bin
-[ -x "$bin/tinyddp-run" ] && [ -x "$bin/allreduce_perf" ] || { echo "build $build first (tinyddp-run, allreduce_perf)"; exit 2; }
+[ -x "$bin/tinyddp-run" ] && [ -x "$bin/all_reduce_perf" ] || { echo "build $build first (tinyddp-run, all_reduce_perf)"; exit 2; }
 why=$("$sim" check) || { echo "cluster_startup_soak: $why"; exit 2; }
 mkdir -p "$out"
 
@@ -36,7 +36,7 @@ one_job() {
   for ((i = hosts - 1; i >= 0; i--)); do
     TINYDDP_TOKEN=soak timeout "$timeout_s" "$sim" run "$name" "$i" "$bin/tinyddp-run" -n "$per_host" \
       --nnodes "$hosts" --node-rank "$i" --master-addr "$master" --master-port 29500 \
-      "$bin/allreduce_perf" -b 1M -e 1M -n 1 -w 0 --transport "$transport" >"$log.node$i" 2>&1 &
+      "$bin/all_reduce_perf" -b 1M -e 1M -n 1 -w 0 --transport "$transport" >"$log.node$i" 2>&1 &
     pids+=($!)
   done
   for pid in "${pids[@]}"; do wait "$pid" || status=1; done

@@ -1,4 +1,4 @@
-// collective_soak: every collective of the ring backend, over and over, for a given time, each
+// collective_soak: every collective of the host backend, over and over, for a given time, each
 // result checked against the value it must have exactly.
 //
 //   tinyddp-run -n 4 build/bin/collective_soak --seconds 600                  (shm and tcp, mixed)
@@ -320,7 +320,7 @@ int main(int argc, char** argv) {
       options.transport = transport;
       options.group_name = "soak-" + transport;
       options.timeout = std::chrono::milliseconds(timeout_ms);
-      groups.push_back(create_process_group("ring", rv.store, rank, world, options));
+      groups.push_back(create_process_group("host", rv.store, rank, world, options));
     }
     if (rank == 0)
       std::printf("collective_soak: %d ranks, transports %s, %.0f s, max %s a buffer, seed %" PRIu64 "\n", world,

@@ -29,7 +29,7 @@
 #include <mutex>
 #include <thread>
 
-#include "tinyddp/comm/debug_check.h"
+#include "tinyddp/comm/fingerprint.h"
 #include "tinyddp/comm/wait_policy.h"
 #include "tinyddp/comm/work.h"
 

@@ -29,7 +29,7 @@
 #include <string>
 #include <vector>
 
-#include "tinyddp/comm/debug_check.h"
+#include "tinyddp/comm/fingerprint.h"
 
 namespace tinyddp::comm {
 

@@ -1,6 +1,6 @@
 #include "tinyddp/comm/process_group.h"
 
-#include "tinyddp/comm/ring_backend.h"
+#include "tinyddp/comm/host_backend.h"
 #include "tinyddp/comm/store/rendezvous.h"
 #include "tinyddp/comm/store/tcp_store.h"
 #include "tinyddp/comm/nccl/nccl_api.h"
@@ -15,12 +15,12 @@ void ProcessGroup::check_tensor(const Tensor& t, const char* collective, const c
 }
 
 WorkPtr ProcessGroup::all_reduce_single_rounding(const Tensor&, ReduceOp, const CallOptions&) {
-  TINYDDP_FAIL("all_reduce_single_rounding: the ", backend(), " backend does not offer it; hint: use the ring backend, ",
+  TINYDDP_FAIL("all_reduce_single_rounding: the ", backend(), " backend does not offer it; hint: use the host backend, ",
                "or all_reduce (which on 16-bit tensors rounds once per reduction step)");
 }
 
 WorkPtr ProcessGroup::reduce_scatter_single_rounding(const Tensor&, const Tensor&, ReduceOp, const CallOptions&) {
-  TINYDDP_FAIL("reduce_scatter_single_rounding: the ", backend(), " backend does not offer it; hint: use the ring ",
+  TINYDDP_FAIL("reduce_scatter_single_rounding: the ", backend(), " backend does not offer it; hint: use the host ",
                "backend, or reduce_scatter (which on 16-bit tensors rounds once per reduction step)");
 }
 
@@ -35,15 +35,18 @@ void ProcessGroup::check_root(int root, const char* collective) const {
 }
 
 std::vector<std::string> available_backends() {
-  if (nccl_available()) return {"ring", "nccl"};
-  return {"ring"};
+  if (nccl_available()) return {"host", "nccl"};
+  return {"host"};
 }
 
 std::shared_ptr<ProcessGroup> create_process_group(const std::string& backend, std::shared_ptr<Store> store, int rank,
                                                    int world, const ProcessGroupOptions& options) {
-  if (backend == "ring") return std::make_shared<RingBackend>(std::move(store), rank, world, options);
+  if (backend == "host") return std::make_shared<HostBackend>(std::move(store), rank, world, options);
   if (backend == "nccl") return create_nccl_process_group(std::move(store), rank, world, options);
-  TINYDDP_FAIL("unknown process group backend '", backend, "'; hint: use \"ring\"",
+  // The hand-written backend was once called "ring", after one of the algorithms it runs.
+  TINYDDP_CHECK(backend != "ring", "unknown process group backend 'ring'; hint: the backend is called 'host' now; ",
+                "'ring' is one of its algorithms (TINYDDP_ALGO=ring)");
+  TINYDDP_FAIL("unknown process group backend '", backend, "'; hint: use \"host\"",
 #ifdef TINYDDP_WITH_NCCL
                " or \"nccl\""
 #else

@@ -1,12 +1,14 @@
 // ProcessGroup: the collectives every rank of a job calls together (PyTorch's c10d ProcessGroup).
 //
 //   auto store = std::make_shared<TcpStore>("10.0.0.1", 29500, rank == 0);
-//   auto pg = create_process_group("ring", store, rank, world);
+//   auto pg = create_process_group("host", store, rank, world);
 //   pg->all_reduce(grad, ReduceOp::avg)->wait();
 //
 // One interface, two backends:
-//   ring  hand-written (ring_backend.h): CPU tensors, and CUDA tensors staged through pinned host
-//         memory; TCP between hosts, shared memory between ranks of one host.
+//   host  hand-written (host_backend.h): collectives on tensors in host memory, over TCP between
+//         hosts and shared memory between ranks of one host; CUDA tensors are staged through
+//         pinned host memory. Its algorithms (ring, direct, recursive doubling, ...) are chosen
+//         per call (algorithms/algorithm_selection.h).
 //   nccl  NVIDIA's library (comm/nccl/): CUDA tensors; built only when NCCL is found.
 //
 // Every collective returns at once with a Work (work.h) and runs on the group's communication
@@ -38,14 +40,14 @@ struct ProcessGroupOptions {
   // Groups created over one store must have distinct names (or be created in the same order on
   // every rank: the n-th group of a name on one rank meets the n-th group of that name elsewhere).
   std::string group_name = "default";
-  // ring backend: "tcp" | "shm" | "auto" (shared memory between ranks of a host, TCP otherwise).
+  // host backend: "tcp" | "shm" | "auto" (shared memory between ranks of a host, TCP otherwise).
   std::string transport = "auto";
   // TINYDDP_DEBUG=DETAIL's collective fingerprint check; unset: read the environment.
   std::optional<bool> debug_detail;
-  // ring backend: all-reduces of at most this many bytes use the one-round direct exchange;
+  // host backend: all-reduces of at most this many bytes use the one-round direct exchange;
   // unset: TINYDDP_SMALL_MESSAGE_BYTES, else the measured crossover (comm/tuning.h).
   std::optional<size_t> small_message_bytes;
-  // ring backend: the all-reduce algorithm, "auto" | "ring" | "direct" | "rd" (recursive doubling) |
+  // host backend: the all-reduce algorithm, "auto" | "ring" | "direct" | "rd" (recursive doubling) |
   // "rabenseifner" | "hier" (hierarchical: in-host, then across hosts); empty: TINYDDP_ALGO, else
   // auto (comm/algorithms/algorithm_selection.h says how auto chooses).
   std::string algorithm;
@@ -78,7 +80,7 @@ class ProcessGroup {
   // output = op over every rank's input (same dtype and element count); input is left untouched.
   virtual WorkPtr all_reduce_into(const Tensor& output, const Tensor& input, ReduceOp op = ReduceOp::sum,
                                   const CallOptions& call = {}) = 0;
-  // Several all-reduces as one call: NCCL launches them as one group, the ring runs them back to back.
+  // Several all-reduces as one call: NCCL launches them as one group, the host backend runs them back to back.
   virtual WorkPtr all_reduce_coalesced(const std::vector<Tensor>& tensors, ReduceOp op = ReduceOp::sum,
                                        const CallOptions& call = {}) = 0;
   // tensor on every rank = tensor on `root`.
@@ -95,7 +97,7 @@ class ProcessGroup {
   // all_reduce of a bf16 or f16 tensor (op sum or avg) that sums every rank's 16-bit value in f32, in
   // rank order, and rounds once: the error does not grow with the world size, as a 16-bit ring's
   // does (one rounding per hop), and the bytes on the wire are those of all_reduce in 16 bits, half
-  // of f32's. The ring backend offers both; the base class throws, naming the backend.
+  // of f32's. The host backend offers both; the base class throws, naming the backend.
   virtual WorkPtr all_reduce_single_rounding(const Tensor& tensor, ReduceOp op = ReduceOp::sum,
                                              const CallOptions& call = {});
   // reduce_scatter (output = the rank()-th of size() equal parts of input) with the same single rounding.
@@ -124,10 +126,10 @@ class ProcessGroup {
   int rank_, size_;
 };
 
-// The backends this build has: always "ring", plus "nccl" when NCCL was found at build time.
+// The backends this build has: always "host", plus "nccl" when NCCL was found at build time.
 std::vector<std::string> available_backends();
 
-// Creates `backend` ("ring" or "nccl") for `rank` of `world`, meeting the other ranks through
+// Creates `backend` ("host" or "nccl") for `rank` of `world`, meeting the other ranks through
 // `store`. Blocks until every rank has joined (bounded by options.timeout).
 std::shared_ptr<ProcessGroup> create_process_group(const std::string& backend, std::shared_ptr<Store> store, int rank,
                                                    int world, const ProcessGroupOptions& options = {});

@@ -3,7 +3,7 @@
 // The code that uses a constant says what the knob does; this file says what it is set to and why,
 // and links the section of bench/allreduce_results.md where the measurement that chose it is
 // written up. They were chosen on the 2-core reference host (loopback TCP, one shared L3): on
-// another machine, measure before changing one (bench/allreduce_perf side by side with the build
+// another machine, measure before changing one (bench/all_reduce_perf side by side with the build
 // before, alternating runs). Where an environment variable overrides a constant, it is there for
 // such measurements.
 #pragma once

@@ -6,7 +6,7 @@
 // How long to spin, and whether to give the core away between looks, depends on the group: when its
 // ranks outnumber the cores, a spinning rank only steals the core from the rank it waits for, which
 // is how oversubscribed collectives collapse. The process group works that out when it is created
-// (RingBackend) and hands its policy to everything that waits on its behalf.
+// (HostBackend) and hands its policy to everything that waits on its behalf.
 #pragma once
 
 #include <chrono>

@@ -9,7 +9,7 @@
 //   work->wait();                       // blocks until done; rethrows the collective's error
 //
 // wait() (not wait_for) first offers the waiting thread to whoever queued the collective (its
-// "helper", the ring backend's Executor): when the communication thread has not started the queued
+// "helper", the host backend's Executor): when the communication thread has not started the queued
 // collectives yet, the caller runs them itself instead of sleeping, which saves two thread
 // hand-offs on every small, immediately awaited collective. The Executor also learns from it which
 // callers wait for each collective before the next, and leaves their small collectives to them.
@@ -26,7 +26,7 @@
 #include <optional>
 #include <string>
 
-#include "tinyddp/comm/debug_check.h"
+#include "tinyddp/comm/fingerprint.h"
 #include "tinyddp/comm/tuning.h"
 
 namespace tinyddp::comm {

@@ -2,7 +2,7 @@
 //
 // CPU memory is 64-byte aligned (a cache line, and what AVX-512 loads like). Once a CUDA device is in
 // use, new CPU blocks are page-locked ("pinned") so host<->device copies run at full PCIe speed and can
-// be asynchronous: that is what staging buffers for the ring backend need.
+// be asynchronous: that is what staging buffers for the host backend need.
 //
 // CPU blocks of 64 KiB and more are cached too (pinned blocks of every size: see CpuCache): a training step allocates the same activation and
 // gradient sizes every iteration, and handing a freed block back to the C library lets it shrink the

@@ -48,7 +48,7 @@ Device device_for_local_rank(const std::vector<Device>& devices, int local_rank,
   TINYDDP_CHECK(!one_gpu_per_rank, "local rank ", local_rank, " has no GPU of its own: the job lists ", devices.size(),
                 " device(s) (", list(devices), ") for ", local_world_size, " ranks on this host, and the nccl backend needs ",
                 "one GPU per rank; hint: list one device per local rank (all_devices()), start at most ", devices.size(),
-                " ranks per host, or use the ring backend");
+                " ranks per host, or use the host backend");
   return shared;
 }
 

@@ -25,7 +25,7 @@ void log_line(LogLevel level, std::string_view component, std::string_view messa
 
 // TINYDDP_DEBUG=OFF|INFO|DETAIL, the levels of PyTorch's TORCH_DISTRIBUTED_DEBUG: how much the
 // distributed runtime reports and checks. INFO: DDP logs its gradient buckets. DETAIL: that, and every
-// collective first checks that all ranks called the same one (comm/debug_check.h). Unset: OFF; any
+// collective first checks that all ranks called the same one (comm/fingerprint.h). Unset: OFF; any
 // other value is an error naming the three.
 enum class DebugLevel { off = 0, info = 1, detail = 2 };
 DebugLevel debug_level();

@@ -1,4 +1,6 @@
-// Trace: a Chrome-trace / Perfetto timeline of what each rank did and when.
+// The trace recorder: a Chrome-trace / Perfetto timeline of what each rank did and when. (The
+// Trainer's Trace add-on, nn/train/addons/trace.h, turns it on for a run; DDP's bucket timeline,
+// nn/ddp/bucket_timeline.h, is what records the buckets on it.)
 //
 // Set TINYDDP_TRACE=run.json (or call trace::start) and every rank records spans: forward and backward
 // per layer on the "compute" lane, each gradient bucket's all-reduce on the "comm" lane, the optimizer

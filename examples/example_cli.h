@@ -84,7 +84,7 @@ int save_final_weights(const std::string& path, WriteModel write_model) {
 
 // Where the workers meet. Spawning, the store listens on --init-method (the seed's
 // tcp://localhost:12355 by default; only the default moves to a free port when it is taken). Under a launcher (tinyddp-run, torchrun, srun, mpirun) they join
-// by env://, unless --init-method was given: then rank 0 hosts the store there, as allreduce_perf
+// by env://, unless --init-method was given: then rank 0 hosts the store there, as all_reduce_perf
 // does with its --init-method.
 template <class MultiDeviceTrainer>
 void use_init_method(const CLI::App& app, const ExampleOptions& options, MultiDeviceTrainer& trainer) {

@@ -10,8 +10,8 @@
 namespace tinyddp::bench {
 namespace {
 
-// The ring backend's algorithms, as ProcessGroupOptions::algorithm names them.
-std::vector<std::string> ring_algorithms(const PerfCollective& collective) {
+// The host backend's algorithms, as ProcessGroupOptions::algorithm names them.
+std::vector<std::string> host_algorithms(const PerfCollective& collective) {
   if (collective.name() == "all_reduce") return {"auto", "ring", "direct", "rd", "rabenseifner", "hier"};
   return {"auto", "ring"};
 }
@@ -20,12 +20,12 @@ std::vector<std::string> ring_algorithms(const PerfCollective& collective) {
 
 void check_algorithm(const std::string& algo, const std::string& backend, const PerfCollective& collective) {
   if (algo.empty()) throw UsageError("--algo: empty; use auto for the library's own choice");
-  if (backend != "ring") return;  // NCCL checks NCCL_ALGO itself
-  auto names = ring_algorithms(collective);
+  if (backend != "host") return;  // NCCL checks NCCL_ALGO itself
+  auto names = host_algorithms(collective);
   if (std::find(names.begin(), names.end(), algo) != names.end()) return;
   std::string list;
   for (size_t i = 0; i < names.size(); ++i) list += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
-  throw UsageError("--algo: '" + algo + "' is not an algorithm the ring backend has for " + collective.name() + "; use " +
+  throw UsageError("--algo: '" + algo + "' is not an algorithm the host backend has for " + collective.name() + "; use " +
                    list);
 }
 
@@ -40,8 +40,8 @@ void apply_algorithm(const std::string& algo, const std::string& backend, comm::
 
 std::string algorithm_help(const PerfCollective& collective) {
   std::string names;
-  for (const auto& n : ring_algorithms(collective)) names += (names.empty() ? "" : ", ") + n;
-  return "auto: the library's choice by size. Ring backend: " + names +
+  for (const auto& n : host_algorithms(collective)) names += (names.empty() ? "" : ", ") + n;
+  return "auto: the library's choice by size. Host backend: " + names +
          (collective.name() == "all_reduce"
               ? " (direct: one-round exchange; rd: recursive doubling; hier: in-host, then across hosts; see "
                 "comm/algorithms/algorithm_selection.h)"

@@ -5,7 +5,7 @@
 // change here once the library takes a name.
 //   - nccl backend: --algo is NCCL_ALGO (Ring, Tree, NVLS, CollnetDirect, ...), set before the
 //     communicator is created; NCCL checks it.
-//   - ring backend: handed to the process group as ProcessGroupOptions::algorithm. All-reduce has
+//   - host backend: handed to the process group as ProcessGroupOptions::algorithm. All-reduce has
 //     ring, direct (the one-round exchange of small messages), rd (recursive doubling),
 //     rabenseifner and hier (hierarchical, for ranks that share hosts); see
 //     comm/algorithms/algorithm_selection.h. The other collectives have one algorithm each (ring).

@@ -48,7 +48,7 @@ MemoryNeed memory_need(const PerfOptions& options, const PerfCollective& collect
     size_t host = 0;
     if (device.is_cuda()) {
       host = std::max(send, recv);                              // the checks' host copy
-      if (options.backend == "ring") host += send + recv;       // the ring backend's staging
+      if (options.backend == "host") host += send + recv;       // the host backend's staging
     }
     need.device_bytes = std::max(need.device_bytes, send + recv);
     need.host_bytes = std::max(need.host_bytes, host);

@@ -4,7 +4,7 @@
 // Each rank needs its send and receive buffers at -e (for the largest of the -d types), on its
 // device; ranks on one host share that host's memory (MemAvailable in /proc/meminfo), ranks on one
 // GPU that GPU's free memory. CUDA buffers also need a host copy for the checks, and, with the
-// ring backend, the host staging copies the backend makes.
+// host backend, the host staging copies the backend makes.
 #pragma once
 
 #include <cstddef>

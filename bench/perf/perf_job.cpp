@@ -11,7 +11,7 @@
 #include "bench/perf/perf_collective.h"
 #include "bench/perf/perf_options.h"
 #include "tinyddp/comm/launch/failure_report.h"
-#include "tinyddp/comm/ring_backend.h"
+#include "tinyddp/comm/host_backend.h"
 #include "tinyddp/comm/store/hash_store.h"
 #include "tinyddp/core/cuda_runtime.h"
 
@@ -40,11 +40,11 @@ std::string join_transports(const std::set<std::string>& names) {
 
 // The transports this rank's group uses, joined with '+' in name order ("" alone in the world).
 std::string transports_of(comm::ProcessGroup& group) {
-  if (group.backend() != "ring") return group.backend();
-  auto* ring = dynamic_cast<comm::RingBackend*>(&group);
+  if (group.backend() != "host") return group.backend();
+  auto* host = dynamic_cast<comm::HostBackend*>(&group);
   std::set<std::string> used;
-  for (int peer = 0; ring && peer < group.size(); ++peer)
-    if (peer != group.rank()) used.insert(ring->transport_to(peer));
+  for (int peer = 0; host && peer < group.size(); ++peer)
+    if (peer != group.rank()) used.insert(host->transport_to(peer));
   return used.empty() ? "" : join_transports(used);
 }
 

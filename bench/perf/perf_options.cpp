@@ -77,7 +77,7 @@ struct FlagTexts {
   std::string b = "32M", e = "32M", i = "1M", f = "1", n = "20", w = "1", m = "1", N = "1";
   std::string o = "sum", d = "float", r = "0";
   std::string c = "1", z = "0", a = "1", I = "0", K = "0", S = "0", T = "0", u = "0", t = "1", g = "1";
-  std::string J, csv, backend = "ring", transport = "auto", algo = "auto", device, init_method = "env://";
+  std::string J, csv, backend = "host", transport = "auto", algo = "auto", device, init_method = "env://";
   // nccl-tests flags that have no counterpart here: accepted at 0 (off), refused otherwise.
   struct Unsupported {
     const char* names;
@@ -133,12 +133,12 @@ void add_flags(CLI::App& app, FlagTexts& x, const PerfCollective& collective) {
   for (auto& u : x.unsupported)
     app.add_option(u.names, u.value, std::string("nccl-tests' ") + u.what + ": only 0 (off) here")
         ->capture_default_str()->type_name("0")->group("nccl-tests flags without a counterpart");
-  app.add_option("--backend", x.backend, "ring or nccl (" + join(comm::available_backends(), ", ") + " in this build)")
+  app.add_option("--backend", x.backend, "host or nccl (" + join(comm::available_backends(), ", ") + " in this build)")
       ->capture_default_str()->type_name("NAME")->group(ours);
-  app.add_option("--transport", x.transport, "ring backend: tcp, shm or auto (shm within a host, tcp across)")
+  app.add_option("--transport", x.transport, "host backend: tcp, shm or auto (shm within a host, tcp across)")
       ->capture_default_str()->type_name("NAME")->group(ours);
   app.add_option("--algo", x.algo, algorithm_help(collective))->capture_default_str()->type_name("NAME")->group(ours);
-  app.add_option("--device", x.device, "cpu, cuda or cuda:N (default: cpu for ring, the local rank's GPU for nccl)")->type_name("DEVICE")->group(ours);
+  app.add_option("--device", x.device, "cpu, cuda or cuda:N (default: cpu for host, the local rank's GPU for nccl)")->type_name("DEVICE")->group(ours);
   app.add_option("--init-method", x.init_method, "env:// (tinyddp-run, torchrun, srun, mpirun) or tcp://host:port")
       ->capture_default_str()->type_name("URL")->group(ours);
   app.add_option("--csv", x.csv, "also write the rows as CSV")->type_name("FILE")->group(ours);
@@ -202,6 +202,9 @@ void check_operation(const FlagTexts& x, PerfOptions& o) {
 }
 
 void check_ours(const FlagTexts& x, PerfOptions& o, const PerfCollective& collective) {
+  if (x.backend == "ring")
+    throw UsageError("--backend: 'ring' is not a backend; the backend is called 'host' now; 'ring' is one of its "
+                     "algorithms (--algo ring, or TINYDDP_ALGO=ring)");
   const auto backends = comm::available_backends();
   if (std::find(backends.begin(), backends.end(), x.backend) == backends.end())
     throw UsageError("--backend: '" + x.backend + "' is not a backend of this build; it has " + join(backends) +
@@ -209,8 +212,8 @@ void check_ours(const FlagTexts& x, PerfOptions& o, const PerfCollective& collec
   o.backend = x.backend;
   if (x.transport != "auto" && x.transport != "tcp" && x.transport != "shm")
     throw UsageError("--transport: '" + x.transport + "' is not a transport; use tcp, shm or auto");
-  if (o.backend != "ring" && x.transport != "auto")
-    throw UsageError("--transport " + x.transport + " applies to the ring backend; NCCL picks its own transports "
+  if (o.backend != "host" && x.transport != "auto")
+    throw UsageError("--transport " + x.transport + " applies to the host backend; NCCL picks its own transports "
                      "(see NCCL_P2P_DISABLE, NCCL_SHM_DISABLE, NCCL_SOCKET_IFNAME)");
   o.transport = x.transport;
   check_algorithm(x.algo, o.backend, collective);
@@ -218,7 +221,7 @@ void check_ours(const FlagTexts& x, PerfOptions& o, const PerfCollective& collec
   if (!x.device.empty() && x.device != "cpu" && x.device != "cuda" && x.device.rfind("cuda:", 0) != 0)
     throw UsageError("--device: '" + x.device + "' is not a device; use cpu, cuda or cuda:N");
   if (o.backend == "nccl" && x.device == "cpu")
-    throw UsageError("--device cpu with --backend nccl: NCCL moves CUDA tensors only; use --backend ring for CPU tensors");
+    throw UsageError("--device cpu with --backend nccl: NCCL moves CUDA tensors only; use --backend host for CPU tensors");
   o.device = x.device;
   if (x.init_method != "env://" && x.init_method.rfind("tcp://", 0) != 0)
     throw UsageError("--init-method: '" + x.init_method + "' is neither env:// nor tcp://host:port");

@@ -55,10 +55,10 @@ struct PerfOptions {
   std::string json_file;
   std::string csv_file;
   // tinyddp.
-  std::string backend = "ring";
+  std::string backend = "host";
   std::string transport = "auto";
   std::string algo = "auto";
-  std::string device;         // "": cpu for ring, cuda for nccl
+  std::string device;         // "": cpu for host, cuda for nccl
   std::string init_method = "env://";
 
   std::string program;              // argv[0]'s file name

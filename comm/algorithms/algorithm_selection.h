@@ -21,7 +21,7 @@
 #include "tinyddp/comm/algorithms/cost_model.h"
 #include "tinyddp/comm/algorithms/host_layout.h"
 #include "tinyddp/comm/algorithms/peer_group.h"
-#include "tinyddp/comm/algorithms/ring_algorithms.h"
+#include "tinyddp/comm/algorithms/collective_engine.h"
 
 namespace tinyddp::comm {
 

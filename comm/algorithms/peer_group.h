@@ -18,7 +18,7 @@
 #include <functional>
 #include <vector>
 
-#include "tinyddp/comm/algorithms/ring_algorithms.h"
+#include "tinyddp/comm/algorithms/ring.h"
 
 namespace tinyddp::comm {
 

@@ -16,14 +16,14 @@
 // addition; that error is 2^-16 of bf16's for the same sum, so the one rounding to bf16 dominates.
 // Every rank computes the same bits for a chunk (one place sums it), as the ring does.
 //
-// The chunks are those of chunk_begin / chunk_count (ring_algorithms.h). Counts in elements of
+// The chunks are those of chunk_begin / chunk_count (comm/chunks.h). Counts in elements of
 // ctx.dtype, which must be bf16 or f16; ctx.op sum or avg.
 #pragma once
 
 #include <cstddef>
 #include <span>
 
-#include "tinyddp/comm/algorithms/ring_algorithms.h"
+#include "tinyddp/comm/algorithms/ring.h"
 
 namespace tinyddp::comm {
 

@@ -14,7 +14,7 @@
 #include <cstddef>
 #include <span>
 
-#include "tinyddp/comm/algorithms/ring_algorithms.h"
+#include "tinyddp/comm/algorithms/collective_engine.h"
 
 namespace tinyddp::comm {
 

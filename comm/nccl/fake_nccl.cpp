@@ -39,7 +39,7 @@ struct FakeComm {
   bool blocking = false;
   std::shared_ptr<TcpStore> root;  // the bootstrap store, when this process hosts it
   std::shared_ptr<TcpStore> store;
-  std::shared_ptr<ProcessGroup> ring;
+  std::shared_ptr<ProcessGroup> host;  // the host backend that moves the data
   // What ncclCommGetAsyncError answers now, and what it answers after reporting in_progress once.
   NcclResult state = NcclResult::success;
   NcclResult next_state = NcclResult::success;
@@ -129,10 +129,10 @@ void move_data(const FakeNccl::Op& op) {
     reduce = ReduceOp::sum;
   }
   switch (op.kind) {
-    case OpKind::all_reduce: c.ring->all_reduce(in, reduce)->wait(); break;
-    case OpKind::broadcast: c.ring->broadcast(in, op.root)->wait(); break;
-    case OpKind::all_gather: c.ring->all_gather(out, in)->wait(); break;
-    case OpKind::reduce_scatter: c.ring->reduce_scatter(out, in, reduce)->wait(); break;
+    case OpKind::all_reduce: c.host->all_reduce(in, reduce)->wait(); break;
+    case OpKind::broadcast: c.host->broadcast(in, op.root)->wait(); break;
+    case OpKind::all_gather: c.host->all_gather(out, in)->wait(); break;
+    case OpKind::reduce_scatter: c.host->reduce_scatter(out, in, reduce)->wait(); break;
   }
   if (out_count > 0) std::memcpy(op.recv, out.raw_data(), out_count * item);
 }
@@ -244,7 +244,7 @@ NcclResult FakeNccl::comm_init_rank(NcclComm* out, int nranks, const NcclUniqueI
     ProcessGroupOptions options;
     options.group_name = "fake-nccl";
     options.timeout = std::chrono::seconds(60);
-    comm->ring = create_process_group("ring", scoped, rank, nranks, options);
+    comm->host = create_process_group("host", scoped, rank, nranks, options);
     if (std::string duplicate = duplicate_gpu(*comm, *scoped); !duplicate.empty())
       outcome = fail(comm.get(), NcclResult::invalid_usage, duplicate);
   } catch (const std::exception& e) {

@@ -1,6 +1,6 @@
 // Fake NCCL: the nccl backend's calls answered on fake CUDA devices (core/fake_cuda.h), so that the
 // backend itself -- and DDP, MultiDevice and the Trainer above it -- run their NCCL path on machines
-// without a GPU. The data moves through the ring backend (over shared memory or TCP, between threads
+// without a GPU. The data moves through the host backend (over shared memory or TCP, between threads
 // or processes), and NCCL's rules are enforced, each where NCCL itself enforces it:
 //   - buffers are device memory of the communicator's device, which is the calling thread's current
 //     device when ncclCommInitRank runs; the stream is a stream of that device;
@@ -31,7 +31,7 @@ struct FakeComm;
 
 class FakeNccl final : public NcclApi {
  public:
-  std::string describe() const override { return "fake NCCL (the ring backend on fake CUDA devices)"; }
+  std::string describe() const override { return "fake NCCL (the host backend on fake CUDA devices)"; }
   NcclResult get_unique_id(NcclUniqueId* id) override;
   NcclResult comm_init_rank(NcclComm* comm, int nranks, const NcclUniqueId& id, int rank, bool blocking) override;
   NcclResult comm_get_async_error(NcclComm comm, NcclResult* state) override;

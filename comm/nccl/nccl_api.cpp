@@ -11,7 +11,7 @@ namespace {
 #ifndef TINYDDP_WITH_NCCL
 [[noreturn]] void not_built() {
   TINYDDP_FAIL("the nccl backend is not in this build (NCCL was not found when it was configured); hint: install "
-               "NCCL (libnccl-dev, or set NCCL_HOME) and reconfigure with -DTINYDDP_NCCL=ON, or use the ring backend, "
+               "NCCL (libnccl-dev, or set NCCL_HOME) and reconfigure with -DTINYDDP_NCCL=ON, or use the host backend, "
                "which stages CUDA tensors through host memory");
 }
 #endif
@@ -42,7 +42,7 @@ NcclApi& nccl_api() {
   not_built();
 #endif
   TINYDDP_CHECK(cuda_device_count() > 0, "the nccl backend needs a CUDA device, but ", cuda_unavailable_reason(),
-                "; hint: use the ring backend on machines without GPUs");
+                "; hint: use the host backend on machines without GPUs");
   return nccl_half();
 }
 

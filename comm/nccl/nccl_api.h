@@ -2,7 +2,7 @@
 //
 //   the NCCL half (comm/nccl/plugin/nccl_library.cpp, inside libtinyddp_nccl.so): thin calls into
 //       NCCL itself, loaded with the first nccl process group (core/cuda_plugin.h says why);
-//   fake NCCL (comm/nccl/fake_nccl.h): collectives on fake CUDA devices, moved by the ring backend,
+//   fake NCCL (comm/nccl/fake_nccl.h): collectives on fake CUDA devices, moved by the host backend,
 //       with NCCL's rules enforced, so the backend's logic is tested without a GPU.
 //
 // The calls keep NCCL's own semantics (a non-blocking communicator answers in_progress until a call

@@ -18,7 +18,7 @@
 //   - teardown by NCCL's protocol: ncclCommFinalize, poll until the communicator is quiescent, then
 //     ncclCommDestroy; ncclCommAbort when that fails or takes longer than the timeout;
 //   - the DETAIL fingerprint check through the store;
-//   - the flight recorder (flight_recorder.h), as in the ring backend: queued when called, started
+//   - the flight recorder (flight_recorder.h), as in the host backend: queued when called, started
 //     when handed to NCCL on the stream, finished when its end event fires; written on a failure and
 //     on SIGUSR1 (the watchdog thread writes it), and the source of time_in_collectives. On a GPU
 //     "started" to "finished" also covers the time the collective waited on the stream behind
@@ -46,7 +46,7 @@
 #include <mutex>
 #include <thread>
 
-#include "tinyddp/comm/debug_check.h"
+#include "tinyddp/comm/fingerprint.h"
 #include "tinyddp/comm/flight_recorder.h"
 #include "tinyddp/comm/nccl/nccl_api.h"
 #include "tinyddp/comm/store/rendezvous.h"
@@ -316,7 +316,7 @@ void NcclBackend::teardown() {
 void NcclBackend::check_device(const Tensor& t, const char* collective) const {
   TINYDDP_CHECK(t.device() == Device::cuda(device_), "nccl backend: ", collective, ": ", t.describe(),
                 " is not on this rank's device cuda:", device_, " (NCCL reads and writes only its communicator's device); "
-                "hint: move it with .to(Device::cuda(", device_, ")), or use the ring backend for CPU tensors");
+                "hint: move it with .to(Device::cuda(", device_, ")), or use the host backend for CPU tensors");
 }
 
 WorkPtr NcclBackend::launch(Fingerprint f, const CallOptions& call, std::vector<Tensor> tensors, const Enqueue& enqueue) {

@@ -12,7 +12,7 @@
 #include <sstream>
 
 #include "tinyddp/comm/store/barrier.h"
-#include "tinyddp/comm/store/launcher_address.h"
+#include "tinyddp/comm/launch/launcher_address.h"
 #include "tinyddp/comm/store/prefix_store.h"
 #include "tinyddp/comm/store/tcp_store.h"
 #include "tinyddp/comm/store/torch_tcp_store.h"

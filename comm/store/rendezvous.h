@@ -12,7 +12,7 @@
 //                       SLURM_TASKS_PER_NODE ("2(x3),1")                    (srun)
 //                     OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE  (Open MPI's mpirun)
 //                   MASTER_ADDR and MASTER_PORT name the store. Under srun and mpirun, which set
-//                   neither, the address is derived from what they do set (comm/store/launcher_address.h).
+//                   neither, the address is derived from what they do set (comm/launch/launcher_address.h).
 //                   Under torchrun (TORCHELASTIC_USE_AGENT_STORE=True) the store is its agent's, a
 //                   PyTorch TCPStore, joined as a client (comm/store/torch_tcp_store.h), and
 //                   TORCHELASTIC_RESTART_COUNT / TORCHELASTIC_RUN_ID name the attempt and the job.

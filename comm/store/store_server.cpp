@@ -47,7 +47,7 @@ constexpr size_t kBodyChunk = 256 * 1024;
 }  // namespace
 
 // The names of these two types must be unique in tinyddp::comm: comm/transport/transport.h has a Connection and
-// comm/algorithms/ring_algorithms.h a Waiter, and two classes of one name in one namespace share the mangled
+// comm/algorithms/collective_engine.h a Waiter, and two classes of one name in one namespace share the mangled
 // names of their inline members. The linker then keeps one destructor for both: these were once
 // called Connection and Waiter, and every store connection leaked its socket buffers through the
 // transport's empty destructor (found by LeakSanitizer).

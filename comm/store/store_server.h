@@ -14,7 +14,7 @@
 // open without having completed their hello; when another arrives, the oldest of them is closed. A
 // client that means business sends its hello the moment it connects, so it is never the oldest for
 // long, and a flood of idle connections cannot fill the file table or keep an honest client out.
-// Its log is rate-limited (comm/store/log_rate_limiter.h): a thousand misbehaving clients cost a
+// Its log is rate-limited (core/log_rate_limiter.h): a thousand misbehaving clients cost a
 // few lines and a count, not a thousand lines. Listening on an address other than loopback without
 // a token, it warns that anyone who can reach the port can read and change every key.
 //
@@ -26,7 +26,7 @@
 #include <memory>
 #include <string>
 
-#include "tinyddp/comm/store/log_rate_limiter.h"
+#include "tinyddp/core/log_rate_limiter.h"
 #include "tinyddp/comm/store/store_protocol.h"
 #include "tinyddp/core/log.h"
 

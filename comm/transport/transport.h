@@ -1,6 +1,6 @@
 // Transport: how bytes move between two ranks, and how a rank waits for them.
 //
-// A Connection is a full-duplex byte stream to one peer. The algorithms (ring_algorithms.h) drive
+// A Connection is a full-duplex byte stream to one peer. The algorithms (algorithms/collective_engine.h) drive
 // several of them from a single thread with non-blocking calls: send what fits, take what has
 // arrived, reduce it, repeat. Sending, receiving and reducing therefore overlap without a thread
 // per direction, and when nothing can move the thread waits on the transport (spin, then sleep).

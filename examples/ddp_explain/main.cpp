@@ -4,7 +4,7 @@
 //   build/bin/ddp_explain                      # 2 ranks, 3 steps
 //   build/bin/ddp_explain --ranks 3 --steps 2
 //
-// Each rank is a thread with its own "ring" process group (over one in-process store), its own replica
+// Each rank is a thread with its own "host" process group (over one in-process store), its own replica
 // of a small MLP built from its own seed (the textbook's broadcast replaces it with rank 0's) and its
 // own rows of a small random data set. Before the textbook adds its hook to every parameter, this
 // program adds one of its own; hooks run in the order they were added, so this one sees each gradient
@@ -129,7 +129,7 @@ bool run_ranks(int ranks, const Body& body) {
   for (int r = 0; r < ranks; ++r)
     threads.emplace_back([&, r] {
       try {
-        body(r, comm::create_process_group("ring", store, r, ranks, options));
+        body(r, comm::create_process_group("host", store, r, ranks, options));
       } catch (const std::exception& e) {
         errors[size_t(r)] = e.what();
       }
@@ -196,7 +196,7 @@ int main(int argc, char** argv) {
 
   const size_t total = logs[0][0].local.size();
   const std::unique_ptr<nn::Sequential> shown = make_model(0);  // for its description and parameter names
-  std::printf("%d ranks (threads), each with its own ProcessGroup(\"ring\") and its own replica of\n%s\n", n,
+  std::printf("%d ranks (threads), each with its own ProcessGroup(\"host\") and its own replica of\n%s\n", n,
               shown->describe().c_str());
   std::printf("The textbook DDP (textbook_ddp.h) copied rank 0's weights to every rank, made every param.grad a "
               "view into\none flat bucket of %zu floats, and added a hook to every parameter:\n ", total);

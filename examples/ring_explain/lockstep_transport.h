@@ -1,7 +1,7 @@
 // LockstepTransport: an in-memory transport for ring_explain that watches the real ring algorithm
 // work, and holds it to one step at a time so the buffers can be printed between steps.
 //
-// The library's ring (comm/algorithms/ring_algorithms.cpp) only ever talks to the network through the
+// The library's ring (comm/algorithms/ring.cpp) only ever talks to the network through the
 // Connection interface of comm/transport/transport.h: try_send, then try_peek + release (receive and reduce
 // in place) or try_recv (receive by copying). This transport implements that interface with
 // in-memory queues between the threads that act as ranks, and writes down every call: who sent

@@ -3,16 +3,16 @@
 //   build/bin/ring_explain                     # 4 ranks, 9 floats each
 //   build/bin/ring_explain --ranks 3 --count 7
 //
-// Each rank is a thread that calls the library's own comm::ring_all_reduce (comm/algorithms/ring_algorithms.cpp),
-// the function the "ring" process group runs for large messages. Its connections are a
+// Each rank is a thread that calls the library's own comm::ring_all_reduce (comm/algorithms/ring.cpp),
+// the function the "host" process group runs for large messages. Its connections are a
 // LockstepTransport (lockstep_transport.h): in-memory queues that record every send and receive
 // and hold the ranks to one step at a time. So the chunks printed are the ones the real code sent,
 // and the buffers printed are the real buffers between steps. Rank r starts with (i+1)*10^r in
 // element i: each decimal digit of a sum tells whose contribution it holds (1111 = all 4 ranks).
 //
 // At the end the result is checked against the closed form (i+1)*(1+10+...+10^(n-1)), the observed
-// schedule against the chunk formula in ring_algorithms.h, and the same inputs are all-reduced once
-// more through a real "ring" ProcessGroup (shared memory between threads), and once through the
+// schedule against the chunk formula of comm/chunks.h, and the same inputs are all-reduced once
+// more through a real "host" ProcessGroup (shared memory between threads), and once through the
 // textbook step loop of textbook_ring.h (read it first: it is the algorithm without the engine's
 // optimisations); both must agree.
 #include <CLI/CLI.hpp>
@@ -21,7 +21,8 @@
 #include <thread>
 #include <vector>
 
-#include "tinyddp/comm/algorithms/ring_algorithms.h"
+#include "tinyddp/comm/algorithms/ring.h"
+#include "tinyddp/comm/chunks.h"
 #include "tinyddp/comm/process_group.h"
 #include "tinyddp/comm/store/hash_store.h"
 #include "tinyddp/comm/work.h"
@@ -39,13 +40,9 @@ using examples::StepRecord;
 
 namespace {
 
-// How the ring cuts `count` elements into `parts` chunks: the first count % parts chunks get one
-// more element. This is the partition ring_algorithms.cpp uses (chunk_begin); here it only names
-// the chunk that an observed byte offset falls in.
-size_t chunk_begin(size_t count, int parts, int i) {
-  size_t base = count / size_t(parts), extra = count % size_t(parts);
-  return size_t(i) * base + std::min(size_t(i), extra);
-}
+using comm::chunk_begin;  // how the ring cuts `count` elements into `parts` chunks (comm/chunks.h)
+
+// The chunk that an observed element offset falls in.
 int chunk_of(size_t element, size_t count, int parts) {
   int c = 0;
   while (c + 1 < parts && chunk_begin(count, parts, c + 1) <= element) ++c;
@@ -130,7 +127,7 @@ int main(int argc, char** argv) {
       sent_elements[size_t(r)] += sent_count;
       std::printf("  rank %d sends chunk %d to rank %d; receives chunk %d from rank %d and %s\n", r, sent_chunk,
                   wrap(r + 1, n), got_chunk, from, s.reduced ? "adds it to its own" : "copies it over its own");
-      // The schedule ring_algorithms.h documents: reduce-scatter step s sends chunk r-s and reduces
+      // The schedule ring.h documents: reduce-scatter step s sends chunk r-s and reduces
       // chunk r-s-1; all-gather step s sends chunk r+1-s and receives chunk r-s.
       int expect_send = gather ? wrap(r + 1 - phase_step, n) : wrap(r - phase_step, n);
       int expect_recv = gather ? wrap(r - phase_step, n) : wrap(r - phase_step - 1, n);
@@ -216,11 +213,11 @@ int main(int argc, char** argv) {
   for (int r = 0; r < n; ++r) std::printf(" %zu", sent_elements[size_t(r)]);
   std::printf(" elements (rank 0 .. %d); 2(n-1)/n x %zu = %.1f. That is why busbw = algbw x 2(n-1)/n.\n", n - 1,
               count, 2.0 * (n - 1) / n * double(count));
-  std::printf("schedule: %s\n", consistent ? "every send and receive matched ring_algorithms.h (rank r sends chunk "
+  std::printf("schedule: %s\n", consistent ? "every send and receive matched ring.h (rank r sends chunk "
                                                "r-s in reduce-scatter step s, chunk r+1-s in all-gather step s)"
                                              : "MISMATCH (see the lines marked !!)");
 
-  // The same inputs through a real "ring" process group over shared memory; small_message_bytes = 0
+  // The same inputs through a real "host" process group over shared memory; small_message_bytes = 0
   // makes it take the ring even for these few bytes (by default it would use the direct exchange).
   auto store = std::make_shared<comm::HashStore>();
   store->set_timeout(std::chrono::seconds(20));
@@ -233,7 +230,7 @@ int main(int argc, char** argv) {
   for (int r = 0; r < n; ++r)
     threads.emplace_back([&, r] {
       try {
-        auto group = comm::create_process_group("ring", store, r, n, options);
+        auto group = comm::create_process_group("host", store, r, n, options);
         Tensor t = Tensor::from_vector(inputs[size_t(r)]);
         group->all_reduce(t)->wait();
         via_group[size_t(r)] = t.to_vector<float>();
@@ -248,7 +245,7 @@ int main(int argc, char** argv) {
       return 1;
     }
   bool same = via_group == buffers;
-  std::printf("ProcessGroup(\"ring\").all_reduce of the same inputs: %s\n",
+  std::printf("ProcessGroup(\"host\").all_reduce of the same inputs: %s\n",
               same ? "the same result on every rank" : "DIFFERENT");
   std::vector<std::vector<float>> textbook = inputs;
   examples::textbook_ring_all_reduce(textbook);

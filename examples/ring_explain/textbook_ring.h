@@ -10,16 +10,17 @@
 //
 // Here every rank's buffer lives in one process and a step is one pass over the ranks: first each
 // rank puts its chunk "on the wire", then each takes the chunk its left neighbour sent. The library's
-// engine (comm/algorithms/ring_algorithms.cpp) runs exactly this schedule, but pipelined: no rank
+// engine (comm/algorithms/ring.cpp) runs exactly this schedule, but pipelined: no rank
 // waits for a whole step, and a piece of a chunk moves on as soon as it has been added. Since every
 // element is added in the same order either way, the results are the same to the last bit
-// (test/examples/test_ring_explain.cpp checks it against the real "ring" process group).
+// (test/examples/test_ring_explain.cpp checks it against the real "host" process group).
 #pragma once
 
-#include <algorithm>
 #include <cstddef>
 #include <span>
 #include <vector>
+
+#include "tinyddp/comm/chunks.h"
 
 namespace tinyddp::examples {
 
@@ -29,7 +30,7 @@ void textbook_ring_all_reduce(std::vector<std::vector<T>>& buffers) {
   const int n = int(buffers.size());
   const size_t count = buffers[0].size();
   // Chunk c of the buffer: the first count % n chunks get one element more (the engine's cut).
-  auto begin = [&](int c) { return size_t(c) * (count / n) + std::min(size_t(c), count % n); };
+  auto begin = [&](int c) { return comm::chunk_begin(count, n, c); };
   auto chunk = [&](int r, int c) {
     c = ((c % n) + n) % n;
     return std::span<T>(buffers[size_t(r)]).subspan(begin(c), begin(c + 1) - begin(c));

@@ -86,7 +86,7 @@ CommHookFuture allreduce(comm::ProcessGroup& group, GradBucket& bucket);
 
 // The compressing hooks send half the bytes: the bucket is converted to a 16-bit copy, that copy is
 // all-reduced, and the result is converted back into the buffer when the future is waited on.
-// The ring backend adds each pair of 16-bit values in f32 and rounds the sum once per step, so the
+// The host backend adds each pair of 16-bit values in f32 and rounds the sum once per step, so the
 // error grows with the number of steps (docs/bf16-on-the-wire.md).
 //
 // bf16 keeps f32's range, so the average is taken as everywhere else: sum, then one division.
@@ -96,7 +96,7 @@ CommHookFuture bf16_compress(comm::ProcessGroup& group, GradBucket& bucket);
 CommHookFuture fp16_compress(comm::ProcessGroup& group, GradBucket& bucket);
 // bf16 on the wire with one rounding: ProcessGroup::all_reduce_single_rounding, where every rank's
 // bf16 contribution is summed in f32 and rounded once, so the error stays that of one bf16 rounding
-// at any world size. The ring backend has it; on another backend the first bucket fails, saying so.
+// at any world size. The host backend has it; on another backend the first bucket fails, saying so.
 CommHookFuture bf16_single_rounding(comm::ProcessGroup& group, GradBucket& bucket);
 
 // The names above, in that order.

@@ -13,7 +13,7 @@
 //      as soon as they are complete, then waits for the last of them (as PyTorch's autograd engine
 //      does when backward finishes). When it returns, param.grad holds the average.
 //
-//   auto group = comm::create_process_group("ring", store, rank, world);
+//   auto group = comm::create_process_group("host", store, rank, world);
 //   nn::DistributedDataParallel ddp(model, group);           // model: any nn::Module
 //   nn::Adam optimizer(ddp.named_parameters(), 1e-3);
 //   for (const Batch& batch : loader) {                      // loader over a DistributedSampler

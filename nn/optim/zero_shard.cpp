@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "tinyddp/comm/algorithms/ring_algorithms.h"
+#include "tinyddp/comm/chunks.h"
 #include "tinyddp/core/error.h"
 
 namespace tinyddp::nn {

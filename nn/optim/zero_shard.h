@@ -3,7 +3,7 @@
 //
 // The layout is chosen so that ZeRO's reduce-scatter adds every gradient element in exactly the
 // order DDP's ring all-reduce adds it, which makes ZeRO's averaged gradients (and so its weights)
-// bitwise equal to DDP's. The ring all-reduce (comm/algorithms/ring_algorithms.h) cuts a bucket of
+// bitwise equal to DDP's. The ring all-reduce (comm/algorithms/ring.h) cuts a bucket of
 // `count` elements into `world` chunks with chunk_begin (the first count % world chunks one element
 // longer), and its reduce-scatter phase finishes chunk c on rank c-1, having added the ranks'
 // values in the order c, c+1, ..., c-1. The reduce-scatter collective takes equal parts instead

@@ -38,8 +38,10 @@
 // Add-ons (nn/addons/) are mixin templates, several at once, in any order:
 //   nn::WithAddOns<DummyTrainer, nn::MultiDevice, nn::StateManager, nn::Trace>
 //   == nn::MultiDevice<nn::StateManager<nn::Trace<DummyTrainer>>>
-// Each derives from the class it wraps and overrides the hooks below (calling the wrapped class's
-// version too), so they stack like Python's class decorators, but checked at compile time.
+// Each derives from the class it wraps and overrides the callbacks below (on_run_begin, on_epoch_end,
+// ...; calling the wrapped class's version too), so they stack like Python's class decorators, but
+// checked at compile time. (Callbacks, as Keras and Lightning call them: "hook" in this library means
+// a parameter's grad-ready hook, DDP's comm hook or a module's forward pre-hook.)
 #pragma once
 
 #include <chrono>
@@ -210,7 +212,7 @@ class Trainer {
   // arms its gradient reducer only for training forwards.
   bool is_training() const { return training_; }
 
-  // Hooks for add-ons; an override calls the wrapped class's version too.
+  // Callbacks for add-ons; an override calls the wrapped class's version too.
   virtual void on_run_begin(int64_t n_epoch) { (void)n_epoch; }
   virtual void on_epoch_end(const EpochRecord& record) { (void)record; }
   virtual void on_run_end() {}

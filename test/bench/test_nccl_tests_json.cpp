@@ -104,7 +104,7 @@ TEST_CASE("-J writes nccl-tests' JSON, key for key, and --csv the same rows") {
   CHECK(doc["env"].is_array());
   CHECK(doc["nccl_version"].is_number_integer());
   CHECK(doc["tinyddp"]["transport"] == "shm");
-  CHECK(doc["tinyddp"]["backend"] == "ring");
+  CHECK(doc["tinyddp"]["backend"] == "host");
 
   const Json& config = doc["config"];
   check_keys(config, {"nthreads", "ngpus", "minimum_bytes", "maximum_bytes", "step_factor", "warmup_iters", "iterations",
@@ -163,7 +163,7 @@ TEST_CASE("-J writes nccl-tests' JSON, key for key, and --csv the same rows") {
   CHECK(header.rfind("collective,backend,transport,algo,world,bytes,count,type,redop,root,oop_time_us,", 0) == 0);
   int n = 0;
   while (std::getline(lines, line)) {
-    CHECK(line.rfind("all_reduce,ring,shm,auto,3," + rows[size_t(n)][0] + ",", 0) == 0);
+    CHECK(line.rfind("all_reduce,host,shm,auto,3," + rows[size_t(n)][0] + ",", 0) == 0);
     ++n;
   }
   CHECK(n == 3);

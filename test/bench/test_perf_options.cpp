@@ -85,9 +85,11 @@ TEST_CASE("every bad flag is refused with a message that names it") {
   CHECK(refusal({"-t", "4"}).find("-t must be between 1 and 1, got 4 (one rank per process") == 0);
   CHECK(refusal({"-G", "1"}).find("-G 1: CUDA graph replay is an NCCL-tests feature tinyddp does not have") == 0);
   CHECK(refusal({"-G", "0"}).empty());
-  CHECK(refusal({"--backend", "gloo2"}).find("--backend: 'gloo2' is not a backend of this build; it has ring") == 0);
+  CHECK(refusal({"--backend", "gloo2"}).find("--backend: 'gloo2' is not a backend of this build; it has host") == 0);
+  CHECK(refusal({"--backend", "ring"}).find("--backend: 'ring' is not a backend; the backend is called 'host' now; 'ring' "
+                                            "is one of its algorithms") == 0);
   CHECK(refusal({"--transport", "rdma"}) == "--transport: 'rdma' is not a transport; use tcp, shm or auto");
-  CHECK(refusal({"--algo", "tree"}).find("--algo: 'tree' is not an algorithm the ring backend has for all_reduce; use auto, "
+  CHECK(refusal({"--algo", "tree"}).find("--algo: 'tree' is not an algorithm the host backend has for all_reduce; use auto, "
                                           "ring, direct, rd, rabenseifner or hier") == 0);
   CHECK(refusal({"--algo", "direct"}, all_gather_collective()).find("for all_gather; use auto or ring") !=
         std::string::npos);

@@ -86,7 +86,7 @@ std::vector<Torchrun> torchruns() {
 }  // namespace
 
 TEST_CASE("torchrun: workers join the agent's store, restart with TORCHELASTIC_RESTART_COUNT, and its Root Cause names the rank that failed") {
-  if (!programs_built({"test_rendezvous_worker", "allreduce_perf", "dummy_mgpu"})) return;
+  if (!programs_built({"test_rendezvous_worker", "all_reduce_perf", "dummy_mgpu"})) return;
   auto launchers = torchruns();
   if (launchers.empty()) {
     TINYDDP_SKIP("no torchrun (Debian: apt-get install python3-torch, which make test installs as root)");
@@ -130,14 +130,14 @@ TEST_CASE("torchrun: workers join the agent's store, restart with TORCHELASTIC_R
     CHECK_MESSAGE(contains(cause, "rank      : 1 (local_rank: 1)"), killed.report);
     CHECK_MESSAGE(contains(cause, "Signal 9 (SIGKILL)"), killed.report);
   }
-  // allreduce_perf's results, checked, under Debian's torchrun.
-  auto perf = run(launchers.front().command(2, {bin("allreduce_perf"), "-b", "64K", "-e", "1M", "-f", "4", "-n", "2"}));
+  // all_reduce_perf's results, checked, under Debian's torchrun.
+  auto perf = run(launchers.front().command(2, {bin("all_reduce_perf"), "-b", "64K", "-e", "1M", "-f", "4", "-n", "2"}));
   CHECK_MESSAGE(perf.ok(), perf.report);
   CHECK(contains(perf.report, "# Out of bounds values : 0 OK"));
 }
 
 TEST_CASE("mpirun: the ranks find the store with no MASTER_ADDR/MASTER_PORT") {
-  if (!programs_built({"test_rendezvous_worker", "allreduce_perf", "dummy_mgpu"})) return;
+  if (!programs_built({"test_rendezvous_worker", "all_reduce_perf", "dummy_mgpu"})) return;
   std::string mpirun = access("/usr/bin/mpirun", X_OK) == 0 ? "/usr/bin/mpirun" : "";
   if (mpirun.empty()) {
     TINYDDP_SKIP("no mpirun (Debian: apt-get install openmpi-bin, which make test installs as root)");
@@ -152,7 +152,7 @@ TEST_CASE("mpirun: the ranks find the store with no MASTER_ADDR/MASTER_PORT") {
   auto joined = run(with(3, {bin("test_rendezvous_worker")}));
   CHECK_MESSAGE(joined.ok(), joined.report);
   for (int r = 0; r < 3; ++r) CHECK(contains(joined.report, "rank " + std::to_string(r) + " of 3 joined"));
-  auto perf = run(with(2, {bin("allreduce_perf"), "-b", "64K", "-e", "1M", "-f", "4", "-n", "2"}));
+  auto perf = run(with(2, {bin("all_reduce_perf"), "-b", "64K", "-e", "1M", "-f", "4", "-n", "2"}));
   CHECK_MESSAGE(perf.ok(), perf.report);
   CHECK(contains(perf.report, "# Out of bounds values : 0 OK"));
   auto trained = run(with(2, {bin("dummy_mgpu"), "--device", "cpu", "--epochs", "2", "--save", ""}));
@@ -161,7 +161,7 @@ TEST_CASE("mpirun: the ranks find the store with no MASTER_ADDR/MASTER_PORT") {
 }
 
 TEST_CASE("srun: the tasks of a Slurm step find the store with no MASTER_ADDR/MASTER_PORT") {
-  if (!programs_built({"test_rendezvous_worker", "allreduce_perf", "dummy_mgpu"})) return;
+  if (!programs_built({"test_rendezvous_worker", "all_reduce_perf", "dummy_mgpu"})) return;
   std::string script = source_file("scripts/slurm_localhost.sh");
   auto why = finish_child(spawn_program({script, "check"}), 30s);
   if (!why.ok()) {
@@ -179,7 +179,7 @@ TEST_CASE("srun: the tasks of a Slurm step find the store with no MASTER_ADDR/MA
   auto joined = run({"/usr/bin/srun", "-n", "3", bin("test_rendezvous_worker")}, {conf});
   CHECK_MESSAGE(joined.ok(), joined.report);
   for (int r = 0; r < 3; ++r) CHECK(contains(joined.report, "rank " + std::to_string(r) + " of 3 joined"));
-  auto perf = run({"/usr/bin/srun", "-n", "2", bin("allreduce_perf"), "-b", "64K", "-e", "1M", "-f", "4", "-n", "2"},
+  auto perf = run({"/usr/bin/srun", "-n", "2", bin("all_reduce_perf"), "-b", "64K", "-e", "1M", "-f", "4", "-n", "2"},
                   {conf});
   CHECK_MESSAGE(perf.ok(), perf.report);
   CHECK(contains(perf.report, "# Out of bounds values : 0 OK"));

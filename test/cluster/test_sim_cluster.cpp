@@ -2,7 +2,7 @@
 // hostname, /dev/shm and pid space, on one bridge), two layouts, 2 hosts x 2 ranks and 3 hosts x 1
 // rank, each started as a user would on a real cluster, `tinyddp-run --nnodes H --node-rank i
 // --master-addr <host 0>` on every host:
-//   - allreduce_perf over --transport auto (shared memory inside a host, tcp across) and tcp, every
+//   - all_reduce_perf over --transport auto (shared memory inside a host, tcp across) and tcp, every
 //     result checked (#wrong 0);
 //   - digits for two epochs: the loss history and the weights agree with the same job on one host;
 //   - a worker SIGKILLed in the middle of a step, with --max-restarts 1: the launchers name it,
@@ -44,7 +44,7 @@ std::string layout_name(const Layout& l) {
 void check_allreduce(const SimCluster& cluster, const Layout& layout, const std::string& transport) {
   INFO(layout_name(layout), ", --transport ", transport);
   ClusterJob job = run_on_cluster(cluster, layout.per_host,
-                                  {bin("allreduce_perf"), "-b", "64K", "-e", "4M", "-f", "8", "-n", "3", "-w", "1",
+                                  {bin("all_reduce_perf"), "-b", "64K", "-e", "4M", "-f", "8", "-n", "3", "-w", "1",
                                    "--transport", transport});
   REQUIRE_MESSAGE(job.ok(), job.describe(), job.nodes[0].report);
   const std::string& out = job.nodes[0].report;
@@ -68,8 +68,8 @@ std::unique_ptr<SimCluster> make_cluster(const Layout& layout) {
 
 }  // namespace
 
-TEST_CASE("cluster: allreduce_perf across simulated hosts, over transport auto and tcp") {
-  if (!programs_built({"tinyddp-run", "allreduce_perf"})) return;
+TEST_CASE("cluster: all_reduce_perf across simulated hosts, over transport auto and tcp") {
+  if (!programs_built({"tinyddp-run", "all_reduce_perf"})) return;
   for (const Layout& layout : kLayouts) {
     auto made = make_cluster(layout);
     if (!made) return;

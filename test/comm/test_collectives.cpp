@@ -5,7 +5,7 @@
 
 #include <sstream>
 
-#include "tinyddp/comm/ring_backend.h"
+#include "tinyddp/comm/host_backend.h"
 #include "test/comm/test_collectives_support.h"
 
 using namespace tinyddp;
@@ -202,7 +202,7 @@ TEST_CASE("tcp: copies straight into the caller's buffer (posted receives) mix w
 
 TEST_CASE("the auto transport uses shared memory between threads of one host") {
   auto groups = make_groups(2, options_for("auto"));
-  auto* ring = dynamic_cast<RingBackend*>(groups[0].get());
+  auto* ring = dynamic_cast<HostBackend*>(groups[0].get());
   REQUIRE(ring != nullptr);
   CHECK(ring->transport_to(1) == "shm");
   CHECK(ring->transport_to(0) == "self");

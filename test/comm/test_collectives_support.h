@@ -40,7 +40,7 @@ inline std::vector<std::shared_ptr<comm::ProcessGroup>> make_groups(int world, c
   auto store = std::make_shared<comm::HashStore>();
   store->set_timeout(std::chrono::seconds(30));
   std::vector<std::shared_ptr<comm::ProcessGroup>> groups(static_cast<size_t>(world));
-  run_ranks(world, [&](int r) { groups[size_t(r)] = comm::create_process_group("ring", store, r, world, options); });
+  run_ranks(world, [&](int r) { groups[size_t(r)] = comm::create_process_group("host", store, r, world, options); });
   return groups;
 }
 

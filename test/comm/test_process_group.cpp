@@ -5,7 +5,7 @@
 #include <future>
 #include <thread>
 
-#include "tinyddp/comm/ring_backend.h"
+#include "tinyddp/comm/host_backend.h"
 #include "tinyddp/comm/tuning.h"
 #include "tinyddp/core/cuda_runtime.h"
 #include "tinyddp/core/error.h"
@@ -111,7 +111,7 @@ TEST_CASE("a caller that waits for each small collective runs it itself; one it 
     auto groups = make_groups(2, options("blocking-caller-" + transport, false, transport));
     std::promise<void> rank0_called;
     run_ranks(2, [&](int r) {
-      auto& group = dynamic_cast<RingBackend&>(*groups[size_t(r)]);
+      auto& group = dynamic_cast<HostBackend&>(*groups[size_t(r)]);
       // The blocking caller's pattern: each small all-reduce awaited before the next is called.
       for (int i = 0; i < 100; ++i) {
         Tensor t = Tensor::from_vector(std::vector<float>{float(r + i), 1.f});
@@ -284,19 +284,34 @@ TEST_CASE("all_reduce_coalesced reduces every tensor") {
   });
 }
 
+TEST_CASE("the backend's old name 'ring' is refused, pointing at 'host' and at the ring algorithm") {
+  auto store = std::make_shared<HashStore>();
+  CHECK_THROWS_WITH_AS(create_process_group("ring", store, 0, 1),
+                       doctest::Contains("the backend is called 'host' now; 'ring' is one of its algorithms (TINYDDP_ALGO=ring)"),
+                       Error);
+  // The refusal is about the backend's name only: "ring" as the host backend's algorithm still runs.
+  ProcessGroupOptions ring_algorithm;
+  ring_algorithm.algorithm = "ring";
+  auto group = create_process_group("host", store, 0, 1, ring_algorithm);
+  CHECK(group->backend() == "host");
+  Tensor t = Tensor::from_vector(std::vector<float>{1.f, 2.f});
+  group->all_reduce(t)->wait();
+  CHECK(t.to_vector<float>() == std::vector<float>{1.f, 2.f});
+}
+
 TEST_CASE("backend selection") {
   auto store = std::make_shared<HashStore>();
   CHECK_THROWS_WITH_AS(create_process_group("mpi", store, 0, 1), doctest::Contains("unknown process group backend 'mpi'"), Error);
-  // "ring" is the one name of the hand-written backend (it is not Gloo, and does not pose as it).
+  // "host" is the one name of the hand-written backend (it is not Gloo, and does not pose as it).
   CHECK_THROWS_WITH_AS(create_process_group("gloo", store, 0, 1), doctest::Contains("unknown process group backend 'gloo'"), Error);
-  CHECK_THROWS_WITH_AS(create_process_group("ring", store, 0, 1, [] {
+  CHECK_THROWS_WITH_AS(create_process_group("host", store, 0, 1, [] {
                          ProcessGroupOptions o;
                          o.transport = "udp";
                          return o;
                        }()),
                        doctest::Contains("unknown transport 'udp'"), Error);
   auto backends = available_backends();
-  CHECK(backends.front() == "ring");
+  CHECK(backends.front() == "host");
 #ifndef TINYDDP_WITH_NCCL
   CHECK(backends.size() == 1);
   CHECK_THROWS_WITH_AS(create_process_group("nccl", store, 0, 1), doctest::Contains("not in this build"), Error);
@@ -310,7 +325,7 @@ TEST_CASE("each group waits by its own policy: the spin follows its own ranks pe
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   auto pair = make_groups(2, options("policy-pair"));
   auto quad = make_groups(4, options("policy-quad"));
-  auto spin_of = [](const std::shared_ptr<ProcessGroup>& g) { return dynamic_cast<RingBackend&>(*g).wait_policy().spin; };
+  auto spin_of = [](const std::shared_ptr<ProcessGroup>& g) { return dynamic_cast<HostBackend&>(*g).wait_policy().spin; };
   auto expected = [&](unsigned ranks) {
     return ranks > cores ? std::chrono::nanoseconds(tuning::kSpinBudgetOversubscribed) : std::chrono::nanoseconds(tuning::kSpinBudget);
   };
@@ -329,7 +344,7 @@ TEST_CASE("each group waits by its own policy: the spin follows its own ranks pe
   });
 }
 
-TEST_CASE("the ring backend's environment variables: a bad value is refused, naming the variable") {
+TEST_CASE("the host backend's environment variables: a bad value is refused, naming the variable") {
   auto store = std::make_shared<HashStore>();
   struct Case {
     const char* name;
@@ -339,13 +354,13 @@ TEST_CASE("the ring backend's environment variables: a bad value is refused, nam
     CAPTURE(c.name);
     ::setenv(c.name, c.value, 1);
     const std::string expected = std::string(c.name) + "='" + c.value + "'";
-    CHECK_THROWS_WITH_AS(create_process_group("ring", store, 0, 1, options(std::string("env-") + c.name)),
+    CHECK_THROWS_WITH_AS(create_process_group("host", store, 0, 1, options(std::string("env-") + c.name)),
                          doctest::Contains(expected.c_str()), Error);
     ::unsetenv(c.name);
   }
 }
 
-TEST_CASE("CUDA tensors go through pinned host staging on the ring backend") {
+TEST_CASE("CUDA tensors go through pinned host staging on the host backend") {
   if (cuda_device_count() == 0) {
     TINYDDP_SKIP("no CUDA device (", cuda_unavailable_reason(), "); test/gpu covers the staging on a GPU machine");
   }

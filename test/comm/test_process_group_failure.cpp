@@ -67,7 +67,7 @@ int run_rank(int rank, int port, const std::string& transport, std::string& repo
   options.transport = transport;
   options.timeout = 120s;  // far beyond the test's deadline: detection must not come from the timeout
   options.group_name = "failure-" + transport;
-  auto pg = create_process_group("ring", store, rank, kWorld, options);
+  auto pg = create_process_group("host", store, rank, kWorld, options);
   Tensor t = Tensor::zeros({1 << 20});
   pg->barrier()->wait();
   if (rank == kVictim) {

@@ -1,7 +1,7 @@
 // docs/architecture.md stays true to the tree. The page is read as a reader reads it, and every
 // name in it is looked up in the repository:
 //
-//   - every path written in backticks (`comm/work.h`, `comm/ring_backend.*`, `nn/ddp/`) exists;
+//   - every path written in backticks (`comm/work.h`, `comm/host_backend.*`, `nn/ddp/`) exists;
 //   - every table with a "file" and a "function" column (the trip, the setup, the algorithms):
 //     each function of a row is defined in that row's .cpp (`name(...) {`, merely calling it does
 //     not count) or declared in that row's header, and each of its qualifiers (`Reducer` of
@@ -646,7 +646,7 @@ TEST_CASE("the architecture page checker finds a renamed function, a missing fil
     CHECK_MESSAGE(mentions(problems, "`Reducer::launch_buckets`"), listed(problems));
   }
   SUBCASE("a function put in a file that only calls it") {
-    // peer_group.cpp calls run_streams; ring_algorithms.cpp defines it.
+    // peer_group.cpp calls run_streams; collective_engine.cpp defines it.
     const Problems problems = changed("`ring_group_all_reduce`, `PeerGroup::ring`", "`run_streams`");
     CHECK_MESSAGE(mentions(problems, "peer_group.cpp does not define `run_streams`"), listed(problems));
   }

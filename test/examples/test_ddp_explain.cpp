@@ -1,7 +1,7 @@
 // examples/ddp_explain/textbook_ddp.h, DDP as a textbook writes it (one flat bucket, all-reduced when
 // the last gradient is ready), trains exactly as the real DistributedDataParallel does: the same
 // model, data and steps give the Reducer's averaged gradients and final weights to the last bit, at
-// 2 and 3 ranks (threads, one "ring" process group each over one in-process store).
+// 2 and 3 ranks (threads, one "host" process group each over one in-process store).
 //
 // Bit for bit needs the same additions in the same order. The Reducer all-reduces several buckets
 // and the textbook one, so an element sits at a different place of a different buffer in the two.

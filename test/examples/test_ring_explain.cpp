@@ -1,5 +1,5 @@
 // examples/ring_explain/textbook_ring.h, the ring all-reduce as a textbook writes it, gives the
-// engine's exact results: the real "ring" process group (the pipelined stream engine, over shared
+// engine's exact results: the real "host" process group (the pipelined stream engine, over shared
 // memory and over tcp) sums every element in the same order, so the two agree to the last bit.
 #include <doctest/doctest.h>
 
@@ -29,7 +29,7 @@ std::vector<std::vector<float>> inputs(int ranks, size_t count, uint32_t seed) {
   return buffers;
 }
 
-// Every rank's all_reduce through a real "ring" process group, the ranks as threads of this process.
+// Every rank's all_reduce through a real "host" process group, the ranks as threads of this process.
 std::vector<std::vector<float>> through_engine(const std::vector<std::vector<float>>& in, const std::string& transport) {
   const int n = int(in.size());
   auto store = std::make_shared<comm::HashStore>();
@@ -45,7 +45,7 @@ std::vector<std::vector<float>> through_engine(const std::vector<std::vector<flo
   for (int r = 0; r < n; ++r)
     ranks.emplace_back([&, r] {
       try {
-        auto group = comm::create_process_group("ring", store, r, n, options);
+        auto group = comm::create_process_group("host", store, r, n, options);
         Tensor t = Tensor::from_vector(in[size_t(r)]);
         group->all_reduce(t)->wait();
         out[size_t(r)] = t.to_vector<float>();

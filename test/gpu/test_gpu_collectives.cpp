@@ -1,5 +1,5 @@
 // Collectives on CUDA tensors: the nccl backend (one rank per device, threads as ranks), and the
-// ring backend's staging through pinned host memory. Each result is checked against the same
+// host backend's staging through pinned host memory. Each result is checked against the same
 // reference loop the CPU tests use. Skips with a message where there is no GPU.
 #include <doctest/doctest.h>
 
@@ -76,9 +76,9 @@ void check_all_reduce_on_devices(const std::string& backend, int world, bool one
 
 }  // namespace
 
-TEST_CASE("ring backend: CUDA tensors staged through pinned host memory agree with the reference") {
+TEST_CASE("host backend: CUDA tensors staged through pinned host memory agree with the reference") {
   if (!have_gpu()) return;
-  check_all_reduce_on_devices("ring", 2, /*one_device=*/true);
+  check_all_reduce_on_devices("host", 2, /*one_device=*/true);
 }
 
 TEST_CASE("nccl backend: one rank per device agrees with the reference") {

@@ -243,7 +243,7 @@ JoinedJob join_job(const std::vector<Device>& devices, const MultiDeviceOptions&
   job.local_rank = joined.local_rank;
   job.local_world_size = joined.local_world_size;
   std::string backend = options.backend;
-  if (backend.empty()) backend = !devices.empty() && devices[0].is_cuda() && comm::nccl_available() ? "nccl" : "ring";
+  if (backend.empty()) backend = !devices.empty() && devices[0].is_cuda() && comm::nccl_available() ? "nccl" : "host";
   // One device per local rank (core/device.h says how a shorter list is read), made this thread's
   // current device before anything touches CUDA: a CUDA call on a thread with no device set would
   // create a context on cuda:0, another rank's GPU.

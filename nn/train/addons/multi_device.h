@@ -66,7 +66,7 @@ struct MultiDeviceOptions {
   // How a process started by a launcher joins: env:// (the launcher's variables), or tcp://host:port
   // (rank 0 hosts the store there; ranks and world size still from the launcher).
   std::string launched_init_method = "env://";
-  // "ring" or "nccl"; empty: nccl for CUDA devices when this build has it, ring otherwise.
+  // "host" or "nccl"; empty: nccl for CUDA devices when this build has it, host otherwise.
   std::string backend;
   DdpOptions ddp;
   // ZeRO stage: 0 (plain DDP: every rank holds the whole optimizer state) or 1 (each worker steps a
@@ -76,7 +76,7 @@ struct MultiDeviceOptions {
   int zero_stage = 0;
   // How each gradient bucket is reduced (nn/ddp/comm_hook.h, comm_hooks::names()): "" or "allreduce"
   // (f32, the default), "bf16_compress", "fp16_compress", "bf16_single_rounding". ZeRO-1 brings its
-  // own hook, so it takes only the default.
+  // own comm hook, so it takes only the default.
   std::string comm_hook;
   // The spawner's limit for the whole job (zero: none). Past it, the workers are stopped and run() throws.
   std::chrono::milliseconds timeout{0};

@@ -156,8 +156,8 @@ void check_same_resume_point(const std::vector<double>& sums, int64_t epochs_don
                 "; hint: every rank must see the same checkpoint directory (a shared file system, or one machine)");
 }
 
-// One hook per parameter, run after DDP's own (the hooks run in registration order).
-struct TrainingFaultPoints::Hook {
+// One grad-ready hook per parameter, run after DDP's own (the hooks run in registration order).
+struct TrainingFaultPoints::GradReadyHook {
   TrainingFaultPoints* owner;
   void operator()(Parameter&) const {
     size_t ready = ++owner->ready_;
@@ -168,7 +168,7 @@ struct TrainingFaultPoints::Hook {
 
 TrainingFaultPoints::TrainingFaultPoints(Module& model) : model_(model) {
   for (const NamedParameter& p : model_.named_parameters()) {
-    p.parameter->grad_ready_hooks.push_back(Hook{this});
+    p.parameter->grad_ready_hooks.push_back(GradReadyHook{this});
     ++parameters_;
   }
 }
@@ -176,7 +176,7 @@ TrainingFaultPoints::TrainingFaultPoints(Module& model) : model_(model) {
 TrainingFaultPoints::~TrainingFaultPoints() {
   for (const NamedParameter& p : model_.named_parameters())
     std::erase_if(p.parameter->grad_ready_hooks, [this](const std::function<void(Parameter&)>& hook) {
-      const Hook* mine = hook.target<Hook>();
+      const GradReadyHook* mine = hook.target<GradReadyHook>();
       return mine != nullptr && mine->owner == this;
     });
 }

@@ -75,8 +75,8 @@ void check_same_resume_point(const std::vector<double>& sums, int64_t epochs_don
 
 // The fault points of a training step that an add-on can reach (core/fault_injection.h): "backward"
 // when the first gradient of a backward pass is finished, "allreduce" when the last one is -- its
-// hooks run after DDP's, so the last bucket's all-reduce has just been launched. Hooks on the model's
-// parameters, removed again by the destructor.
+// grad-ready hooks run after DDP's, so the last bucket's all-reduce has just been launched. Grad-ready
+// hooks on the model's parameters, removed again by the destructor.
 class TrainingFaultPoints {
  public:
   explicit TrainingFaultPoints(Module& model);
@@ -87,7 +87,7 @@ class TrainingFaultPoints {
   void begin_step();
 
  private:
-  struct Hook;
+  struct GradReadyHook;
   Module& model_;
   size_t parameters_ = 0;
   size_t ready_ = 0;

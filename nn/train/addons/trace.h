@@ -1,4 +1,4 @@
-// Trace: a Chrome-trace timeline of the whole run, every rank in one file.
+// Trace, the Trainer add-on: a Chrome-trace timeline of the whole run, every rank in one file.
 //
 //   TINYDDP_TRACE=run.json build/bin/dummy_mgpu      (or trainer.set_trace_file("run.json"))
 //

@@ -7,7 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "tinyddp/comm/algorithms/hierarchical_gather.h"
+#include "tinyddp/comm/algorithms/hierarchical_all_gather.h"
+#include "tinyddp/comm/algorithms/host_ordered_broadcast.h"
 #include "test/comm/algorithms/tcp_world.h"
 
 using namespace tinyddp;

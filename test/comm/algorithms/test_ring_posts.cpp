@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "tinyddp/comm/algorithms/ring_algorithms.h"
+#include "tinyddp/comm/algorithms/ring.h"
 #include "tinyddp/comm/transport/transport.h"
 #include "test/comm/test_collectives_support.h"
 

@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
   app.add_option("--stall", stall)->check(CLI::IsMember({"sleep", "stop"}));
   CLI11_PARSE(app, argc, argv);
   try {
-    auto group = comm::init_process_group("ring", "env://");
+    auto group = comm::init_process_group("host", "env://");
     Generator gen(7);
     nn::Sequential model;
     model.emplace<nn::Linear>(32, 64, gen);

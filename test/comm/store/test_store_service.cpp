@@ -13,7 +13,7 @@
 #include <mutex>
 #include <thread>
 
-#include "tinyddp/comm/store/log_rate_limiter.h"
+#include "tinyddp/core/log_rate_limiter.h"
 #include "tinyddp/comm/store/store_server.h"
 #include "tinyddp/comm/store/tcp_store.h"
 #include "tinyddp/core/error.h"

@@ -214,7 +214,7 @@ TEST_CASE("tcp: a stranger knocking on a rank's port is refused and the group st
   auto store = std::make_shared<HashStore>();
   store->set_timeout(20s);
   std::shared_ptr<ProcessGroup> rank0, rank1;
-  std::thread first([&] { rank0 = create_process_group("ring", store, 0, 2, tcp_options("strangers")); });
+  std::thread first([&] { rank0 = create_process_group("host", store, 0, 2, tcp_options("strangers")); });
   // Play rank 1's first step (publishing its host) so rank 0 starts listening before rank 1 exists.
   store->set("tinyddp/pg/strangers/1/host/1", std::to_string(::getpid()) + " " + host_identity());
   const std::string key = "tinyddp/pg/strangers/1/tcp/0";
@@ -222,7 +222,7 @@ TEST_CASE("tcp: a stranger knocking on a rank's port is refused and the group st
   std::string where = store->get(key);
   CHECK(refused_after_sending(where, std::string(32, 'x')));                // not a handshake at all
   CHECK(refused_after_sending(where, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"));  // a web client
-  std::thread second([&] { rank1 = create_process_group("ring", store, 1, 2, tcp_options("strangers")); });
+  std::thread second([&] { rank1 = create_process_group("host", store, 1, 2, tcp_options("strangers")); });
   first.join();
   second.join();
   REQUIRE(rank0);
@@ -242,7 +242,7 @@ TEST_CASE("tcp: ranks with different job tokens refuse each other") {
     o.timeout = 1500ms;
     o.token = r == 0 ? "alpha" : "beta";
     try {
-      create_process_group("ring", store, r, 2, o);
+      create_process_group("host", store, r, 2, o);
     } catch (const std::exception& e) {
       errors[size_t(r)] = e.what();
     }
@@ -260,7 +260,7 @@ TEST_CASE("shm: a fifo far smaller than the message wraps around correctly") {
   o.group_name = "tiny-fifo";
   o.timeout = 20s;
   std::vector<std::shared_ptr<ProcessGroup>> groups(3);
-  run_ranks(3, [&](int r) { groups[size_t(r)] = create_process_group("ring", store, r, 3, o); });
+  run_ranks(3, [&](int r) { groups[size_t(r)] = create_process_group("host", store, r, 3, o); });
   std::vector<std::string> failures(3);
   run_ranks(3, [&](int r) {
     for (int64_t count : {int64_t(1000), int64_t(100003)}) {
@@ -322,7 +322,7 @@ TEST_CASE("shm: ranks whose fifos differ in size still read each other's bytes i
     o.group_name = "mixed-fifos";
     o.timeout = 20s;
     o.shm_fifo_bytes = r == 0 ? (64 << 10) : (1 << 20);  // TINYDDP_SHM_FIFO_BYTES set differently per rank
-    groups[size_t(r)] = create_process_group("ring", store, r, 2, o);
+    groups[size_t(r)] = create_process_group("host", store, r, 2, o);
   });
   std::vector<std::string> failures(2);
   run_ranks(2, [&](int r) {
@@ -359,7 +359,7 @@ TEST_CASE("shm: no segment is left in /dev/shm once the group is up") {
 namespace {
 
 // A store through which rank `elsewhere` reports a host identity of its own, as a rank on another
-// host would (the ring backend publishes "<pid> <host identity>" under .../host/<rank>).
+// host would (the host backend publishes "<pid> <host identity>" under .../host/<rank>).
 class ElsewhereStore : public HashStore {
  public:
   explicit ElsewhereStore(int elsewhere) : suffix_("host/" + std::to_string(elsewhere)) {}
@@ -387,7 +387,7 @@ TEST_CASE("shm: a group needs every rank on one host") {
     o.transport = "shm";
     o.group_name = "two-hosts";
     try {
-      create_process_group("ring", store, r, 2, o);
+      create_process_group("host", store, r, 2, o);
     } catch (const std::exception& e) {
       errors[size_t(r)] = e.what();
     }

@@ -1,4 +1,4 @@
-// DistributedDataParallel with threads acting as ranks (one ring process group per thread over a
+// DistributedDataParallel with threads acting as ranks (one host process group per thread over a
 // HashStore): training equals single-process training on the same global batches, gradients are views
 // into the buckets, buckets start strictly in order, the rebuild after the first iteration, no_sync
 // accumulation and the broadcast of rank 0's weights. The references are independent: a plain model

@@ -2,7 +2,7 @@
 // only its communicator's device memory, so every collective DDP makes -- the replica check at
 // construction, the parameter broadcast, the bucket all-reduces, the rebuild broadcast after the first
 // iteration -- must use tensors on the model's device. Ranks are threads, each on its own device;
-// the trained weights are compared with the same training on the CPU over the ring backend.
+// the trained weights are compared with the same training on the CPU over the host backend.
 #include <doctest/doctest.h>
 
 #include "tinyddp/core/cuda_runtime.h"

@@ -57,7 +57,7 @@ int run_rank(int rank, int port, const TempDir& dir) {
   auto meeting = comm::rendezvous("tcp://127.0.0.1:" + std::to_string(port), join);
   comm::ProcessGroupOptions options;
   options.timeout = std::chrono::seconds(60);
-  auto group = comm::create_process_group("ring", meeting.store, meeting.rank, meeting.world_size, options);
+  auto group = comm::create_process_group("host", meeting.store, meeting.rank, meeting.world_size, options);
 
   auto model = make_mlp(kWidths, uint64_t(rank + 1));  // rank 1's own weights are replaced by rank 0's
   DistributedDataParallel ddp(*model, group);

@@ -1,10 +1,14 @@
-// The TINYDDP_DEBUG=DETAIL check (TORCH_DISTRIBUTED_DEBUG=DETAIL's fingerprints).
+// Fingerprint: what a collective call is, in 24 bytes (which collective, the call's sequence
+// number, dtype, element count, op, root). Every collective of both backends describes itself with
+// one before it is queued: the Work's description, the flight recorder's records and the
+// watchdog's messages are made from it.
 //
-// A rank that calls all_reduce while another calls broadcast, or all_reduce on 1000 floats while
-// another passes 999, usually hangs or, worse, returns garbage. With TINYDDP_DEBUG=DETAIL every
-// collective first gathers a small fingerprint from every rank (which collective, the call's
-// sequence number, dtype, element count, op, root) and, when they differ, every rank raises the
-// same error listing which ranks called what. It costs one extra small round per collective.
+// It is also what the TINYDDP_DEBUG=DETAIL check (TORCH_DISTRIBUTED_DEBUG=DETAIL's fingerprints)
+// compares. A rank that calls all_reduce while another calls broadcast, or all_reduce on 1000
+// floats while another passes 999, usually hangs or, worse, returns garbage. With DETAIL every
+// collective first gathers the fingerprint from every rank and, when they differ, every rank
+// raises the same error listing which ranks called what. It costs one extra small round per
+// collective.
 #pragma once
 
 #include <cstdint>

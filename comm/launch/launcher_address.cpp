@@ -1,4 +1,4 @@
-#include "tinyddp/comm/store/launcher_address.h"
+#include "tinyddp/comm/launch/launcher_address.h"
 
 #include <charconv>
 #include <cstdio>

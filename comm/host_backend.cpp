@@ -1,4 +1,4 @@
-#include "tinyddp/comm/ring_backend.h"
+#include "tinyddp/comm/host_backend.h"
 
 #include <unistd.h>
 
@@ -7,7 +7,8 @@
 #include <thread>
 
 #include "tinyddp/comm/algorithms/algorithm_selection.h"
-#include "tinyddp/comm/algorithms/hierarchical_gather.h"
+#include "tinyddp/comm/algorithms/hierarchical_all_gather.h"
+#include "tinyddp/comm/algorithms/host_ordered_broadcast.h"
 #include "tinyddp/comm/algorithms/link_probe.h"
 #include "tinyddp/comm/algorithms/single_rounding.h"
 #include "tinyddp/comm/algorithms/small_message_allreduce.h"
@@ -71,7 +72,7 @@ std::string store_host(Store& store) {
 
 // ---- the collectives: check, describe, and say what to do once it runs -------------------------
 
-WorkPtr RingBackend::all_reduce(const Tensor& tensor, ReduceOp op, const CallOptions& call) {
+WorkPtr HostBackend::all_reduce(const Tensor& tensor, ReduceOp op, const CallOptions& call) {
   check_tensor(tensor, "all_reduce", "tensor");
   return submit(make_fingerprint(CollectiveKind::all_reduce, tensor, tensor.numel(), op), call,
                 [this, tensor](const CollectiveContext& ctx) {
@@ -82,7 +83,7 @@ WorkPtr RingBackend::all_reduce(const Tensor& tensor, ReduceOp op, const CallOpt
                 });
 }
 
-WorkPtr RingBackend::all_reduce_into(const Tensor& output, const Tensor& input, ReduceOp op, const CallOptions& call) {
+WorkPtr HostBackend::all_reduce_into(const Tensor& output, const Tensor& input, ReduceOp op, const CallOptions& call) {
   check_tensor(output, "all_reduce_into", "output");
   check_tensor(input, "all_reduce_into", "input");
   check_same(output, input, "all_reduce_into");
@@ -96,7 +97,7 @@ WorkPtr RingBackend::all_reduce_into(const Tensor& output, const Tensor& input, 
                 });
 }
 
-WorkPtr RingBackend::all_reduce_coalesced(const std::vector<Tensor>& tensors, ReduceOp op, const CallOptions& call) {
+WorkPtr HostBackend::all_reduce_coalesced(const std::vector<Tensor>& tensors, ReduceOp op, const CallOptions& call) {
   TINYDDP_CHECK(!tensors.empty(), "all_reduce_coalesced: no tensors were given; hint: pass at least one tensor");
   int64_t total = 0;
   for (const Tensor& t : tensors) {
@@ -116,7 +117,7 @@ WorkPtr RingBackend::all_reduce_coalesced(const std::vector<Tensor>& tensors, Re
                 });
 }
 
-WorkPtr RingBackend::broadcast(const Tensor& tensor, int root, const CallOptions& call) {
+WorkPtr HostBackend::broadcast(const Tensor& tensor, int root, const CallOptions& call) {
   check_tensor(tensor, "broadcast", "tensor");
   check_root(root, "broadcast");
   return submit(make_fingerprint(CollectiveKind::broadcast, tensor, tensor.numel(), std::nullopt, root), call,
@@ -130,7 +131,7 @@ WorkPtr RingBackend::broadcast(const Tensor& tensor, int root, const CallOptions
                 });
 }
 
-WorkPtr RingBackend::all_gather(const Tensor& output, const Tensor& input, const CallOptions& call) {
+WorkPtr HostBackend::all_gather(const Tensor& output, const Tensor& input, const CallOptions& call) {
   check_tensor(output, "all_gather", "output");
   check_tensor(input, "all_gather", "input");
   TINYDDP_CHECK(output.dtype() == input.dtype() && output.numel() == input.numel() * size(), "all_gather: output ",
@@ -154,7 +155,7 @@ WorkPtr RingBackend::all_gather(const Tensor& output, const Tensor& input, const
                 });
 }
 
-WorkPtr RingBackend::reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op, const CallOptions& call) {
+WorkPtr HostBackend::reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op, const CallOptions& call) {
   check_tensor(output, "reduce_scatter", "output");
   check_tensor(input, "reduce_scatter", "input");
   TINYDDP_CHECK(output.dtype() == input.dtype() && input.numel() == output.numel() * size(), "reduce_scatter: input ",
@@ -183,7 +184,7 @@ void check_single_rounding(const Tensor& t, ReduceOp op, const char* collective,
 }
 }  // namespace
 
-WorkPtr RingBackend::all_reduce_single_rounding(const Tensor& tensor, ReduceOp op, const CallOptions& call) {
+WorkPtr HostBackend::all_reduce_single_rounding(const Tensor& tensor, ReduceOp op, const CallOptions& call) {
   constexpr const char* name = "all_reduce_single_rounding";
   check_tensor(tensor, name, "tensor");
   check_single_rounding(tensor, op, name, "all_reduce");
@@ -196,7 +197,7 @@ WorkPtr RingBackend::all_reduce_single_rounding(const Tensor& tensor, ReduceOp o
                 });
 }
 
-WorkPtr RingBackend::reduce_scatter_single_rounding(const Tensor& output, const Tensor& input, ReduceOp op,
+WorkPtr HostBackend::reduce_scatter_single_rounding(const Tensor& output, const Tensor& input, ReduceOp op,
                                                     const CallOptions& call) {
   constexpr const char* name = "reduce_scatter_single_rounding";
   check_tensor(output, name, "output");
@@ -215,7 +216,7 @@ WorkPtr RingBackend::reduce_scatter_single_rounding(const Tensor& output, const 
                 });
 }
 
-WorkPtr RingBackend::barrier(const CallOptions& call) {
+WorkPtr HostBackend::barrier(const CallOptions& call) {
   return submit(make_fingerprint(CollectiveKind::barrier, Tensor(), 0, std::nullopt), call,
                 [this](const CollectiveContext& ctx) {
                   if (size() == 1) return;
@@ -231,7 +232,7 @@ WorkPtr RingBackend::barrier(const CallOptions& call) {
 
 // ---- the task: numbered, queued, run with its context ----------------------------------------------
 
-WorkPtr RingBackend::submit(Fingerprint fingerprint, const CallOptions& call, Executor::Body body) {
+WorkPtr HostBackend::submit(Fingerprint fingerprint, const CallOptions& call, Executor::Body body) {
   std::lock_guard<std::mutex> lock(submit_mutex_);  // numbers and queue order agree
   fingerprint.sequence = next_sequence_++;
   auto work = std::make_shared<Work>(fingerprint);
@@ -245,7 +246,7 @@ WorkPtr RingBackend::submit(Fingerprint fingerprint, const CallOptions& call, Ex
 }
 
 // Runs on whichever thread the Executor picked; a failure is thrown to it, which fails the Work.
-void RingBackend::run_task(const Executor::Task& task) {
+void HostBackend::run_task(const Executor::Task& task) {
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = start + task.timeout;
   recorder_->started(task.fingerprint.sequence, start);
@@ -292,7 +293,7 @@ void RingBackend::run_task(const Executor::Task& task) {
 
 // A collective that timed out names the neighbour it waited on; the board names the rank the whole
 // group waits for (collective_watchdog.h).
-std::string RingBackend::explain_timeout(const Executor::Task& task, const std::string& message) {
+std::string HostBackend::explain_timeout(const Executor::Task& task, const std::string& message) {
   std::string what = recorder_->describe(task.fingerprint.sequence);
   if (what.empty()) what = task.work->description();
   const std::string verdict = watchdog_->explain_stall(task.fingerprint.sequence, what, CollectiveWatchdog::kVerdictPatience);
@@ -304,7 +305,7 @@ std::string RingBackend::explain_timeout(const Executor::Task& task, const std::
          "tinyddp-run --explain DIR reads them); " + timeout_hint(task.timeout);
 }
 
-void RingBackend::check_fingerprints(const Fingerprint& mine, const CollectiveContext& ctx) {
+void HostBackend::check_fingerprints(const Fingerprint& mine, const CollectiveContext& ctx) {
   std::vector<Fingerprint> all(static_cast<size_t>(size()));
   CollectiveContext check = ctx;
   check.phase = " (TINYDDP_DEBUG=DETAIL fingerprint exchange)";
@@ -316,22 +317,22 @@ void RingBackend::check_fingerprints(const Fingerprint& mine, const CollectiveCo
 
 // ---- the algorithm ----------------------------------------------------------------------------------
 
-void RingBackend::all_reduce_bytes(const std::byte* in, std::byte* out, size_t count, const CollectiveContext& ctx) {
+void HostBackend::all_reduce_bytes(const std::byte* in, std::byte* out, size_t count, const CollectiveContext& ctx) {
   run_all_reduce(*all_reduce_, [this](int r) { return peer(r); }, rank(), in, out, count, ctx);
 }
 
-Ring RingBackend::ring() {
+Ring HostBackend::ring() {
   return Ring{rank(), size(), peer((rank() + 1) % size()), peer((rank() + size() - 1) % size())};
 }
 
 // Only the thread that runs the collectives calls these (one collective at a time).
-Connection* RingBackend::peer(int r) {
+Connection* HostBackend::peer(int r) {
   Connection*& connection = peers_[size_t(r)];
   if (!connection && r != rank()) connection = routes_[size_t(r)]->connection(r);
   return connection;
 }
 
-std::span<Connection* const> RingBackend::all_peers() {
+std::span<Connection* const> HostBackend::all_peers() {
   for (int r = 0; r < size(); ++r) peer(r);
   return peers_;
 }
@@ -339,14 +340,14 @@ std::span<Connection* const> RingBackend::all_peers() {
 // ---- setup ------------------------------------------------------------------------------------------
 
 // Where every rank runs: its host identity and pid, and which ranks share this rank's host.
-struct RingBackend::Hosts {
+struct HostBackend::Hosts {
   std::vector<std::string> ids;  // by rank
   std::vector<int> pids;         // by rank
   std::vector<int> local;        // the ranks on this host, this one included, in rank order
   std::vector<int> remote;       // the others
 };
 
-RingBackend::RingBackend(std::shared_ptr<Store> store, int rank, int size, const ProcessGroupOptions& options)
+HostBackend::HostBackend(std::shared_ptr<Store> store, int rank, int size, const ProcessGroupOptions& options)
     : ProcessGroup(rank, size),
       store_(std::move(store)),
       options_(options),
@@ -355,11 +356,11 @@ RingBackend::RingBackend(std::shared_ptr<Store> store, int rank, int size, const
           env::unsigned_integer("TINYDDP_SMALL_MESSAGE_BYTES").value_or(tuning::kSmallMessageBytes))),
       peers_(size_t(size), nullptr),
       routes_(size_t(size), nullptr) {
-  TINYDDP_CHECK(store_ != nullptr, "ring backend: no store was given; hint: pass the TcpStore (or HashStore) the ranks share");
-  TINYDDP_CHECK(size >= 1 && rank >= 0 && rank < size, "ring backend: rank ", rank, " of world size ", size,
+  TINYDDP_CHECK(store_ != nullptr, "host backend: no store was given; hint: pass the TcpStore (or HashStore) the ranks share");
+  TINYDDP_CHECK(size >= 1 && rank >= 0 && rank < size, "host backend: rank ", rank, " of world size ", size,
                 " is impossible; hint: ranks go from 0 to world size - 1");
   const std::string& mode = options.transport;
-  TINYDDP_CHECK(mode == "auto" || mode == "tcp" || mode == "shm", "ring backend: unknown transport '", mode,
+  TINYDDP_CHECK(mode == "auto" || mode == "tcp" || mode == "shm", "host backend: unknown transport '", mode,
                 "'; hint: use tcp, shm or auto");
 
   // Every rank's n-th group of this name meets the others' n-th one, even on a reused store.
@@ -385,7 +386,7 @@ RingBackend::RingBackend(std::shared_ptr<Store> store, int rank, int size, const
 
 // The cost model only chooses across hosts (algorithm_selection.h); there every rank takes rank 0's:
 // the built-in one, a tuning file's, or measured (TINYDDP_COST_MODEL=probe, link_probe.h).
-CostModel RingBackend::agree_on_cost_model(const std::string& prefix, const HostLayout& layout) {
+CostModel HostBackend::agree_on_cost_model(const std::string& prefix, const HostLayout& layout) {
   if (layout.hosts() <= 1) return CostModel{};
   if (!CostModel::probe_requested())
     return agree_on_model(*store_, prefix + "cost_model", rank(), CostModel::from_environment(), options_.timeout);
@@ -404,22 +405,22 @@ CostModel RingBackend::agree_on_cost_model(const std::string& prefix, const Host
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     std::string text = model.to_text();
     std::replace(text.begin(), text.end(), '\n', ' ');
-    log_line(LogLevel::info, "ring", "cost model measured in " + std::to_string(ms) + " ms: " + text);
+    log_line(LogLevel::info, "host", "cost model measured in " + std::to_string(ms) + " ms: " + text);
   }
   return model;
 }
 
-RingBackend::~RingBackend() {
+HostBackend::~HostBackend() {
   executor_->shutdown();  // queued collectives still run: the peers expect them
 }
 
-std::string RingBackend::transport_to(int peer) const {
+std::string HostBackend::transport_to(int peer) const {
   if (peer == rank()) return "self";
   return routes_.at(size_t(peer))->name();
 }
 
 // Every rank publishes "pid host-identity" and reads everyone's.
-RingBackend::Hosts RingBackend::meet_hosts(const std::string& prefix) {
+HostBackend::Hosts HostBackend::meet_hosts(const std::string& prefix) {
   store_->set(prefix + "host/" + std::to_string(rank()), std::to_string(::getpid()) + " " + host_identity());
   std::vector<std::string> keys;
   for (int r = 0; r < size(); ++r) keys.push_back(prefix + "host/" + std::to_string(r));
@@ -438,7 +439,7 @@ RingBackend::Hosts RingBackend::meet_hosts(const std::string& prefix) {
 
 // Shared memory between the ranks of this host, tcp to the others (or tcp / shm everywhere, as
 // options.transport says); fills routes_ and transports_.
-void RingBackend::open_transports(const std::string& prefix, const Hosts& hosts) {
+void HostBackend::open_transports(const std::string& prefix, const Hosts& hosts) {
   const std::string& mode = options_.transport;
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   std::vector<int> tcp_peers;
@@ -449,7 +450,7 @@ void RingBackend::open_transports(const std::string& prefix, const Hosts& hosts)
     if (mode == "shm") {
       std::string others;
       for (int r : hosts.remote) others += (others.empty() ? "" : ", ") + std::to_string(r);
-      TINYDDP_CHECK(hosts.remote.empty(), "ring backend: transport 'shm' needs every rank on one host, but rank(s) ", others,
+      TINYDDP_CHECK(hosts.remote.empty(), "host backend: transport 'shm' needs every rank on one host, but rank(s) ", others,
                     " run on another host than rank ", rank(), "; hint: use transport 'auto' (shm within a host, tcp across) or 'tcp'");
     }
     tcp_peers = hosts.remote;
@@ -485,7 +486,7 @@ void RingBackend::open_transports(const std::string& prefix, const Hosts& hosts)
 
 // How this group's threads wait, and where its communication thread runs: both depend on whether
 // the ranks of this host outnumber its cores.
-void RingBackend::choose_waiting(const Hosts& hosts) {
+void HostBackend::choose_waiting(const Hosts& hosts) {
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   if (hosts.local.size() > cores) wait_.spin = tuning::kSpinBudgetOversubscribed;
   if (auto spin_us = env::unsigned_integer("TINYDDP_SPIN_US"))  // for tuning on a new host

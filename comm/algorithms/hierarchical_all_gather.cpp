@@ -1,6 +1,5 @@
-#include "tinyddp/comm/algorithms/hierarchical_gather.h"
+#include "tinyddp/comm/algorithms/hierarchical_all_gather.h"
 
-#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -31,24 +30,6 @@ void hierarchical_all_gather(const HostLayout& layout, const ConnectionLookup& c
       const int owner = layout.ranks_on[size_t(h)][size_t(j)];
       std::memcpy(out + size_t(owner) * piece, gathered.data() + (size_t(j) * size_t(H) + size_t(h)) * piece, piece);
     }
-}
-
-void host_ordered_broadcast(const HostLayout& layout, const ConnectionLookup& connection_to, int rank, std::byte* buf,
-                            size_t bytes, int root, const CollectiveContext& ctx) {
-  // The chain: root's host first, from the root on, then the other hosts in turn.
-  std::vector<int> order;
-  const int root_host = layout.host_of[size_t(root)];
-  for (int k = 0; k < layout.hosts(); ++k) {
-    const auto& on = layout.ranks_on[size_t((root_host + k) % layout.hosts())];
-    order.insert(order.end(), on.begin(), on.end());
-  }
-  std::rotate(order.begin(), std::find(order.begin(), order.begin() + std::ptrdiff_t(layout.ranks_on[size_t(root_host)].size()), root),
-              order.begin() + std::ptrdiff_t(layout.ranks_on[size_t(root_host)].size()));
-  const int n = int(order.size()), position = int(std::find(order.begin(), order.end(), rank) - order.begin());
-  // Only the links the chain uses: a transport may open a connection on first use.
-  const Ring chain{position, n, position < n - 1 ? connection_to(order[size_t(position + 1)]) : nullptr,
-                   position > 0 ? connection_to(order[size_t(position - 1)]) : nullptr};
-  chain_broadcast(chain, buf, bytes, 0, ctx);
 }
 
 }  // namespace tinyddp::comm

@@ -1,22 +1,16 @@
-// Ring algorithms: reduce-scatter, all-gather, all-reduce and a chained broadcast, pipelined.
+// The collective engine: what every algorithm of the host backend runs on (the ring, the direct
+// exchange, recursive doubling, Rabenseifner, the hierarchical ones).
 //
-// The ranks form a ring (r sends to r+1, receives from r-1). The buffer is cut into one chunk per
-// rank. All-reduce is reduce-scatter followed by all-gather:
+// An algorithm describes, for each peer it talks to, two byte streams: the regions it sends out and
+// the regions it receives into (copying, or reducing into its own data), and how far the send
+// stream may run ahead of the receive stream (a ring forwards what it has received and reduced;
+// a plain exchange sends everything at once). run_streams() then moves every stream to the end.
 //
-//   reduce-scatter, n-1 steps: in step s, rank r sends chunk (r-s) and adds the chunk (r-s-1) it
-//     receives into its own; after n-1 steps rank r holds chunk (r+1) summed over every rank.
-//   all-gather, n-1 steps: the finished chunks travel once more around the ring and are copied.
-//
-// Every rank sends and receives 2(n-1)/n of the buffer, whatever n is: that is the "bus
-// bandwidth" factor nccl-tests reports, and why the ring is bandwidth-optimal.
-//
-// Pipelining. Look at what one rank sends: chunk r, then each chunk it received, once reduced.
-// So the whole collective is two byte streams per rank, one out to r+1 and one in from r-1, where
-// the out-stream is "my first chunk, then the in-stream (reduced) minus its last chunk". A byte
-// may leave as soon as the byte it depends on has arrived and been reduced. run_streams() moves
-// both streams a turn's worth of bytes at a time with non-blocking transport calls, so at any
-// moment one piece is on the wire out, another on the wire in, and a third being reduced: steps
-// overlap steps, not just pieces inside a step.
+// Pipelining. A send byte may leave as soon as the received byte it depends on has arrived and
+// been reduced (Stream::send_lead). run_streams() moves every stream a turn's worth of bytes at a
+// time with non-blocking transport calls, so at any moment one piece is on the wire out, another on
+// the wire in, and a third being reduced: in a ring (ring.h), steps overlap steps, not just pieces
+// inside a step.
 #pragma once
 
 #include <array>
@@ -26,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "tinyddp/comm/chunks.h"
 #include "tinyddp/comm/reduce_op.h"
 #include "tinyddp/comm/transport/transport.h"
 #include "tinyddp/comm/wait_policy.h"
@@ -106,7 +101,7 @@ struct ElementReader {
   }
 };
 
-// ---- the stream engine ----
+// ---- the streams ----
 struct SendRegion {
   const std::byte* data;
   size_t bytes;
@@ -129,34 +124,7 @@ struct Stream {
   std::vector<RecvRegion> recv;
 };
 
-// Chunk i of a buffer of `count` elements cut into `parts`: the first count % parts chunks get one
-// more element. Every algorithm that cuts a buffer into per-rank pieces cuts it this way.
-size_t chunk_begin(size_t count, int parts, int i);
-size_t chunk_count(size_t count, int parts, int i);
-
 // Moves every stream to completion from this thread; throws on timeout or a peer failure.
 void run_streams(std::span<Stream> streams, const CollectiveContext& ctx);
-
-// ---- ring collectives (byte pointers; counts in elements of ctx.dtype) ----
-struct Ring {
-  int rank;
-  int size;
-  Connection* next;  // to rank (rank+1) % size
-  Connection* prev;  // from rank (rank-1+size) % size
-};
-
-// out = in reduced over every rank. `out` may be `in`.
-void ring_all_reduce(const Ring& ring, const std::byte* in, std::byte* out, size_t count, const CollectiveContext& ctx);
-// out (count_per_rank) = chunk `rank` of in (size * count_per_rank), reduced over every rank.
-void ring_reduce_scatter(const Ring& ring, const std::byte* in, std::byte* out, size_t count_per_rank,
-                         const CollectiveContext& ctx);
-// out (size * count_per_rank) = every rank's in, in rank order. `in` may be out's own slot.
-void ring_all_gather(const Ring& ring, const std::byte* in, std::byte* out, size_t count_per_rank,
-                     const CollectiveContext& ctx);
-// buf (count elements, cut into chunks as chunk_begin / chunk_count cut them) on every rank = chunk i
-// of rank i's buf, for every i: each rank's own chunk, gathered in place.
-void ring_all_gather_chunks(const Ring& ring, std::byte* buf, size_t count, const CollectiveContext& ctx);
-// buf on every rank = buf on `root`; a pipelined chain root -> root+1 -> ... (bytes, not elements).
-void chain_broadcast(const Ring& ring, std::byte* buf, size_t bytes, int root, const CollectiveContext& ctx);
 
 }  // namespace tinyddp::comm

@@ -5,7 +5,7 @@
 
 #include <map>
 
-#include "tinyddp/comm/store/launcher_address.h"
+#include "tinyddp/comm/launch/launcher_address.h"
 #include "tinyddp/comm/store/rendezvous.h"
 #include "tinyddp/core/error.h"
 

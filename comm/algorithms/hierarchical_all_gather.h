@@ -1,5 +1,5 @@
-// Hierarchical all-gather and broadcast: for ranks that share hosts, each byte crosses to a host
-// once, and the ranks of a host share the way in.
+// Hierarchical all-gather: for ranks that share hosts, each byte crosses to a host once, and the
+// ranks of a host share the way in.
 //
 // All-gather, H hosts of L ranks, s bytes per rank (n = H·L):
 //   1. across hosts, among the H ranks with local index j: a ring all-gather of their s bytes each
@@ -17,11 +17,6 @@
 // It pays on every uniform layout with several hosts of several ranks (fewer steps and fewer bytes
 // across); with one rank per host or one host it is the flat ring.
 //
-// Broadcast: the pipelined chain (ring_algorithms.h) moves every byte over each link of the chain
-// once, so what counts is how often the chain crosses hosts. Along rank order it crosses at every
-// change of host: n-1 times when a launcher places ranks round-robin over the hosts. Along the
-// hosts' order (the root, the rest of its host, then each other host's ranks) it crosses H-1 times,
-// the fewest possible; on host-major ranks both orders cross H-1 times.
 #pragma once
 
 #include <cstddef>
@@ -38,9 +33,5 @@ bool hierarchical_all_gather_applies(const HostLayout& layout);
 // hierarchical_all_gather_applies. `in` may be out's own slot.
 void hierarchical_all_gather(const HostLayout& layout, const ConnectionLookup& connection_to, int rank, const std::byte* in,
                              std::byte* out, size_t count, const CollectiveContext& ctx);
-
-// The chain broadcast of buf (bytes) from world rank `root`, along the hosts' order (see the top).
-void host_ordered_broadcast(const HostLayout& layout, const ConnectionLookup& connection_to, int rank, std::byte* buf,
-                            size_t bytes, int root, const CollectiveContext& ctx);
 
 }  // namespace tinyddp::comm

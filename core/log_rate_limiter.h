@@ -9,7 +9,8 @@
 // Lines are "similar" when they are equal once their digits are taken out: the addresses, ports and
 // numbers that differ from one offending client to the next do not make a line new. Each kind gets
 // `burst` lines per window; what is held back is summed up in one line when its window ends (on the
-// next line of that kind, or on flush(), which the store server calls every window and when it stops).
+// next line of that kind, or on flush(), which the owner calls every window and when it stops: the
+// store server, comm/store/store_server.h, does).
 // Thread-safe.
 #pragma once
 
@@ -21,7 +22,7 @@
 
 #include "tinyddp/core/log.h"
 
-namespace tinyddp::comm {
+namespace tinyddp {
 
 struct LogRateLimit {
   int burst = 5;  // lines of one kind written per window before the rest are only counted
@@ -61,4 +62,4 @@ class LogRateLimiter {
   uint64_t suppressed_total_ = 0;
 };
 
-}  // namespace tinyddp::comm
+}  // namespace tinyddp

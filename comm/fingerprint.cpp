@@ -1,4 +1,4 @@
-#include "tinyddp/comm/debug_check.h"
+#include "tinyddp/comm/fingerprint.h"
 
 #include <map>
 #include <tuple>

@@ -1,9 +1,9 @@
-#include "tinyddp/comm/store/log_rate_limiter.h"
+#include "tinyddp/core/log_rate_limiter.h"
 
 #include <cstdio>
 #include <utility>
 
-namespace tinyddp::comm {
+namespace tinyddp {
 
 LogRateLimiter::LogRateLimiter(LogSink sink, LogRateLimit limit) : sink_(std::move(sink)), limit_(limit) {
   if (limit_.burst < 1) limit_.burst = 1;
@@ -69,4 +69,4 @@ uint64_t LogRateLimiter::suppressed_total() const {
   return suppressed_total_;
 }
 
-}  // namespace tinyddp::comm
+}  // namespace tinyddp

@@ -1,4 +1,4 @@
-// RingBackend: the hand-written ProcessGroup ("ring").
+// HostBackend: the hand-written ProcessGroup ("host").
 //
 // A collective's way through it, in the order the .cpp reads:
 //   collectives  all_reduce, broadcast, ...: check the arguments in the caller's thread, describe
@@ -7,7 +7,7 @@
 //                one at a time, in call order, on the communication thread or on a caller that
 //                waits; run_task gives each body its context (deadline, transports, wait policy);
 //   algorithm    the body stages CUDA tensors through pinned host memory and runs the algorithm:
-//                ring_algorithms.h for large messages, small_message_allreduce.h for small ones;
+//                ring.h for large messages, small_message_allreduce.h for small ones;
 //                all-reduce asks algorithms/algorithm_selection.h, which also knows recursive
 //                doubling, Rabenseifner and the hierarchical algorithm for ranks on several hosts.
 //
@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "tinyddp/comm/algorithms/ring_algorithms.h"
+#include "tinyddp/comm/algorithms/ring.h"
 #include "tinyddp/comm/collective_watchdog.h"
 #include "tinyddp/comm/executor.h"
 #include "tinyddp/comm/flight_recorder.h"
@@ -37,12 +37,12 @@ struct HostLayout;
 class ShmTransport;
 class TcpTransport;
 
-class RingBackend : public ProcessGroup {
+class HostBackend : public ProcessGroup {
  public:
-  RingBackend(std::shared_ptr<Store> store, int rank, int size, const ProcessGroupOptions& options);
-  ~RingBackend() override;  // runs what is still queued, then closes the transports
+  HostBackend(std::shared_ptr<Store> store, int rank, int size, const ProcessGroupOptions& options);
+  ~HostBackend() override;  // runs what is still queued, then closes the transports
 
-  std::string backend() const override { return "ring"; }
+  std::string backend() const override { return "host"; }
   WorkPtr all_reduce(const Tensor& tensor, ReduceOp op = ReduceOp::sum, const CallOptions& call = {}) override;
   WorkPtr all_reduce_into(const Tensor& output, const Tensor& input, ReduceOp op = ReduceOp::sum,
                           const CallOptions& call = {}) override;
