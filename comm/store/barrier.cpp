@@ -8,15 +8,12 @@
 #include "tinyddp/comm/timeout.h"
 #include "tinyddp/core/error.h"
 #include "tinyddp/core/log.h"
+#include "tinyddp/core/short_list.h"
 
 namespace tinyddp::comm {
 
 std::string describe_ranks(const std::vector<int>& ranks) {
-  constexpr size_t kShown = 12;
-  std::string text = ranks.size() == 1 ? "rank " : "ranks ";
-  for (size_t i = 0; i < ranks.size() && i < kShown; ++i) text += (i ? ", " : "") + std::to_string(ranks[i]);
-  if (ranks.size() > kShown) text += ", ... (" + std::to_string(ranks.size() - kShown) + " more)";
-  return text;
+  return (ranks.size() == 1 ? "rank " : "ranks ") + short_list(ranks, 12, [](int r) { return std::to_string(r); });
 }
 
 StoreBarrier::StoreBarrier(Store& store, int rank, int world_size, std::string name)

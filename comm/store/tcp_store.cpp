@@ -12,6 +12,7 @@
 #include "tinyddp/comm/timeout.h"
 #include "tinyddp/core/env.h"
 #include "tinyddp/core/error.h"
+#include "tinyddp/core/short_list.h"
 
 namespace tinyddp::comm {
 
@@ -33,12 +34,7 @@ Clock::time_point deadline_after(Store::Duration budget) {
   return Clock::now() + std::clamp(budget, Store::Duration::zero(), kDecade);
 }
 
-std::string quoted_list(const std::vector<std::string>& keys, size_t show = 8) {
-  std::string text;
-  for (size_t i = 0; i < keys.size() && i < show; ++i) text += (i ? ", '" : "'") + keys[i] + "'";
-  if (keys.size() > show) text += ", ... (" + std::to_string(keys.size() - show) + " more)";
-  return text;
-}
+std::string quoted_list(const std::vector<std::string>& keys, size_t show = 8) { return short_list(keys, show, in_quotes); }
 
 std::string describe(const Request& request) {
   std::string name = command_name(request.command);

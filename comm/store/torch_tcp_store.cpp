@@ -16,6 +16,7 @@
 
 #include "tinyddp/core/env.h"
 #include "tinyddp/core/error.h"
+#include "tinyddp/core/short_list.h"
 
 namespace tinyddp::comm {
 
@@ -111,12 +112,7 @@ TorchStoreDialect dialect_from_environment() {
       .value_or(TorchStoreDialect::unknown);
 }
 
-std::string quoted(const std::vector<std::string>& keys) {
-  std::string text;
-  for (size_t i = 0; i < keys.size() && i < 6; ++i) text += (i ? ", '" : "'") + keys[i] + "'";
-  if (keys.size() > 6) text += ", ... (" + std::to_string(keys.size() - 6) + " more)";
-  return text;
-}
+std::string quoted(const std::vector<std::string>& keys) { return short_list(keys, 6, in_quotes); }
 
 }  // namespace
 

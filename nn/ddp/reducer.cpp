@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <set>
-#include <sstream>
 #include <utility>
 
 #include "tinyddp/core/error.h"
 #include "tinyddp/core/log.h"
+#include "tinyddp/core/short_list.h"
 
 namespace tinyddp::nn {
 
@@ -31,11 +31,7 @@ std::string trimmed(std::string text) {
 }
 
 std::string list_names(const std::vector<NamedParameter>& parameters, const std::vector<size_t>& indices) {
-  constexpr size_t kShown = 5;
-  std::ostringstream out;
-  for (size_t i = 0; i < indices.size() && i < kShown; ++i) out << (i ? ", " : "") << "'" << parameters[indices[i]].name << "'";
-  if (indices.size() > kShown) out << " and " << indices.size() - kShown << " more";
-  return out.str();
+  return short_list(indices, 5, [&](size_t i) { return in_quotes(parameters[i].name); });
 }
 
 }  // namespace
