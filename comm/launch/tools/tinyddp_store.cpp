@@ -34,6 +34,7 @@
 #include <cstdio>
 #include <iostream>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -226,14 +227,19 @@ int listen_for_relay(const std::string& host, int& port) {
   return fd;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  using namespace tinyddp::comm;
-  CLI::App app{"tinyddp-store: a standalone tinyddp key-value store server"};
-  StoreServerOptions options;
-  uint64_t idle_limit_ms = 30000;
+// What the command line asks for.
+struct StoreCommand {
+  tinyddp::comm::StoreServerOptions options;
   bool insecure_no_token = false;
+  bool log_ops = false;
+};
+
+// Fills `command` from argv; an exit code when the program ends here (--help, a bad flag).
+std::optional<int> parse_command(int argc, char** argv, StoreCommand& command) {
+  using tinyddp::comm::TcpStore;
+  CLI::App app{"tinyddp-store: a standalone tinyddp key-value store server"};
+  tinyddp::comm::StoreServerOptions& options = command.options;
+  uint64_t idle_limit_ms = 30000;
   std::string token = TcpStore::token_from_environment();
   app.add_option("--host", options.host, "address to listen on (0.0.0.0: every IPv4 address; needs a token)")
       ->capture_default_str();
@@ -245,72 +251,93 @@ int main(int argc, char** argv) {
   app.add_option("--max-pending-hellos", options.max_pending_hellos,
                  "connections allowed open without a completed hello (the oldest is closed for a new one)")
       ->capture_default_str();
-  app.add_flag("--insecure-no-token", insecure_no_token,
+  app.add_flag("--insecure-no-token", command.insecure_no_token,
                "listen on a non-loopback address without a token (anyone who reaches the port can change the keys)");
-  bool log_ops = false;
-  app.add_flag("--log-ops", log_ops, "print every request clients make (one line each, on stdout)");
-  if (auto code = tinyddp::command_line::parse(app, argc, argv)) return *code;
+  app.add_flag("--log-ops", command.log_ops, "print every request clients make (one line each, on stdout)");
+  if (auto code = tinyddp::command_line::parse(app, argc, argv)) return code;
   options.token = token;
   options.idle_limit = std::chrono::milliseconds(idle_limit_ms);
-  if (token.empty() && !is_loopback_host(options.host)) {
-    if (!insecure_no_token) {
-      std::cerr << "tinyddp-store: refusing to listen on " << options.host
-                << " without a token: anyone who can reach the port could read and change every key of every job; "
-                   "hint: export TINYDDP_TOKEN=<a secret> here and on every rank (or pass --token), or listen on "
-                   "127.0.0.1, or accept the risk with --insecure-no-token"
-                << std::endl;
-      return 2;
-    }
-    std::cerr << "tinyddp-store: WARNING: --insecure-no-token: listening on " << options.host
-              << " with no token; any process that can reach this port can read and change the jobs' keys"
-              << std::endl;
-  }
+  return std::nullopt;
+}
 
-  // Room for many clients: the soft open-file limit (often 1024) up to the hard one.
+// A store reachable from other hosts without a token lets anyone change every job's keys: refused (exit
+// 2) unless the user accepted that with --insecure-no-token, and then said aloud.
+std::optional<int> refuse_unprotected(const StoreCommand& command) {
+  const tinyddp::comm::StoreServerOptions& options = command.options;
+  if (!options.token.empty() || is_loopback_host(options.host)) return std::nullopt;
+  if (!command.insecure_no_token) {
+    std::cerr << "tinyddp-store: refusing to listen on " << options.host
+              << " without a token: anyone who can reach the port could read and change every key of every job; "
+                 "hint: export TINYDDP_TOKEN=<a secret> here and on every rank (or pass --token), or listen on "
+                 "127.0.0.1, or accept the risk with --insecure-no-token"
+              << std::endl;
+    return 2;
+  }
+  std::cerr << "tinyddp-store: WARNING: --insecure-no-token: listening on " << options.host
+            << " with no token; any process that can reach this port can read and change the jobs' keys" << std::endl;
+  return std::nullopt;
+}
+
+// Room for many clients: the soft open-file limit (often 1024) up to the hard one.
+void raise_open_file_limit() {
   rlimit files{};
   if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
     files.rlim_cur = files.rlim_max;
     setrlimit(RLIMIT_NOFILE, &files);
   }
+}
 
+// Serves until SIGINT or SIGTERM.
+int serve(const tinyddp::comm::StoreServerOptions& options) {
+  tinyddp::comm::StoreServer server(options);
+  std::cout << "tinyddp-store listening on " << server.host() << ":" << server.port() << std::endl;
+  const int signal = wait_for_stop_signal();
+  std::cerr << "tinyddp-store: stopping on signal " << signal << std::endl;
+  server.stop();
+  return 0;
+}
+
+// --log-ops: the real server on a private loopback port, and a relay on the address the user asked for
+// that prints each request as it passes.
+int serve_logging_requests(tinyddp::comm::StoreServerOptions options) {
+  const std::string public_host = options.host;
+  int public_port = options.port;
+  options.host = "127.0.0.1";
+  options.port = 0;
+  tinyddp::comm::StoreServer server(options);
+  int listener = listen_for_relay(public_host, public_port);
+  std::thread acceptor([listener, &server, limits = options.limits] {
+    for (int client = 1;; ++client) {
+      int fd = ::accept(listener, nullptr, nullptr);
+      if (fd < 0) return;  // the listener was shut down
+      std::thread(relay, fd, client, server.port(), limits).detach();
+    }
+  });
+  std::cout << "tinyddp-store listening on " << public_host << ":" << public_port << " (logging every request)"
+            << std::endl;
+  const int signal = wait_for_stop_signal();
+  std::cerr << "tinyddp-store: stopping on signal " << signal << std::endl;
+  ::shutdown(listener, SHUT_RDWR);
+  acceptor.join();
+  ::close(listener);
+  server.stop();
+  // Relays still attached to a client end with the process (they only forward bytes).
+  std::cout.flush();
+  std::_Exit(0);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  StoreCommand command;
+  if (auto code = parse_command(argc, argv, command)) return *code;
+  if (auto code = refuse_unprotected(command)) return *code;
+  raise_open_file_limit();
   install_stop_handlers();
   try {
-    if (!log_ops) {
-      StoreServer server(options);
-      std::cout << "tinyddp-store listening on " << server.host() << ":" << server.port() << std::endl;
-      const int signal = wait_for_stop_signal();
-      std::cerr << "tinyddp-store: stopping on signal " << signal << std::endl;
-      server.stop();
-      return 0;
-    }
-    // The real server on a private loopback port; the relay on the address the user asked for.
-    std::string public_host = options.host;
-    int public_port = options.port;
-    options.host = "127.0.0.1";
-    options.port = 0;
-    StoreServer server(options);
-    int listener = listen_for_relay(public_host, public_port);
-    std::thread acceptor([listener, &server, limits = options.limits] {
-      for (int client = 1;; ++client) {
-        int fd = ::accept(listener, nullptr, nullptr);
-        if (fd < 0) return;  // the listener was shut down
-        std::thread(relay, fd, client, server.port(), limits).detach();
-      }
-    });
-    std::cout << "tinyddp-store listening on " << public_host << ":" << public_port << " (logging every request)"
-              << std::endl;
-    const int signal = wait_for_stop_signal();
-    std::cerr << "tinyddp-store: stopping on signal " << signal << std::endl;
-    ::shutdown(listener, SHUT_RDWR);
-    acceptor.join();
-    ::close(listener);
-    server.stop();
-    // Relays still attached to a client end with the process (they only forward bytes).
-    std::cout.flush();
-    std::_Exit(0);
+    return command.log_ops ? serve_logging_requests(command.options) : serve(command.options);
   } catch (const tinyddp::Error& e) {
     std::cerr << e.what() << std::endl;
     return 1;
   }
-  return 0;
 }
