@@ -12,26 +12,10 @@
 #include "tinyddp/core/hash.h"
 #include "tinyddp/core/log.h"
 #include "tinyddp/core/process.h"
+#include "test/test_support.h"
 
 using namespace tinyddp;
-
-namespace {
-
-// Sets (or, with nullptr, unsets) a variable for one test and puts the old value back after.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    value ? ::setenv(name, value, 1) : ::unsetenv(name);
-  }
-  ~ScopedEnv() { old_.empty() ? ::unsetenv(name_) : ::setenv(name_, old_.c_str(), 1); }
-
- private:
-  const char* name_;
-  std::string old_;
-};
-
-}  // namespace
+using tinyddp::testing::ScopedEnv;
 
 TEST_CASE("env: whole numbers in range, or an error naming the variable, the value and the range") {
   CHECK(env::parse_unsigned_integer("X", "0") == 0);

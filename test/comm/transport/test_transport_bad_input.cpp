@@ -31,50 +31,16 @@
 #include "tinyddp/core/error.h"
 #include "tinyddp/core/log.h"
 #include "test/test_skip.h"
+#include "test/test_support.h"
 
 using namespace tinyddp;
 using namespace tinyddp::comm;
+using tinyddp::testing::CapturedStderr;
 using namespace std::chrono_literals;
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Sends everything written to stderr (the transport's log) to a file while it lives.
-class StderrCapture {
- public:
-  StderrCapture() : path_(std::filesystem::temp_directory_path() / ("tinyddp-stderr-" + std::to_string(::getpid()))) {
-    std::fflush(stderr);
-    saved_ = ::dup(2);
-    std::FILE* file = std::fopen(path_.c_str(), "w");
-    REQUIRE(file != nullptr);
-    ::dup2(::fileno(file), 2);
-    std::fclose(file);
-  }
-  ~StderrCapture() {
-    restore();
-    std::filesystem::remove(path_);
-  }
-  // Everything captured so far (stderr stays captured).
-  std::string text() {
-    std::fflush(stderr);
-    std::ifstream in(path_);
-    std::stringstream all;
-    all << in.rdbuf();
-    return all.str();
-  }
-  void restore() {
-    if (saved_ < 0) return;
-    std::fflush(stderr);
-    ::dup2(saved_, 2);
-    ::close(saved_);
-    saved_ = -1;
-  }
-
- private:
-  std::filesystem::path path_;
-  int saved_ = -1;
-};
 
 // A plain TCP socket to 127.0.0.1:port; -1 when the connection fails.
 int dial(int port) {
@@ -257,7 +223,7 @@ TEST_CASE("tcp transport: strangers, wrong ranks, an older version, a wrong toke
   older[4] = char(uint16_t(version - 1) & 0xff);
   older[5] = char(uint16_t(version - 1) >> 8);
 
-  StderrCapture log;
+  CapturedStderr log;
   HashStore store;
   store.set_timeout(30s);
   Job job(2);
@@ -296,7 +262,6 @@ TEST_CASE("tcp transport: strangers, wrong ranks, an older version, a wrong toke
   zero.join();
   one.join();
   const std::string text = log.text();
-  log.restore();
   REQUIRE_MESSAGE(rank0_error.empty(), rank0_error);
   REQUIRE_MESSAGE(rank1_error.empty(), rank1_error);
   REQUIRE(rank0);
@@ -329,7 +294,7 @@ TEST_CASE("tcp transport: silent strangers on rank 0's port do not delay the gro
   // Rank 0 hears handshakes side by side: three sockets that connect first and never speak cost the
   // real rank nothing (one at a time, each would have held it up for its whole 5 s grace: 15 s).
   const std::string prefix = "job/pg/silent/";
-  StderrCapture log;
+  CapturedStderr log;
   HashStore store;
   store.set_timeout(30s);
   Job job(2);
@@ -362,7 +327,6 @@ TEST_CASE("tcp transport: silent strangers on rank 0's port do not delay the gro
     ::close(fd);
   }
   const std::string text = log.text();
-  log.restore();
   // When: the reason rank 0 gives. Had it waited for a stranger's handshake before it heard rank 1, that
   // stranger's grace would have run out first, and its refusal would read "no handshake within 5 s".
   if (log_threshold() > LogLevel::warn) {
@@ -378,7 +342,7 @@ TEST_CASE("tcp transport: strangers that stay silent or stop mid-handshake are r
   // The grace is per connection and runs concurrently: two strangers that knock together are both
   // refused about 5 s later (one at a time it would be 5 s and 10 s), and rank 0 goes on waiting.
   const std::string prefix = "job/pg/grace/";
-  StderrCapture log;
+  CapturedStderr log;
   HashStore store;
   store.set_timeout(30s);
   Job job(2);
@@ -417,7 +381,6 @@ TEST_CASE("tcp transport: strangers that stay silent or stop mid-handshake are r
   }
   zero.thread.join();
   const std::string text = log.text();
-  log.restore();
   REQUIRE_MESSAGE(zero.error.empty(), zero.error);
   REQUIRE(rank1);
   CHECK(send_and_receive(*rank1->connection(0), *zero.transport->connection(1), "ping") == "ping");

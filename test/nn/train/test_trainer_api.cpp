@@ -21,38 +21,6 @@ nn::DataLoader loader_of(int64_t samples, int64_t batch) {
   return nn::DataLoader(three_class_data(samples, 11), {.batch_size = batch, .shuffle = true, .seed = 3});
 }
 
-// Everything written to stderr while it lives (log lines go there), readable afterwards.
-class CapturedStderr {
- public:
-  CapturedStderr() : file_(std::tmpfile()), saved_(dup(2)) {
-    std::fflush(stderr);
-    dup2(fileno(file_), 2);
-  }
-  ~CapturedStderr() {
-    restore();
-    std::fclose(file_);
-  }
-  std::string text() {
-    restore();
-    std::rewind(file_);
-    std::string out;
-    char buffer[512];
-    for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, file_)) > 0;) out.append(buffer, n);
-    return out;
-  }
-
- private:
-  void restore() {
-    if (saved_ < 0) return;
-    std::fflush(stderr);
-    dup2(saved_, 2);
-    close(saved_);
-    saved_ = -1;
-  }
-  std::FILE* file_;
-  int saved_;
-};
-
 // A user's trainer with members of its own: how many batches it trained on and the last loss.
 class CountingTrainer : public MlpTrainer {
  public:
