@@ -134,17 +134,6 @@ Contender onednn_matmul_contender(dnnl::memory::data_type type, const char* name
           }};
 }
 
-const char* isa_name(dnnl::cpu_isa isa) {
-  switch (isa) {
-    case dnnl::cpu_isa::avx2: return "avx2";
-    case dnnl::cpu_isa::avx2_vnni: return "avx2_vnni";
-    case dnnl::cpu_isa::avx512_core: return "avx512_core";
-    case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
-    case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
-    case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
-    default: return "older than avx2";
-  }
-}
 #endif
 
 }  // namespace
@@ -172,11 +161,8 @@ int main(int argc, char** argv) {
     omp_set_num_threads(threads);  // the matmul primitive's threads (kernels::gemm sets its own)
     contenders.push_back(onednn_matmul_contender(dnnl::memory::data_type::f32, "oneDNN fp32 (matmul primitive)"));
     contenders.push_back(onednn_matmul_contender(dnnl::memory::data_type::bf16, "oneDNN bf16 in, fp32 out (matmul)"));
-    std::printf("tinyddp gemm_bench, %d thread(s); oneDNN's ISA on this CPU: %s\n", threads,
-                isa_name(dnnl::get_effective_cpu_isa()));
-#else
-    std::printf("tinyddp gemm_bench, %d thread(s); this build has no oneDNN\n", threads);
 #endif
+    std::printf("tinyddp gemm_bench, %d thread(s); %s\n", threads, kernels::cpu_gemm_kernels().c_str());
     std::printf("tinyddp's choice here: %s\n", kernels::cpu_gemm_description().c_str());
     const kernels::CpuGemm chosen = kernels::cpu_gemm();
 

@@ -97,8 +97,7 @@ Choice final_choice() {
     return {State::openblas, "oneDNN cannot be loaded: " + why_not};
   }
   const detail::VectorClass onednn = detail::onednn_vector_class(), openblas = detail::openblas_vector_class();
-  const std::string both = "oneDNN runs " + detail::onednn_isa_name() + " kernels here, " + openblas_runs() + " (" +
-                           detail::vector_class_name(openblas) + ")";
+  const std::string both = cpu_gemm_kernels() + " (" + detail::vector_class_name(openblas) + ")";
   if (onednn == detail::VectorClass::avx512 || onednn > openblas)
     return {State::onednn, both + "; products under 64x64x64 on OpenBLAS", kOneDnnMinimumWork};
   return {State::openblas, both + ": at the same width OpenBLAS is the faster"};
@@ -153,6 +152,17 @@ std::vector<CpuGemm> available_cpu_gemms() {
 }
 
 CpuGemm cpu_gemm() { return CpuGemm(resolve(true)); }
+
+std::string cpu_gemm_kernels() {
+#ifdef TINYDDP_WITH_ONEDNN
+  std::string why_not;
+  if (detail::onednn_loadable(&why_not))
+    return "oneDNN runs " + detail::onednn_isa_name() + " kernels here, " + openblas_runs();
+  return openblas_runs() + "; oneDNN cannot be loaded: " + why_not;
+#else
+  return openblas_runs() + "; this build has no oneDNN";
+#endif
+}
 
 std::string cpu_gemm_description() {
   const CpuGemm gemm = cpu_gemm();

@@ -39,6 +39,9 @@ std::vector<CpuGemm> available_cpu_gemms();
 CpuGemm cpu_gemm();
 // The library and why: "oneDNN 2.6.3 (oneDNN runs avx512_core_amx kernels here, OpenBLAS Prescott ...)", ...
 std::string cpu_gemm_description();
+// What each library runs on this CPU, as it reports it: "oneDNN runs avx512_core_amx kernels here,
+// OpenBLAS runs its Prescott kernels" (loads oneDNN to ask it). The terms of the choice above.
+std::string cpu_gemm_kernels();
 // Uses `gemm` from now on, in every thread. Throws when it is not available (see above).
 void set_cpu_gemm(CpuGemm gemm);
 

@@ -61,7 +61,8 @@ OneDnn load() {
   void* gomp = dlopen("libgomp.so.1", RTLD_NOW | RTLD_NOLOAD);
   loaded.sgemm = symbol<decltype(&dnnl_sgemm)>(dnnl, "dnnl_sgemm", loaded.error);
   loaded.version = symbol<decltype(&dnnl_version)>(dnnl, "dnnl_version", loaded.error);
-  loaded.effective_isa = symbol<decltype(&dnnl_get_effective_cpu_isa)>(dnnl, "dnnl_get_effective_cpu_isa", loaded.error);
+  loaded.effective_isa =
+      symbol<decltype(&dnnl_get_effective_cpu_isa)>(dnnl, "dnnl_get_effective_cpu_isa", loaded.error);
   loaded.omp_set_num_threads = symbol<void (*)(int)>(gomp, "omp_set_num_threads", loaded.error);
   loaded.omp_get_max_threads = symbol<int (*)()>(gomp, "omp_get_max_threads", loaded.error);
   if (!gomp && loaded.error.empty()) loaded.error = std::string(kLibrary) + " is not threaded with libgomp.so.1";
