@@ -1,5 +1,6 @@
 #include "tinyddp/core/process.h"
 
+#include <dirent.h>
 #include <signal.h>
 
 #include <cerrno>
@@ -28,6 +29,32 @@ bool process_alive(int pid) {
   char state = process_state(pid_t(pid));
   if (state == 0) return true;  // no /proc: trust kill()
   return state != 'Z' && state != 'X';
+}
+
+bool process_group_alive(pid_t pgid) {
+  if (::kill(-pgid, 0) != 0) return false;
+  DIR* proc = opendir("/proc");
+  if (!proc) return true;
+  bool alive = false;
+  while (dirent* entry = readdir(proc)) {
+    if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
+    FILE* f = std::fopen((std::string("/proc/") + entry->d_name + "/stat").c_str(), "r");
+    if (!f) continue;
+    char line[1024] = {0};
+    size_t n = std::fread(line, 1, sizeof line - 1, f);
+    std::fclose(f);
+    const char* after_name = std::strrchr(line, ')');  // the command name may itself hold spaces or ')'
+    if (n == 0 || !after_name) continue;
+    char state = 0;
+    int ppid = 0, pgrp = 0;
+    if (std::sscanf(after_name + 1, " %c %d %d", &state, &ppid, &pgrp) == 3 && pgrp == pgid && state != 'Z' &&
+        state != 'X') {
+      alive = true;
+      break;
+    }
+  }
+  closedir(proc);
+  return alive;
 }
 
 bool process_catches_signal(pid_t pid, int signal) {

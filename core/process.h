@@ -32,6 +32,10 @@ inline bool process_stopped(pid_t pid) {
   return state == 'T' || state == 't';
 }
 
+// Whether any process of group `pgid` is still alive. kill(-pgid, 0) is not enough: it also counts
+// zombies, and a child's orphaned children, once killed, wait as zombies until init reaps them.
+bool process_group_alive(pid_t pgid);
+
 // Whether `pid` has a handler installed for `signal` (the SigCgt mask of /proc/<pid>/status): sending
 // it a signal it does not catch would, for most signals, end it.
 bool process_catches_signal(pid_t pid, int signal);

@@ -1,11 +1,8 @@
 #include "tinyddp/comm/launch/launcher.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/prctl.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,6 +20,7 @@
 #include "tinyddp/comm/store/prefix_store.h"
 #include "tinyddp/comm/store/store_server.h"
 #include "tinyddp/comm/store/tcp_store.h"
+#include "tinyddp/core/child_processes.h"
 #include "tinyddp/core/env.h"
 #include "tinyddp/core/error.h"
 #include "tinyddp/core/process.h"
@@ -82,92 +80,6 @@ std::string resolve_program(const std::string& name) {
   TINYDDP_FAIL("tinyddp-run: program '", name, "' was not found on PATH; hint: give its path (./", name, ")");
 }
 
-// This process's environment with `overrides` replacing or adding variables.
-std::vector<std::string> environment_with(const std::map<std::string, std::string>& overrides) {
-  std::vector<std::string> env;
-  for (char** e = environ; *e; ++e) {
-    std::string entry(*e);
-    if (!overrides.count(entry.substr(0, entry.find('=')))) env.push_back(entry);
-  }
-  for (const auto& [name, value] : overrides) env.push_back(name + "=" + value);
-  return env;
-}
-
-// fork + exec with the child in its own process group (so the launcher can signal everything it
-// starts), killed if the launcher dies, with its stdout/stderr on our pipes and no other inherited
-// descriptor (the store's sockets must not leak into workers).
-pid_t spawn(const std::string& path, const std::vector<std::string>& argv, const std::vector<std::string>& env,
-            int out_fd, int err_fd) {
-  std::vector<char*> args, envp;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
-  envp.push_back(nullptr);
-  pid_t parent = getpid();
-  // Signals stay blocked across the fork until the child has reset every handler: a SIGTERM sent to
-  // a worker that has not reached exec yet must kill it, not run the launcher's handler in it.
-  sigset_t all, saved;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &saved);
-  pid_t pid = fork();
-  if (pid == 0) {
-    // Only async-signal-safe calls from here to exec.
-    setpgid(0, 0);
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(126);  // the launcher died before PDEATHSIG was armed
-    dup2(out_fd, 1);
-    dup2(err_fd, 2);
-    if (syscall(SYS_close_range, 3u, ~0u, 0u) != 0)  // kernels before 5.9 lack close_range
-      for (int fd = 3; fd < 4096; ++fd) close(fd);
-    struct sigaction default_action {};
-    default_action.sa_handler = SIG_DFL;
-    for (int s = 1; s < NSIG; ++s) sigaction(s, &default_action, nullptr);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    execve(path.c_str(), args.data(), envp.data());
-    const char* why = "tinyddp-run: exec failed\n";
-    ssize_t ignored = write(2, why, std::strlen(why));
-    (void)ignored;
-    _exit(127);
-  }
-  int fork_errno = errno;
-  pthread_sigmask(SIG_SETMASK, &saved, nullptr);
-  TINYDDP_CHECK(pid >= 0, "tinyddp-run: fork failed: ", std::strerror(fork_errno),
-                "; hint: too many processes? (ulimit -u)");
-  setpgid(pid, pid);  // also from the parent, so it holds before we might signal the group
-  return pid;
-}
-
-// Whether any process of group `pgid` is still alive. kill(-pgid, 0) is not enough: it also counts
-// zombies, and a worker's orphaned children, once killed, wait as zombies until init reaps them.
-bool group_has_live_members(pid_t pgid) {
-  if (kill(-pgid, 0) != 0) return false;
-  DIR* proc = opendir("/proc");
-  if (!proc) return true;
-  bool alive = false;
-  while (dirent* entry = readdir(proc)) {
-    if (entry->d_name[0] < '0' || entry->d_name[0] > '9') continue;
-    std::string path = std::string("/proc/") + entry->d_name + "/stat";
-    FILE* f = std::fopen(path.c_str(), "r");
-    if (!f) continue;
-    char line[1024] = {0};
-    size_t n = std::fread(line, 1, sizeof line - 1, f);
-    std::fclose(f);
-    const char* after_name = std::strrchr(line, ')');  // the command name may itself hold spaces or ')'
-    if (n == 0 || !after_name) continue;
-    char state = 0;
-    int ppid = 0, pgrp = 0;
-    if (std::sscanf(after_name + 1, " %c %d %d", &state, &ppid, &pgrp) == 3 && pgrp == pgid && state != 'Z' &&
-        state != 'X') {
-      alive = true;
-      break;
-    }
-  }
-  closedir(proc);
-  return alive;
-}
-
 std::string encode_failure(const WorkerFailure& f) {
   std::ostringstream out;
   out << f.rank << ' ' << f.local_rank << ' ' << f.node_rank << ' ' << f.pid << ' ' << f.exit_code << ' ' << f.signal;
@@ -195,16 +107,16 @@ std::string WorkerFailure::describe() const {
   return where + " exited with code " + std::to_string(exit_code);
 }
 
-// One worker process and the two pipes its output comes through.
+// One worker process (child `rank - first rank` of the job's ChildProcesses) and the two pipes its
+// output comes through.
 struct WorkerProcess {
   int rank = 0;
   int local_rank = 0;
   pid_t pid = -1;
   int fds[2] = {-1, -1};   // read ends: stdout, stderr
   std::string partial[2];  // the unfinished last line of each
-  int pidfd = -1;          // readable once the process has ended (-1: kernels before 5.3)
-  bool running = false;
-  int status = 0;
+  bool running = false;    // a copy of ChildProcesses::running, kept by reap()
+  int status = 0;          // its waitpid status, once reaped
 };
 
 // Everything one run() holds: the store, the workers, and the steps of the job.
@@ -217,7 +129,9 @@ struct Launcher::Job {
   std::unique_ptr<TcpStore> client;
   std::unique_ptr<PrefixStore> store;  // tinyddp/<run id>/launcher
   std::string program_path;
-  std::vector<WorkerProcess> workers;
+  // Each worker in its own process group (the launcher forwards signals to everything a worker starts).
+  ChildProcesses children{"tinyddp-run"};
+  std::vector<WorkerProcess> workers;  // workers[i] is children's child i
   std::string records_dir;       // the workers' TINYDDP_FLIGHT_RECORDER
   bool owns_records_dir = false;  // a temporary one, removed at the end
 
@@ -231,14 +145,10 @@ struct Launcher::Job {
 
   ~Job() {
     // Whatever happened (an exception included), no worker outlives the launcher.
+    children.stop(SIGKILL, std::chrono::milliseconds::zero());
     for (auto& w : workers)
-      if (w.running) kill(-w.pid, SIGKILL);
-    for (auto& w : workers) {
-      if (w.running) waitpid(w.pid, nullptr, 0);
       for (int& fd : w.fds)
         if (fd >= 0) close(fd), fd = -1;
-      if (w.pidfd >= 0) close(w.pidfd);
-    }
     std::error_code ignored;
     if (owns_records_dir) std::filesystem::remove_all(records_dir, ignored);
   }
@@ -372,14 +282,18 @@ struct Launcher::Job {
       int out[2], err[2];
       TINYDDP_CHECK(pipe2(out, O_CLOEXEC) == 0 && pipe2(err, O_CLOEXEC) == 0, "tinyddp-run: pipe failed: ",
                     std::strerror(errno), "; hint: raise the open-file limit (ulimit -n)");
-      w.pid = spawn(program_path, o.program, environment_with(env), out[1], err[1]);
-      close(out[1]);
-      close(err[1]);
       w.fds[0] = out[0];
       w.fds[1] = err[0];
-      // A pidfd wakes the supervision poll the moment the worker dies, so the launcher sees the first
-      // death before the peers' own failures follow it (they come milliseconds later).
-      w.pidfd = int(syscall(SYS_pidfd_open, w.pid, 0));
+      ChildCommand command{program_path, o.program, environment_with(env), true, out[1], err[1]};
+      try {
+        w.pid = children.pid(children.start(command));
+      } catch (...) {
+        close(out[1]);
+        close(err[1]);
+        throw;
+      }
+      close(out[1]);
+      close(err[1]);
       w.running = true;
     }
   }
@@ -402,8 +316,11 @@ struct Launcher::Job {
           fds.push_back({w.fds[s], POLLIN, 0});
           owners.push_back({&w, s});
         }
-      if (w.running && w.pidfd >= 0) {  // once reaped it would stay readable: only while running
-        fds.push_back({w.pidfd, POLLIN, 0});
+      // A pidfd wakes the poll the moment the worker dies, so the launcher sees the first death
+      // before the peers' own failures follow it (they come milliseconds later).
+      int pidfd = children.pidfd(size_t(&w - workers.data()));
+      if (pidfd >= 0) {
+        fds.push_back({pidfd, POLLIN, 0});
         owners.push_back({&w, kEnded});
       }
     }
@@ -438,14 +355,16 @@ struct Launcher::Job {
   // Reaps the workers that have ended; returns them in rank order.
   std::vector<WorkerProcess*> reap() {
     std::vector<WorkerProcess*> ended;
-    for (auto& w : workers) {
-      if (!w.running) continue;
-      if (waitpid(w.pid, &w.status, WNOHANG) == w.pid) {
-        w.running = false;
-        ended.push_back(&w);
-      }
-    }
+    for (size_t i : children.reap_ended()) ended.push_back(&workers[i]);
+    sync_with_children();
     return ended;
+  }
+
+  void sync_with_children() {
+    for (size_t i = 0; i < workers.size(); ++i) {
+      workers[i].running = children.running(i);
+      workers[i].status = children.status(i);
+    }
   }
 
   bool failed(const WorkerProcess& w) { return !(WIFEXITED(w.status) && WEXITSTATUS(w.status) == 0); }
@@ -535,42 +454,18 @@ struct Launcher::Job {
     return true;
   }
 
-  // Ends every worker and anything they started: `signal` first, SIGKILL after the grace period.
-  // Process groups are signalled even after their leader has exited, for the children it left.
+  // Ends every worker and anything they started: `signal` first, SIGKILL after the grace period
+  // (core/child_processes.h), their output read meanwhile.
   void stop_workers(int signal) {
-    for (auto& w : workers)
-      if (w.pid > 0) kill(-w.pid, signal), kill(-w.pid, SIGCONT);  // a stopped worker must wake to get it
-    auto deadline = Clock::now() + o.grace;
-    auto groups_alive = [&] {
-      for (auto& w : workers)
-        if (w.pid > 0 && group_has_live_members(w.pid)) return true;
-      return false;
-    };
-    while (Clock::now() < deadline) {
-      pump_output(10ms);
-      reap();
-      bool any_running = false;
-      for (auto& w : workers) any_running |= w.running;
-      if (!any_running && !groups_alive()) break;
-    }
-    for (auto& w : workers)
-      if (w.pid > 0 && group_has_live_members(w.pid)) {
-        if (w.running) log(LogLevel::warn, "rank " + std::to_string(w.rank) + " did not stop within the grace period; SIGKILL");
-        kill(-w.pid, SIGKILL);
-      }
-    for (auto& w : workers)
-      if (w.running) {
-        waitpid(w.pid, &w.status, 0);
-        w.running = false;
-      }
+    for (size_t i : children.stop(signal, o.grace, [&](std::chrono::milliseconds wait) { pump_output(wait); }))
+      log(LogLevel::warn, "rank " + std::to_string(workers[i].rank) + " did not stop within the grace period; SIGKILL");
+    sync_with_children();
     // The last output, up to the pipes' end (bounded: a process stuck in the kernel may keep one open).
     auto drain_deadline = Clock::now() + 1s;
     while (!all_output_closed() && Clock::now() < drain_deadline) pump_output(10ms);
-    for (auto& w : workers) {
+    for (auto& w : workers)
       for (int s = 0; s < 2; ++s)
         if (w.fds[s] >= 0) close(w.fds[s]), w.fds[s] = -1;
-      if (w.pidfd >= 0) close(w.pidfd), w.pidfd = -1;
-    }
   }
 
   enum class End { success, failure, stopped };
@@ -642,6 +537,7 @@ struct Launcher::Job {
       int s = launcher.stop_signal_.load();
       stop_workers(end == End::stopped ? s : SIGTERM);
       workers.clear();
+      children.clear();
       if (end == End::stopped) {
         // Other nodes must stop too, and must not restart: say so before the failure they watch for.
         store->set("stopped", "node " + std::to_string(o.node_rank) + " got " + signal_name(s));

@@ -1,5 +1,6 @@
 // SpawnedWorkers: one child process per rank, all running the same program, supervised until they
-// end. This is the part of torch.multiprocessing.spawn (start method "spawn") that MultiDevice needs:
+// end. This is the part of torch.multiprocessing.spawn (start method "spawn") that MultiDevice needs,
+// on top of core/child_processes.h:
 //
 //   - each worker is a fresh process started from the program file with its own environment
 //     (RANK, WORLD_SIZE, ...), not a fork() of the parent: a forked copy of a process with running
@@ -21,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "tinyddp/core/child_processes.h"
 #include "tinyddp/core/error.h"
 
 namespace tinyddp::nn {
@@ -96,11 +98,9 @@ class SpawnedWorkers {
 
  private:
   void stop_running(std::chrono::milliseconds grace);
-  bool reap(size_t rank, bool block);  // true when worker `rank` has ended (its status recorded)
 
+  ChildProcesses children_{"MultiDevice"};  // child i is rank i
   std::vector<pid_t> pids_;
-  std::vector<bool> running_;
-  std::vector<int> status_;  // waitpid status, once ended
 };
 
 }  // namespace tinyddp::nn
