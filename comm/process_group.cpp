@@ -1,5 +1,7 @@
 #include "tinyddp/comm/process_group.h"
 
+#include <algorithm>
+
 #include "tinyddp/comm/host_backend.h"
 #include "tinyddp/comm/store/rendezvous.h"
 #include "tinyddp/comm/store/tcp_store.h"
@@ -37,6 +39,11 @@ void ProcessGroup::check_root(int root, const char* collective) const {
 std::vector<std::string> available_backends() {
   if (nccl_available()) return {"host", "nccl"};
   return {"host"};
+}
+
+bool backend_available(const std::string& backend) {
+  const std::vector<std::string> backends = available_backends();
+  return std::find(backends.begin(), backends.end(), backend) != backends.end();
 }
 
 std::shared_ptr<ProcessGroup> create_process_group(const std::string& backend, std::shared_ptr<Store> store, int rank,

@@ -126,8 +126,12 @@ class ProcessGroup {
   int rank_, size_;
 };
 
-// The backends this build has: always "host", plus "nccl" when NCCL was found at build time.
+// The backends that can be created here: always "host", plus "nccl" when this build has NCCL and its
+// half (libtinyddp_nccl.so) is found, or when fake CUDA devices stand in for GPUs (tests).
 std::vector<std::string> available_backends();
+
+// Whether `backend` is one of available_backends().
+bool backend_available(const std::string& backend);
 
 // Creates `backend` ("host" or "nccl") for `rank` of `world`, meeting the other ranks through
 // `store`. Blocks until every rank has joined (bounded by options.timeout).

@@ -15,7 +15,6 @@
 #include <thread>
 
 #include "tinyddp/comm/launch/failure_report.h"
-#include "tinyddp/comm/nccl/nccl_api.h"
 #include "tinyddp/comm/store/barrier.h"
 #include "tinyddp/comm/store/rendezvous.h"
 #include "tinyddp/comm/store/tcp_store.h"
@@ -243,7 +242,7 @@ JoinedJob join_job(const std::vector<Device>& devices, const MultiDeviceOptions&
   job.local_rank = joined.local_rank;
   job.local_world_size = joined.local_world_size;
   std::string backend = options.backend;
-  if (backend.empty()) backend = !devices.empty() && devices[0].is_cuda() && comm::nccl_available() ? "nccl" : "host";
+  if (backend.empty()) backend = !devices.empty() && devices[0].is_cuda() && comm::backend_available("nccl") ? "nccl" : "host";
   // One device per local rank (core/device.h says how a shorter list is read), made this thread's
   // current device before anything touches CUDA: a CUDA call on a thread with no device set would
   // create a context on cuda:0, another rank's GPU.
