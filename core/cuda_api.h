@@ -2,7 +2,7 @@
 //
 //   the CUDA half (core/cuda/cuda_api_impl.cpp, inside libtinyddp_cuda.so): the real runtime, loaded
 //       with dlopen the first time a CUDA device is used (core/cuda_plugin.h says why and how);
-//   fake devices (core/fake_cuda.h): "cuda:N" memory that is ordinary host memory, with CUDA's rules
+//   fake devices (test/support/fake_cuda.h): "cuda:N" memory that is ordinary host memory, with CUDA's rules
 //       about devices and contexts enforced, so that device logic is tested on machines without a GPU.
 //
 // Nothing outside core/cuda/ includes a CUDA header: this interface passes plain pointers, and streams
@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "tinyddp/core/device.h"
 
@@ -64,6 +65,17 @@ class CudaApi {
 
   // core/random.h's fill_uniform on device memory: the same Philox numbers as the CPU loop.
   virtual void fill_uniform(float* out, int64_t n, uint64_t seed, uint64_t offset, float lo, float hi, int device) = 0;
+};
+
+// Devices that stand in for real ones where there is no GPU: the fake devices of the tests
+// (test/support/fake_cuda.h). What core/cuda_runtime.cpp asks of the driver it asks of them instead.
+// None is built into the libraries; a program linked with the test-support library registers its
+// own (set_cuda_stand_in_finder in core/cuda_runtime.h).
+class CudaStandIn : public CudaApi {
+ public:
+  virtual int device_count() const = 0;
+  virtual bool has_context(int device) const = 0;
+  virtual std::vector<int> devices_with_context() const = 0;
 };
 
 // The version of the interfaces between tinyddp and its CUDA half (this one, the kernel table, NcclApi):

@@ -18,7 +18,7 @@
 // symbol versions and names a missing library itself. The seam between the halves is narrow and
 // plain (core/cuda_api.h, kernels/cuda/cuda_kernels.h, comm/nccl/nccl_api.h: pointers, sizes,
 // handles), so the rest of tinyddp never sees a CUDA header and compiles the same with and without
-// CUDA, and fake devices (core/fake_cuda.h) can stand in for the real half in tests. ONNX Runtime
+// CUDA, and fake devices (test/support/fake_cuda.h) can stand in for the real half in tests. ONNX Runtime
 // loads its CUDA execution provider, and NCCL its network and tuner plugins, the same way.
 //
 // Where the libraries are looked for, in order: $TINYDDP_PLUGIN_DIR; the folder of the program (or of

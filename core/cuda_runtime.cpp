@@ -1,13 +1,21 @@
 #include "tinyddp/core/cuda_runtime.h"
 
+#include <atomic>
+
 #include "tinyddp/core/cuda_driver.h"
 #include "tinyddp/core/cuda_plugin.h"
 #include "tinyddp/core/error.h"
-#include "tinyddp/core/fake_cuda.h"
 
 namespace tinyddp {
 
 namespace {
+
+std::atomic<CudaStandInFinder> g_stand_in_finder{nullptr};
+
+CudaStandIn* stand_in() {
+  CudaStandInFinder finder = g_stand_in_finder.load(std::memory_order_acquire);
+  return finder ? finder() : nullptr;
+}
 
 struct Availability {
   int device_count = 0;
@@ -49,7 +57,7 @@ CudaApi& cuda_half() {
 }
 
 bool context_active(int device) {
-  if (FakeCuda* fake = active_fake_cuda()) return fake->has_context(device);
+  if (CudaStandIn* fake = stand_in()) return fake->has_context(device);
   return cuda_primary_context_active(device);
 }
 
@@ -68,6 +76,8 @@ void select_device_with_context(CudaApi& api) {
 
 }  // namespace
 
+void set_cuda_stand_in_finder(CudaStandInFinder finder) { g_stand_in_finder.store(finder, std::memory_order_release); }
+
 bool cuda_built() {
 #ifdef TINYDDP_WITH_CUDA
   return true;
@@ -76,26 +86,26 @@ bool cuda_built() {
 #endif
 }
 
-bool cuda_devices_are_fake() { return active_fake_cuda() != nullptr; }
+bool cuda_devices_are_fake() { return stand_in() != nullptr; }
 
 int cuda_device_count() {
-  if (FakeCuda* fake = active_fake_cuda()) return fake->device_count();
+  if (CudaStandIn* fake = stand_in()) return fake->device_count();
   return real_devices().device_count;
 }
 
 std::string cuda_unavailable_reason() {
-  if (active_fake_cuda()) return "";
+  if (stand_in()) return "";
   return real_devices().reason;
 }
 
 CudaApi& cuda_api() {
-  if (FakeCuda* fake = active_fake_cuda()) return *fake;
+  if (CudaStandIn* fake = stand_in()) return *fake;
   TINYDDP_CHECK(real_devices().device_count > 0, "a CUDA device was requested, but ", real_devices().reason);
   return cuda_half();
 }
 
 std::vector<int> cuda_devices_with_context() {
-  if (FakeCuda* fake = active_fake_cuda()) return fake->devices_with_context();
+  if (CudaStandIn* fake = stand_in()) return fake->devices_with_context();
   std::vector<int> devices;
   for (int device = 0; device < real_devices().device_count; ++device)
     if (cuda_primary_context_active(device)) devices.push_back(device);

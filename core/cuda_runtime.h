@@ -1,6 +1,6 @@
 // The slice of CUDA that the rest of tinyddp uses, as functions that exist in every build. Callers
 // never include a CUDA header: with CUDA built, the work is done by the CUDA half (core/cuda_plugin.h),
-// loaded when a CUDA device is first used; with fake devices (core/fake_cuda.h), by the fake.
+// loaded when a CUDA device is first used; with fake devices (test/support/fake_cuda.h), by the fake.
 //
 // "No CUDA" has several causes and all of them mean zero devices, never a crash: the build left CUDA
 // out, the machine has no NVIDIA driver, the driver is older than the build needs, no GPU is visible,
@@ -24,8 +24,15 @@ int cuda_device_count();
 std::string cuda_unavailable_reason();
 // Throws a clear error unless `device` is the CPU or an existing CUDA device.
 void require_device(Device device);
-// True while fake devices stand in for CUDA (core/fake_cuda.h).
+// True while fake devices stand in for CUDA (test/support/fake_cuda.h).
 bool cuda_devices_are_fake();
+
+// Where the devices standing in for CUDA come from: a function that returns the stand-in in use, or
+// nullptr when there is none (then the real devices count). The test-support library registers its
+// fake devices' finder when a program linked with it starts; nothing else does, so a user's program
+// holds no fake device at all.
+using CudaStandInFinder = CudaStandIn* (*)();
+void set_cuda_stand_in_finder(CudaStandInFinder finder);
 
 // The implementation in use: the fake devices, or the CUDA half (loaded on this call if need be).
 // Throws with cuda_unavailable_reason() when there is neither.

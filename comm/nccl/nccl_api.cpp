@@ -1,6 +1,7 @@
 #include "tinyddp/comm/nccl/nccl_api.h"
 
-#include "tinyddp/comm/nccl/fake_nccl.h"
+#include <atomic>
+
 #include "tinyddp/core/cuda_plugin.h"
 #include "tinyddp/core/cuda_runtime.h"
 #include "tinyddp/core/error.h"
@@ -8,6 +9,8 @@
 namespace tinyddp::comm {
 
 namespace {
+std::atomic<NcclApi& (*)()> g_stand_in{nullptr};
+
 #ifndef TINYDDP_WITH_NCCL
 [[noreturn]] void not_built() {
   TINYDDP_FAIL("the nccl backend is not in this build (NCCL was not found when it was configured); hint: install "
@@ -27,8 +30,10 @@ NcclApi& nccl_half() {
 }
 }  // namespace
 
+void set_nccl_stand_in(NcclApi& (*stand_in)()) { g_stand_in.store(stand_in, std::memory_order_release); }
+
 bool nccl_available() {
-  if (cuda_devices_are_fake()) return true;
+  if (cuda_devices_are_fake()) return g_stand_in.load(std::memory_order_acquire) != nullptr;
 #ifdef TINYDDP_WITH_NCCL
   return !find_cuda_half(kNcclHalfLibrary).empty();
 #else
@@ -37,7 +42,12 @@ bool nccl_available() {
 }
 
 NcclApi& nccl_api() {
-  if (cuda_devices_are_fake()) return fake_nccl();
+  if (cuda_devices_are_fake()) {
+    NcclApi& (*stand_in)() = g_stand_in.load(std::memory_order_acquire);
+    TINYDDP_CHECK(stand_in != nullptr, "the nccl backend was asked for on fake CUDA devices, but this program has no "
+                  "fake NCCL; hint: link it with the test-support library (tinyddp_fakes), as the tests are");
+    return stand_in();
+  }
 #ifndef TINYDDP_WITH_NCCL
   not_built();
 #endif

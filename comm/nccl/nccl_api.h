@@ -2,7 +2,7 @@
 //
 //   the NCCL half (comm/nccl/plugin/nccl_library.cpp, inside libtinyddp_nccl.so): thin calls into
 //       NCCL itself, loaded with the first nccl process group (core/cuda_plugin.h says why);
-//   fake NCCL (comm/nccl/fake_nccl.h): collectives on fake CUDA devices, moved by the host backend,
+//   fake NCCL (test/support/fake_nccl.h): collectives on fake CUDA devices, moved by the host backend,
 //       with NCCL's rules enforced, so the backend's logic is tested without a GPU.
 //
 // The calls keep NCCL's own semantics (a non-blocking communicator answers in_progress until a call
@@ -68,9 +68,13 @@ class NcclApi {
 // libtinyddp_nccl.so's entry point for its NcclApi (core/cuda_plugin.h's cuda_half_interface).
 constexpr const char* kNcclApiEntryName = "tinyddp_nccl_api";
 
-// Whether process groups of the "nccl" backend can be made here: fake devices are in use, or this
-// build made the NCCL half and it is found beside the program.
+// Whether process groups of the "nccl" backend can be made here: fake devices are in use (with the
+// fake NCCL beside them), or this build made the NCCL half and it is found beside the program.
 bool nccl_available();
+
+// The NCCL that answers on fake CUDA devices (test/support/fake_nccl.h), registered by a program
+// linked with the test-support library when it starts; none in the libraries themselves.
+void set_nccl_stand_in(NcclApi& (*stand_in)());
 // Fake NCCL over fake devices, else the NCCL half (loaded on this call). Throws a clear error when
 // this build has no NCCL, or the NCCL half cannot be loaded.
 NcclApi& nccl_api();

@@ -1,6 +1,6 @@
 // The nccl backend: NVIDIA's collectives on CUDA tensors, behind the ProcessGroup interface. The
 // class stays inside nccl_backend.cpp; it calls NCCL through NcclApi (nccl_api.h), so this code is
-// built everywhere and runs on fake devices in tests (fake_nccl.h), and the real NCCL is loaded only
+// built everywhere and runs on fake devices in tests (test/support/fake_nccl.h), and the real NCCL is loaded only
 // when a group is made on a GPU machine.
 #pragma once
 

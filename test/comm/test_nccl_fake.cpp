@@ -1,5 +1,5 @@
-// The nccl backend's own logic, run on fake CUDA devices through fake NCCL (core/fake_cuda.h,
-// comm/nccl/fake_nccl.h): results, NCCL's float average, teardown by NCCL's protocol, a failed
+// The nccl backend's own logic, run on fake CUDA devices through fake NCCL (test/support/fake_cuda.h,
+// test/support/fake_nccl.h): results, NCCL's float average, teardown by NCCL's protocol, a failed
 // enqueue, the one-thread-per-communicator rule, and the device rules (tensors on the group's
 // device, one GPU per rank). Ranks are threads here, each on its own fake device.
 #include <doctest/doctest.h>
@@ -14,10 +14,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tinyddp/comm/nccl/fake_nccl.h"
+#include "test/support/fake_nccl.h"
 #include "tinyddp/comm/process_group.h"
 #include "tinyddp/core/cuda_runtime.h"
-#include "tinyddp/core/fake_cuda.h"
+#include "test/support/fake_cuda.h"
 #include "test/comm/test_collectives_support.h"
 #include "test/gpu/gpu_test_support.h"
 #include "test/test_support.h"

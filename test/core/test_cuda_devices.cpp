@@ -13,7 +13,7 @@
 #include "tinyddp/core/cuda_driver.h"
 #include "tinyddp/core/cuda_plugin.h"
 #include "tinyddp/core/cuda_runtime.h"
-#include "tinyddp/core/fake_cuda.h"
+#include "test/support/fake_cuda.h"
 #include "tinyddp/core/random.h"
 #include "tinyddp/core/tensor.h"
 #include "test/test_support.h"

@@ -97,6 +97,20 @@ run("find_package: configure" ${CMAKE_COMMAND} -S ${example} -B ${WORK_DIR}/inst
     -DCMAKE_PREFIX_PATH=${prefix} "-DCMAKE_CXX_FLAGS=${user_cxx_flags}")
 run("find_package: build" ${CMAKE_COMMAND} --build ${WORK_DIR}/installed)
 check_sine_fit("find_package" ${WORK_DIR}/installed/sine_fit)
+# The test fakes (test/support/) are in none of the installed libraries, nor in the program.
+file(GLOB installed_libraries ${prefix}/lib*/libtinyddp_*)
+foreach(file ${WORK_DIR}/installed/sine_fit ${installed_libraries})
+  if(IS_SYMLINK ${file})
+    continue()
+  endif()
+  run("nm ${file}" nm -C ${file})
+  if(NOT output MATCHES "tinyddp::")
+    message(FATAL_ERROR "nm found no tinyddp symbol in ${file}: it cannot tell whether the test fakes are there")
+  endif()
+  if(output MATCHES "tinyddp::(FakeCuda|comm::FakeNccl|active_fake_cuda|comm::fake_nccl)")
+    message(FATAL_ERROR "${file} holds a test fake (${CMAKE_MATCH_0}); they belong in test/support only")
+  endif()
+endforeach()
 
 # 2. Installed, with pkg-config.
 find_program(PKG_CONFIG pkg-config)

@@ -1,4 +1,4 @@
-// DistributedDataParallel over the nccl backend, on fake CUDA devices (core/fake_cuda.h): NCCL moves
+// DistributedDataParallel over the nccl backend, on fake CUDA devices (test/support/fake_cuda.h): NCCL moves
 // only its communicator's device memory, so every collective DDP makes -- the replica check at
 // construction, the parameter broadcast, the bucket all-reduces, the rebuild broadcast after the first
 // iteration -- must use tensors on the model's device. Ranks are threads, each on its own device;
@@ -6,7 +6,7 @@
 #include <doctest/doctest.h>
 
 #include "tinyddp/core/cuda_runtime.h"
-#include "tinyddp/core/fake_cuda.h"
+#include "test/support/fake_cuda.h"
 #include "tinyddp/kernels/ops.h"
 #include "tinyddp/nn/ddp/distributed_data_parallel.h"
 #include "tinyddp/nn/optim/sgd.h"

@@ -1,4 +1,4 @@
-// MultiDevice and the Trainer on two fake GPUs (core/fake_cuda.h), through the nccl backend on fake
+// MultiDevice and the Trainer on two fake GPUs (test/support/fake_cuda.h), through the nccl backend on fake
 // NCCL: the spawner and its two workers are separate processes, as on a GPU machine, and the fake
 // devices enforce one device per process -- a context on a second device is an error at the call
 // that creates it. The device list is given in reverse (cuda:1 for rank 0, cuda:0 for rank 1), so a
@@ -7,7 +7,7 @@
 #include <doctest/doctest.h>
 
 #include "tinyddp/comm/nccl/nccl_api.h"
-#include "tinyddp/core/fake_cuda.h"
+#include "test/support/fake_cuda.h"
 #include "tinyddp/nn/train/addons/multi_device.h"
 #include "test/nn/train/test_trainer_support.h"
 

@@ -1,4 +1,4 @@
-#include "tinyddp/comm/nccl/fake_nccl.h"
+#include "test/support/fake_nccl.h"
 
 #include <unistd.h>
 
@@ -16,7 +16,7 @@
 #include "tinyddp/comm/store/tcp_store.h"
 #include "tinyddp/comm/transport/shm_transport.h"
 #include "tinyddp/core/cuda_runtime.h"
-#include "tinyddp/core/fake_cuda.h"
+#include "test/support/fake_cuda.h"
 
 namespace tinyddp::comm {
 
@@ -178,6 +178,11 @@ FakeNccl& fake_nccl() {
   static FakeNccl* nccl = new FakeNccl;  // never destroyed: communicators may be torn down at exit
   return *nccl;
 }
+
+namespace {
+// A program linked with this library gets the fake NCCL whenever fake devices are in use.
+[[maybe_unused]] const bool g_stand_in_registered = (set_nccl_stand_in([]() -> NcclApi& { return fake_nccl(); }), true);
+}  // namespace
 
 bool FakeNccl::live(FakeComm* comm) const {
   std::lock_guard<std::mutex> lock(mutex_);

@@ -13,7 +13,11 @@
 //   - device memory belongs to one device: a copy, a memset, a free or a collective handed a pointer
 //     of another device (or of the host) fails as it would on a GPU;
 //   - a device has a memory limit when one is set, and malloc then answers "out of memory".
-// The fake NCCL library (comm/nccl/fake_nccl.h) reads this bookkeeping to enforce NCCL's own rules.
+// The fake NCCL library (test/support/fake_nccl.h) reads this bookkeeping to enforce NCCL's own rules.
+//
+// They live in the test-support library (tinyddp_fakes), which the tests, their helper programs and
+// the examples built in the tree link; the libraries a user links hold none of this, and core finds the
+// fakes only through the finder this file registers (set_cuda_stand_in_finder, core/cuda_runtime.h).
 //
 // Two ways to have them: TINYDDP_FAKE_CUDA_DEVICES=N in the environment (read at the first CUDA call;
 // child processes inherit it, so MultiDevice's spawned workers see the same devices), or a
@@ -29,6 +33,7 @@
 #include <vector>
 
 #include "tinyddp/core/cuda_api.h"
+#include "tinyddp/core/cuda_runtime.h"
 
 namespace tinyddp {
 
@@ -39,7 +44,7 @@ struct FakeCudaOptions {
   size_t memory_per_device = 0;  // bytes; 0: no limit
 };
 
-class FakeCuda final : public CudaApi {
+class FakeCuda final : public CudaStandIn {
  public:
   explicit FakeCuda(FakeCudaOptions options);
   ~FakeCuda() override;
@@ -66,12 +71,12 @@ class FakeCuda final : public CudaApi {
   void fill_uniform(float* out, int64_t n, uint64_t seed, uint64_t offset, float lo, float hi, int device) override;
 
   // ---- the bookkeeping, for fake NCCL and for tests ----
-  int device_count() const { return options_.devices; }
+  int device_count() const override { return options_.devices; }
   // The device whose allocation holds all of [ptr, ptr + bytes); -1 for anything else (host memory,
   // freed memory, a range running past the end of its allocation).
   int device_of(const void* ptr, size_t bytes) const;
-  bool has_context(int device) const;
-  std::vector<int> devices_with_context() const;
+  bool has_context(int device) const override;
+  std::vector<int> devices_with_context() const override;
   // What created the context on `device` ("" when there is none), for error messages.
   std::string context_origin(int device) const;
   size_t live_device_allocations() const;

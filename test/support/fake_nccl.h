@@ -1,4 +1,4 @@
-// Fake NCCL: the nccl backend's calls answered on fake CUDA devices (core/fake_cuda.h), so that the
+// Fake NCCL: the nccl backend's calls answered on fake CUDA devices (test/support/fake_cuda.h), so that the
 // backend itself -- and DDP, MultiDevice and the Trainer above it -- run their NCCL path on machines
 // without a GPU. The data moves through the host backend (over shared memory or TCP, between threads
 // or processes), and NCCL's rules are enforced, each where NCCL itself enforces it:

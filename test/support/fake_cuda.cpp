@@ -1,4 +1,4 @@
-#include "tinyddp/core/fake_cuda.h"
+#include "test/support/fake_cuda.h"
 
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -269,6 +269,11 @@ FakeCuda* active_fake_cuda() {
   static FakeCuda* const environment = from_environment();
   return environment;
 }
+
+namespace {
+// A program linked with this library has its fake devices found by core from the start.
+[[maybe_unused]] const bool g_finder_registered = (set_cuda_stand_in_finder([]() -> CudaStandIn* { return active_fake_cuda(); }), true);
+}  // namespace
 
 FakeCudaDevices::FakeCudaDevices(FakeCudaOptions options) : fake_(std::make_unique<FakeCuda>(options)) {
   FakeCuda* expected = nullptr;
