@@ -5,7 +5,7 @@
 // weights, computed independently by an unfaulted run. Without restarts left, the launcher must name
 // the rank that was killed, not the ones that failed because it had gone; ranks that resumed from
 // different checkpoints must refuse to train. And the short soak
-// (bench/soak: random worker, random moment) must finish every run with no checkpoint corrupt.
+// (test/soak/soak: random worker, random moment) must finish every run with no checkpoint corrupt.
 #include <doctest/doctest.h>
 #include <stdlib.h>
 
@@ -198,7 +198,7 @@ TEST_CASE("faults: a malformed TINYDDP_FAULT is refused with a message, not igno
   CHECK_MESSAGE(has(zero.report, "the count in \"forward:0\" is 0"), zero.report);
 }
 
-TEST_CASE("faults: bench/soak, a few runs with a random worker killed at a random moment: every run finishes, no checkpoint corrupt") {
+TEST_CASE("faults: test/soak/soak, a few runs with a random worker killed at a random moment: every run finishes, no checkpoint corrupt") {
   if (!built({"tinyddp-run", "dummy_mgpu", "soak"})) return;
   FaultDir dir;
   auto out = testing::finish_child(

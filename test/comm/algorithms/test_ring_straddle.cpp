@@ -2,7 +2,7 @@
 // the tcp inbox), one whole element at a time. After traffic in a smaller dtype (here one i32 each
 // way) the stream's position in that buffer is no multiple of 8, so some f64 element of a later
 // reduction starts before the buffer's end and finishes at its start: no look at the buffer shows it
-// whole. Found by bench/collective_soak (4 ranks,
+// whole. Found by test/soak/collective_soak (4 ranks,
 // a reduce_scatter of f64 after odd i32 counts: every rank waited for the next until the timeout).
 #include <doctest/doctest.h>
 

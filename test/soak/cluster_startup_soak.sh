@@ -5,8 +5,8 @@
 # host at once, running all_reduce_perf for one small checked all-reduce. Prints N_ok/N per case and
 # the startup times; the suite runs each case once (test/cluster), this runs them many times.
 #
-#   bench/cluster_startup_soak.sh [BUILD_DIR] [RUNS]          (defaults: build, 20)
-#   LAYOUTS="2x2 3x1" TRANSPORTS="auto tcp" bench/cluster_startup_soak.sh build 20
+#   test/soak/cluster_startup_soak.sh [BUILD_DIR] [RUNS]          (defaults: build, 20)
+#   LAYOUTS="2x2 3x1" TRANSPORTS="auto tcp" test/soak/cluster_startup_soak.sh build 20
 #
 # A run fails when any node's launcher exits non-zero, when it takes longer than TIMEOUT seconds
 # (default 60; the store's own timeouts are minutes), or when the all-reduce's results are wrong; the
@@ -20,7 +20,7 @@ layouts=${LAYOUTS:-"2x2 3x1"}
 transports=${TRANSPORTS:-"auto tcp"}
 timeout_s=${TIMEOUT:-60}
 out=${OUT:-/tmp/cluster_startup_soak}
-here=$(cd "$(dirname "$0")/.." && pwd)
+here=$(cd "$(dirname "$0")/../.." && pwd)
 sim=$here/scripts/sim_cluster.sh
 bin=$(cd "$build" && pwd)/bin
 [ -x "$bin/tinyddp-run" ] && [ -x "$bin/all_reduce_perf" ] || { echo "build $build first (tinyddp-run, all_reduce_perf)"; exit 2; }
