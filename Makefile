@@ -9,8 +9,9 @@ CTEST_FLAGS ?=
 
 all: build
 
+# `make deps BENCH=1` also installs the peers make bench runs beside tinyddp (scripts/deps.sh --bench).
 deps:
-	@scripts/deps.sh
+	@scripts/deps.sh $(if $(BENCH),--bench)
 
 configure: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >$(BUILD).configure.log 2>&1 || { cat $(BUILD).configure.log; exit 1; }
@@ -99,7 +100,12 @@ data:
 	  dpkg -x python3-sklearn_*.deb unpacked && cp unpacked/$(SKLEARN_DIGITS) "$(CURDIR)/data/digits.csv.gz"
 	@echo "data/digits.csv.gz: $$(gzip -dc data/digits.csv.gz | wc -l) rows (64 pixel counts and the label on each)"
 
-bench: build
+# Every benchmark beside its peers (bench/run_all.sh). The peers come first (Open MPI, Gloo, PyTorch and
+# gnuplot from Debian: scripts/deps.sh --bench), so that the build finds their libraries and builds
+# their programs (bench/peers/); a peer that cannot be installed is skipped, saying so.
+bench:
+	@scripts/deps.sh --bench
+	@$(MAKE) --no-print-directory build
 	@bench/run_all.sh $(BUILD)
 
 # Regenerates the PyTorch reference fixtures (needs Debian's python3-torch).

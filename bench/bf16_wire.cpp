@@ -17,7 +17,7 @@
 //       As time, but each variant is one of DDP's built-in comm hooks (nn/ddp/comm_hook.h) run on one
 //       bucket of MIB MiB: allreduce (f32), fp16_compress, bf16_compress, bf16_single_rounding, from
 //       the call to the end of the future's wait (the bucket refilled with the gradients before each).
-//       bench/torch_comm_hook.py does the same with PyTorch's hooks.
+//       bench/peers/torch_comm_hook.py does the same with PyTorch's hooks.
 #include <algorithm>
 #include <chrono>
 #include <cmath>

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# bf16_wire.sh: the timings of bench/bf16_results.md, over loopback tcp and over simulated hosts whose
+# bf16_wire.sh: the timings of docs/results.md's "bf16 on the wire", over loopback tcp and over simulated hosts whose
 # links are shaped (scripts/sim_cluster.sh; needs root), each run REPEATS times. MODES picks what runs:
 #   time   the f32 all-reduce beside the same gradients sent as bf16 (bench/bf16_wire.cpp --mode time);
 #   hooks  DDP's built-in comm hooks on one bucket (bf16_wire --mode hooks), each run followed by
-#          PyTorch's hooks on the same bucket size over gloo (bench/torch_comm_hook.py), where
+#          PyTorch's hooks on the same bucket size over gloo (bench/peers/torch_comm_hook.py), where
 #          /usr/bin/python3 (or TORCH_PYTHON, or python3) imports torch; skipped, saying so, otherwise.
 #
 #   bench/bf16_wire.sh [BUILD_DIR]      BUILD_DIR holds bin/bf16_wire and bin/tinyddp-run (default: build)
@@ -28,7 +28,7 @@ torch_python=""
 for candidate in ${TORCH_PYTHON:-} /usr/bin/python3 python3; do
   if "$candidate" -c 'import torch.distributed.algorithms.ddp_comm_hooks' 2>/dev/null; then torch_python=$candidate; break; fi
 done
-torch_args=("$here/torch_comm_hook.py" "$MIB" "$ROUNDS")
+torch_args=("$here/peers/torch_comm_hook.py" "$MIB" "$ROUNDS")
 
 # torch_ranks WORLD FIRST COUNT ADDR [RUN...]: ranks FIRST..FIRST+COUNT-1 of PyTorch's side, in the
 # background (through RUN, a command prefix such as a simulated host's `sim_cluster.sh run`); their

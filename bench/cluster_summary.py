@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Summarises bench/compare_cluster.sh's raw tables (bench/cluster_results/*.txt) as markdown:
+"""Summarises bench/compare_cluster.sh's raw tables (OUT/*.txt; the published ones: docs/results/cluster/) as markdown:
 per layout and link profile, the in-place all-reduce time of each of our algorithms beside Gloo's
 PyTorch gloo's and Open MPI's (median over rounds), the ratios, and the cost model's prediction.
 usage: [CALL_US=us] cluster_summary.py RESULTS_DIR [COLLECTIVE_MODEL_BINARY]
@@ -23,6 +23,8 @@ def parse(path):
             continue
         if len(f) >= 13 and f[2] == "float":  # nccl-tests row: in-place time is column 10
             runs[peer][int(f[0])].append(float(f[9]))
+        elif len(f) == 9 and f[2] == "float":  # nccl-tests' in-place columns alone (mpi_all_reduce)
+            runs[peer][int(f[0])].append(float(f[5]))
         elif len(f) == 4:
             runs[peer][int(f[0])].append(float(f[1]))
     return runs

@@ -5,6 +5,8 @@ host and the sender on another (scripts/sim_cluster.sh), e.g.
   scripts/sim_cluster.sh run st 1 bench/cluster_tcp_streams.py recv 10.X.0.2 5600 2 4 &
   scripts/sim_cluster.sh run st 0 bench/cluster_tcp_streams.py send 10.X.0.2 5600 2 4
 argv: recv|send ADDRESS PORT STREAMS SECONDS. The receiver prints the payload rate of all streams."""
+import socket, sys, threading, time
+
 mode, host, port, nstreams, secs = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
 if mode == "recv":
     srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); srv.bind((host, port)); srv.listen(16)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # cluster_train.sh: data-parallel training across simulated hosts (scripts/sim_cluster.sh):
 # train_bench's data-parallel part on H hosts x L ranks (tinyddp-run --nnodes H on each host, as on a
-# real cluster) beside PyTorch DDP with gloo (bench/cluster_torch_ddp.py, one process per rank) on the
+# real cluster) beside PyTorch DDP with gloo (bench/peers/torch_train_rank.py, one process per rank) on the
 # same layout, link and job, rounds alternating; then one traced run of ours, whose last full step
 # scripts/trace_to_svg.py draws and summarises (how much of the all-reduce the backward pass hid).
 #
@@ -9,8 +9,8 @@
 #   LAYOUT=2x2 PROFILE=1gbit ROUNDS=3 JOB="784 1024 10 16384 256 2" bench/cluster_train.sh build
 #
 # JOB: IN HIDDEN OUT SAMPLES BATCH-PER-RANK EPOCHS (train_bench's defaults). Writes the raw lines to
-# bench/cluster_results/train-<layout>-<profile>.txt and the traced step to
-# bench/cluster_results/train-<layout>-<profile>.svg.
+# OUT/train-<layout>-<profile>.txt and the traced step to OUT/train-<layout>-<profile>.svg (OUT defaults
+# to BUILD_DIR/bench-cluster; the published run's are in docs/results/cluster/).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -25,8 +25,9 @@ hosts=${LAYOUT%x*}; per_host=${LAYOUT#*x}; world=$((hosts * per_host))
 for program in train_bench tinyddp-run; do
   [ -x "$build/bin/$program" ] || { echo "cluster_train.sh: $build/bin/$program is not built (cmake --build $build --target $program)" >&2; exit 2; }
 done
-dpkg -s python3-torch >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-torch >/dev/null
-out="$here/cluster_results"; mkdir -p "$out"
+/usr/bin/python3 -c 'import torch.distributed' 2>/dev/null ||
+  { echo "cluster_train.sh: /usr/bin/python3 does not import torch; hint: scripts/deps.sh --bench installs python3-torch" >&2; exit 2; }
+out=${OUT:-$build/bench-cluster}; mkdir -p "$out"
 file="$out/train-$LAYOUT-$PROFILE.txt"
 tmp=$(mktemp -d)
 name="ct$(( $$ % 100000 ))"
@@ -54,7 +55,7 @@ torch_ddp() {
   local pids=() r
   for ((r = world - 1; r >= 0; r--)); do
     RANK=$r WORLD_SIZE=$world MASTER_ADDR=$master MASTER_PORT=29511 GLOO_SOCKET_IFNAME=eth0 OMP_NUM_THREADS=1 timeout 600 \
-      "$sim" run "$name" $((r / per_host)) /usr/bin/python3 "$here/cluster_torch_ddp.py" "$in" "$hidden" "$classes" "$samples" \
+      "$sim" run "$name" $((r / per_host)) /usr/bin/python3 "$here/peers/torch_train_rank.py" "$in" "$hidden" "$classes" "$samples" \
       "$batch" "$epochs" >"$tmp/torch$r.txt" 2>&1 &
     pids+=($!)
   done

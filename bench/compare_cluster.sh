@@ -1,30 +1,28 @@
 #!/usr/bin/env bash
 # compare_cluster.sh: all-reduce across simulated hosts (scripts/sim_cluster.sh), ours per algorithm
-# beside Gloo (../shared/anchors/gloo_allreduce.cpp), PyTorch's gloo and Open MPI over its TCP transport
-# (../shared/anchors/mpi_allreduce.cpp, started on the hosts by bench/cluster_mpi_agent.sh), in the same run, on shaped
-# links; then the bytes that cross hosts, read from the interfaces' counters, against the cost
-# model's count; and the model's predictions beside the measured times.
+# beside the peers of bench/peers/: Gloo (gloo_all_reduce), PyTorch's gloo (torch_all_reduce.py) and
+# Open MPI over its TCP transport (mpi_all_reduce, started on the hosts by bench/cluster_mpi_agent.sh),
+# in the same run, on shaped links; then the bytes that cross hosts, read from the interfaces'
+# counters, against the cost model's count; and the model's predictions beside the measured times.
 #
 #   bench/compare_cluster.sh [BUILD_DIR]          (root: namespaces and tc)
 #   LAYOUTS="4x1 2x2" PROFILES="1gbit 5gbit none" PHASES="times bytes" MAX=16M ROUNDS=1 \
 #     bench/compare_cluster.sh build
 #   MIN=1K MAX=64K ALGOS="ring rd auto" PEERS="gloo" OUT=/tmp/small bench/compare_cluster.sh build
-#     (PEERS: any of gloo torch mpi; Open MPI's anchor always runs 1 KiB to 256 MiB)
+#     (PEERS: any of gloo torch mpi)
 #
 # Layout HxL: H hosts of L ranks each (rank r on host r / L), launched as on a real cluster:
 # tinyddp-run --nnodes H --node-rank i on each host; Gloo and PyTorch one process per rank.
 # Profiles: tc tbf rate on every host's egress (sim_cluster.sh rate); "none": unshaped veth.
-# Writes bench/cluster_results/<layout>-<profile>.txt (the raw tables), <layout>-<profile>-model.txt
-# (the model auto measured at startup), <layout>-<profile>.svg (busbw against size, every line;
-# bench/plot_cluster.gp) and prints a summary (bench/cluster_summary.py) that
-# bench/cluster_results.md is made from.
+# Writes OUT/<layout>-<profile>.txt (the raw tables; OUT defaults to BUILD_DIR/bench-cluster),
+# <layout>-<profile>-model.txt (the model auto measured at startup), <layout>-<profile>.svg (busbw
+# against size, every line; bench/plot_cluster.gp) and prints a summary (bench/cluster_summary.py).
+# The published run's files are in docs/results/cluster/, its summary in docs/results.md.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 build=$(cd "${1:-$root/build}" && pwd)
 sim="$root/scripts/sim_cluster.sh"
-anchors=${ANCHORS:-$root/../shared/anchors}
-[ -d "$anchors" ] || { echo "compare_cluster: no peers at $anchors; hint: set ANCHORS=<the shared anchors folder>" >&2; exit 2; }
 LAYOUTS=${LAYOUTS:-"4x1 2x2"}
 PROFILES=${PROFILES:-"1gbit 5gbit none"}
 MAX=${MAX:-16M}
@@ -33,7 +31,7 @@ ITERS=${ITERS:-20}
 PHASES=${PHASES:-"times bytes"}
 MIN=${MIN:-1K}
 PEERS=${PEERS-"gloo torch mpi"}  # empty: ours only
-out=${OUT:-$here/cluster_results}
+out=${OUT:-$build/bench-cluster}
 mkdir -p "$out"
 tmp=$(mktemp -d)
 name="cc$(( $$ % 100000 ))"
@@ -43,12 +41,18 @@ for program in all_reduce_perf tinyddp-run collective_model; do
   [ -x "$build/bin/$program" ] || { echo "compare_cluster.sh: $build/bin/$program is not built (cmake --build $build --target $program)" >&2; exit 2; }
 done
 max_bytes=$(numfmt --from=iec "$MAX")
-dpkg -s libgloo-dev python3-torch >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libgloo-dev python3-torch >/dev/null
-g++ -O2 -o "$tmp/gloo_allreduce" "$anchors/gloo_allreduce.cpp" /usr/lib/libgloo.so.0 -pthread
-if [[ " $PEERS " == *" mpi "* ]]; then
-  dpkg -s libopenmpi-dev openmpi-bin >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libopenmpi-dev openmpi-bin >/dev/null
-  mpicxx -O2 -o "$tmp/mpi_allreduce" "$anchors/mpi_allreduce.cpp"
-fi
+min_bytes=$(numfmt --from=iec "$MIN")
+# The peers asked for must be there: scripts/deps.sh --bench installs them, the build makes their programs.
+for peer in $PEERS; do
+  case $peer in
+    gloo|mpi) program=$build/bin/${peer}_all_reduce
+      [ -x "$program" ] || { echo "compare_cluster.sh: PEERS names $peer but $program is not built; hint:" \
+        "scripts/deps.sh --bench, then cmake --build $build (or leave $peer out of PEERS)" >&2; exit 2; } ;;
+    torch) /usr/bin/python3 -c 'import torch.distributed' 2>/dev/null || { echo "compare_cluster.sh: PEERS names torch" \
+        "but /usr/bin/python3 does not import torch; hint: scripts/deps.sh --bench (or leave torch out of PEERS)" >&2; exit 2; } ;;
+    *) echo "compare_cluster.sh: unknown peer '$peer' in PEERS; hint: gloo, torch, mpi" >&2; exit 2 ;;
+  esac
+done
 
 # The model `auto` chooses with: measured when the ranks start (TINYDDP_COST_MODEL=probe: the link
 # probe, comm/algorithms/link_probe.h); rank 0 logs it (TINYDDP_DEBUG=INFO) and ours() keeps it in
@@ -86,21 +90,22 @@ per_rank() {
   cat "$tmp/${tag}0.txt"
 }
 
-# gloo: the anchor, each rank bound to its host's address; a file store in /tmp (the simulated
-# hosts share the file system, not /dev/shm).
+# gloo: bench/peers/gloo_all_reduce, each rank bound to its host's address; a file store in /tmp (the
+# simulated hosts share the file system, not /dev/shm).
 gloo() {
   rm -rf "$tmp/gstore"; mkdir -p "$tmp/gstore"
-  per_rank gloo "$1" "$2" bash -c 'GLOO_HOSTNAME=$HOST_ADDR exec "$0" "$RANK" "$WORLD_SIZE" "$1" "$2"' \
-    "$tmp/gloo_allreduce" "$tmp/gstore" "$max_bytes"
+  per_rank gloo "$1" "$2" bash -c 'exec "$0" --address "$HOST_ADDR" "$@"' "$build/bin/gloo_all_reduce" \
+    --store "$tmp/gstore" --min-bytes "$min_bytes" --max-bytes "$max_bytes" --iters "$ITERS"
 }
 
-# torch: PyTorch gloo, torchrun's environment variables.
+# torch: PyTorch gloo (bench/peers/torch_all_reduce.py, one rank a process), torchrun's environment variables.
 torch_gloo() {
   MASTER_ADDR=$("$sim" addr "$name" 0) MASTER_PORT=29511 GLOO_SOCKET_IFNAME=eth0 OMP_NUM_THREADS=1 \
-    per_rank torch "$1" "$2" /usr/bin/python3 "$here/cluster_torch_allreduce.py" "$max_bytes"
+    per_rank torch "$1" "$2" /usr/bin/python3 "$here/peers/torch_all_reduce.py" --min-bytes "$min_bytes" \
+    --max-bytes "$max_bytes" --iters "$ITERS"
 }
 
-# mpi: Open MPI's anchor, L ranks on each host, over TCP only (btl tcp,self: ranks of one host
+# mpi: bench/peers/mpi_all_reduce, L ranks on each host, over TCP only (btl tcp,self: ranks of one host
 # talk over loopback TCP). mpirun runs in host 0's network namespace (but this machine's pid,
 # mount and UTS ones: the agent's nsenter must see the other hosts' pids) and starts its daemons on
 # the other hosts through bench/cluster_mpi_agent.sh, as it would through ssh.
@@ -109,7 +114,8 @@ mpi() {
   for ((i = 0; i < hosts; i++)); do list+="$("$sim" addr "$name" "$i"):$per_host,"; done
   SIM_CLUSTER=$name timeout 900 ip netns exec "tdsim-$name-0" mpirun --allow-run-as-root --oversubscribe \
     --mca plm_rsh_agent "$here/cluster_mpi_agent.sh" --mca btl tcp,self --mca btl_tcp_if_include eth0 \
-    --mca oob_tcp_if_include eth0 --host "${list%,}" -np $((hosts * per_host)) "$tmp/mpi_allreduce"
+    --mca oob_tcp_if_include eth0 --host "${list%,}" -np $((hosts * per_host)) "$build/bin/mpi_all_reduce" \
+    -b "$min_bytes" -e "$max_bytes" -f 4 -n "$ITERS"
 }
 
 # Bytes every host's eth0 sent: "bytes packets" summed over the hosts.

@@ -3,16 +3,17 @@
 # alternating runs (these hosts are shared and noisy: only figures taken together are compared):
 #   - train_bench's data-parallel part under tinyddp-run (an MLP IN-H-H-10, Adam, batch 256 per rank),
 #     and beside it PyTorch's DDP (gloo, CPU, one thread per process) with torch.optim.Adam and with
-#     torch.distributed.optim.ZeroRedundancyOptimizer(Adam) on the same job (bench/torch_zero_train.py):
+#     torch.distributed.optim.ZeroRedundancyOptimizer(Adam) on the same job (bench/peers/torch_zero_train.py):
 #     the seconds rank 0 trained, the last epoch's loss, the peak resident memory of the largest
 #     process (GNU time's %M over the launcher: its largest worker) and the optimizer state bytes of
 #     each rank (ours: rank 0's);
 #   - examples/digits with the same worker count: wall seconds and test accuracy.
 # Then the median time of each and the ratios ZeRO-1 / DDP on each side. PyTorch runs where
-# /usr/bin/python3 (or TORCH_PYTHON, or python3) imports torch; otherwise it is skipped, saying so.
+# /usr/bin/python3 (or TORCH_PYTHON, or python3) imports torch, unless PEERS is set and does not name
+# torch; otherwise it is skipped, saying so.
 #
 # usage: bench/compare_zero.sh [BUILD_DIR] [PAIRS] [RANKS] [HIDDEN]   (default: build, 4, 2, 1024)
-# output: the tables on stdout; bench/zero_results.md keeps the figures of one run and what they mean.
+# output: the tables on stdout; docs/results.md keeps the figures of one run and what they mean.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:-$top/build}" && pwd)
@@ -21,14 +22,17 @@ ranks=${3:-2}
 hidden=${4:-1024}
 cmake --build "$build" --target train_bench digits tinyddp-run -j 2 >/dev/null
 bin=$build/bin
-digits_data=${TINYDDP_DIGITS:-$top/../shared/data/digits.csv.gz}
-[ -f "$digits_data" ] || digits_data=$top/data/digits.csv.gz
+digits_data=${TINYDDP_DIGITS:-$top/data/digits.csv.gz}  # make data extracts it
 
 torch_python=""
-for candidate in ${TORCH_PYTHON:-} /usr/bin/python3 python3; do
-  if "$candidate" -c 'import torch.distributed.optim' 2>/dev/null; then torch_python=$candidate; break; fi
-done
-[ -n "$torch_python" ] || echo "PyTorch: skipped, no python3 here imports torch (set TORCH_PYTHON to one that does)"
+if [[ " ${PEERS-torch} " != *" torch "* ]]; then
+  echo "PyTorch: skipped, PEERS does not name torch"
+else
+  for candidate in ${TORCH_PYTHON:-} /usr/bin/python3 python3; do
+    if "$candidate" -c 'import torch.distributed.optim' 2>/dev/null; then torch_python=$candidate; break; fi
+  done
+  [ -n "$torch_python" ] || echo "PyTorch: skipped, no python3 here imports torch (set TORCH_PYTHON to one that does)"
+fi
 
 median() { sort -g | awk '{a[NR]=$1} END {if (NR % 2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", a / b}'; }
@@ -50,7 +54,7 @@ for p in $(seq 1 "$pairs"); do
     printf '%-5s %-8s %-5s %9s %10s %14s  %s\n' "$p" tinyddp "$z" "$seconds" "$loss" "$rss" "$state"
     echo "$seconds" >>"$tmp/train_$z"
     [ -n "$torch_python" ] || continue
-    /usr/bin/time -f "%M" -o "$tmp/rss" "$torch_python" "$top/bench/torch_zero_train.py" "$ranks" 784 "$hidden" 10 \
+    /usr/bin/time -f "%M" -o "$tmp/rss" "$torch_python" "$top/bench/peers/torch_zero_train.py" "$ranks" 784 "$hidden" 10 \
       8192 256 2 "$z" >"$tmp/out" 2>&1 || { cat "$tmp/out" >&2; exit 1; }
     line=$(grep "^torch" "$tmp/out")
     seconds=$(echo "$line" | sed -e 's/.*train \([0-9.]*\) s.*/\1/')

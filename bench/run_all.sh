@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
-# make bench: every benchmark of the project, each beside its peers from ../shared/anchors/run.sh in the
-# same command (these machines are shared and noisy: only figures taken side by side are compared).
+# make bench: every benchmark of the project, each beside its peers (bench/peers/: Open MPI, Gloo and
+# PyTorch, written in this tree) in the same command (these machines are shared and noisy: only figures
+# taken side by side are compared).
 #
-# On a fresh machine each step first installs what it needs (PyTorch for the training anchor, gnuplot for
-# the plots; the anchors install Open MPI and Gloo themselves), or, when it cannot, says in one line what it
-# skips and goes on. A peer that fails is reported as failed, never as a figure. The exit status is that of
-# the project's own benchmarks: a failing peer does not fail `make bench`.
-# usage: bench/run_all.sh [BUILD_DIR]          (TINYDDP_ANCHORS=path/to/run.sh, or none: without peers)
+# `make bench` first installs the peers from Debian (scripts/deps.sh --bench) and builds their programs
+# where their libraries were found. A peer that is missing is skipped, saying so in one line; a peer
+# that fails is reported as failed, never as a figure. The exit status is that of the project's own
+# benchmarks: a missing or failing peer does not fail `make bench`.
+# usage: bench/run_all.sh [BUILD_DIR]          (PEERS="mpi gloo torch" by default; PEERS="": ours alone)
 set -uo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:-$top/build}" && pwd)
-anchors=${TINYDDP_ANCHORS:-$top/../shared/anchors/run.sh}  # the peers; TINYDDP_ANCHORS=none runs without them
+export PEERS=${PEERS-mpi gloo torch}
 bin=$build/bin
+peers=$top/bench/peers
+torch_train=$peers/torch_train.py  # PyTorch DDP on train_bench's job: WORLD IN HIDDEN OUT SAMPLES BATCH EPOCHS
 failed=()
 
-have_anchors() { [ -x "$anchors" ]; }
 skip() { echo "(skipped: $*)"; }
 
 # Runs one of our own steps, named by its first argument; a failure is noted and the next step runs.
@@ -35,29 +37,27 @@ peer() {
   if [ $status -eq 0 ]; then printf '%s\n' "$output"; else echo "(peer $what failed with status $status: no figure; its last lines:)"; printf '%s\n' "$output" | tail -n 3 | sed 's/^/    /'; fi
 }
 
-# PyTorch for the training anchors: installed from Debian when missing (as root), then imported once.
-torch=unknown
-torch_ready() {
-  if [ $torch = unknown ]; then
-    torch=no
-    if have_anchors && [ -f "$(dirname "$anchors")/torch_ddp_train.py" ]; then
-      "$top/scripts/deps.sh" python3-torch >/dev/null 2>&1
-      /usr/bin/python3 -c 'import torch' >/dev/null 2>&1 && torch=yes
-    fi
-  fi
-  [ $torch = yes ]
-}
+# The PyTorch training peer runs when PEERS names torch, bench/peers/torch_train.py is in the tree and
+# /usr/bin/python3 imports torch (python3-torch); otherwise one line says which is missing.
+torch_why=""
+if [[ " $PEERS " != *" torch "* ]]; then torch_why="PEERS does not name torch"
+elif [ ! -f "$torch_train" ]; then torch_why="this tree has no bench/peers/torch_train.py"
+elif ! /usr/bin/python3 -c 'import torch.distributed' >/dev/null 2>&1; then torch_why="/usr/bin/python3 does not import torch (python3-torch)"
+fi
+torch_ready() { [ -z "$torch_why" ]; }
 
-echo "== physical limits of this host"
-if have_anchors; then peer "limits" "$anchors" limits; else skip "no peers: $anchors not found (TINYDDP_ANCHORS names the anchors' run.sh)"; fi
+echo "== physical limits of this host: one core's memory bandwidth, loopback TCP"
+if [ -x "$bin/memory_limits" ]; then ours memory_limits "$bin/memory_limits" -b 64M -e 64M
+else skip "memory_limits: bench/peers/memory_limits.cpp is not in this tree"; fi
+ours tcp_limits "$bin/tcp_limits" --gib 1
 
 echo; echo "== training step: tinyddp one process (against its GEMM-only bound), then 2 data-parallel ranks"
 if torch_ready; then
   echo "   beside PyTorch DDP on 2 ranks; then PyTorch in one process"
-  ours train_bench "$bin/train_bench" --world-size 2 --torch-anchor "$(dirname "$anchors")/torch_ddp_train.py"
-  peer "PyTorch one process" /usr/bin/python3 "$(dirname "$anchors")/torch_ddp_train.py" 1 784 1024 10 16384 256 2
+  ours train_bench "$bin/train_bench" --world-size 2 --torch-anchor "$torch_train"
+  peer "PyTorch one process" /usr/bin/python3 "$torch_train" 1 784 1024 10 16384 256 2
 else
-  have_anchors && skip "PyTorch (python3-torch) could not be installed and imported, or torch_ddp_train.py is missing: the PyTorch anchors"
+  skip "the PyTorch peer: $torch_why"
   ours train_bench "$bin/train_bench" --world-size 2
 fi
 
@@ -66,15 +66,17 @@ seed_job() { /usr/bin/time -f "tinyddp dummy: %e s wall, %M KiB peak RSS" "$bin/
 ours dummy seed_job
 if torch_ready; then
   peer "PyTorch seed job" /usr/bin/time -f "PyTorch seed job: %e s wall, %M KiB peak RSS (parent process)" \
-    /usr/bin/python3 "$(dirname "$anchors")/torch_ddp_train.py" 1 10 0 2 1000 32 10
+    /usr/bin/python3 "$torch_train" 1 10 0 2 1000 32 10
 fi
 
 echo; echo "== store"
 ours store_bench "$bin/store_bench"
 
 echo; echo "== all-reduce, beside Open MPI, Gloo and PyTorch"
-"$top/scripts/deps.sh" gnuplot-nox >/dev/null 2>&1 || skip "gnuplot-nox could not be installed: no plots"
 ours compare_allreduce "$top/bench/compare_allreduce.sh" "$build"
+
+echo; echo "== DDP against ZeRO-1, beside PyTorch's ZeroRedundancyOptimizer (2 pairs of runs)"
+ours compare_zero "$top/bench/compare_zero.sh" "$build" 2
 
 echo; echo "== the other collectives, 2 ranks, shm and tcp (nccl-tests' JSON in $build/bench-collectives/)"
 mkdir -p "$build/bench-collectives"

@@ -4,9 +4,9 @@
 //
 // A 2-rank all-reduce sends N bytes and receives N bytes on every rank, both directions at once
 // (busbw = N / time = one direction's rate), and the kernel's loopback copies run on the same two
-// cores as the ranks. So the ceiling for it is not one stream in one direction (what
-// ../shared/anchors/run.sh limits measures) but two streams in opposite directions at once. This
-// program measures, each for the same number of bytes per direction:
+// cores as the ranks. So the ceiling for it is not one stream in one direction (the usual loopback
+// figure) but two streams in opposite directions at once. This program measures, each for the same
+// number of bytes per direction:
 //   one stream          A -> B, a sender thread and a receiver thread
 //   two streams, 4 thr  A -> B and B -> A at once, a thread per direction per end
 //   two streams, 2 thr  the same with one thread per end driving both sockets (poll): the shape

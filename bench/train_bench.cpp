@@ -16,12 +16,12 @@
 //
 //   build/bin/train_bench                           # 784-1024-1024-10, batch 256, 16384 samples, 2 epochs
 //   build/bin/train_bench --in 10 --hidden 0 --out 2 --samples 1000 --batch-size 32 --epochs 10   # the seed job
-//   build/bin/train_bench --world-size 2 --torch-anchor ../shared/anchors/torch_ddp_train.py
+//   build/bin/train_bench --world-size 2 --torch-anchor bench/peers/torch_train.py
 //   build/bin/train_bench --cpu-gemm openblas       # the fallback library, on any CPU
 //   build/bin/tinyddp-run -n 2 build/bin/train_bench --world-size 2   # the data-parallel part, launched
 //   build/bin/tinyddp-run -n 2 build/bin/train_bench --world-size 2 --zero 1   # ... with ZeRO-1 (bench/compare_zero.sh)
 //
-// The PyTorch figure for the same job: ../shared/anchors/torch_ddp_train.py 1 784 1024 10 16384 256 2
+// The PyTorch figure for the same job: bench/peers/torch_train.py 1 784 1024 10 16384 256 2
 // (bench/run_all.sh runs both in one command).
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -228,7 +228,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 1))->capture_default_str();
   app.add_option("--interleaved", interleaved, "then this many training steps, each beside a GEMM-only step (0: none)")
       ->check(at_least<int64_t>(0))->capture_default_str();
-  app.add_option("--torch-anchor", anchor, "torch_ddp_train.py: run PyTorch on the same job and compare");
+  app.add_option("--torch-anchor", anchor, "bench/peers/torch_train.py: run PyTorch on the same job and compare");
   app.add_option("--cpu-gemm", cpu_gemm, "the CPU GEMM library: auto (this machine's choice), openblas or onednn")
       ->check(CLI::IsMember({"auto", "openblas", "onednn"}))->capture_default_str();
   if (auto code = command_line::parse(app, argc, argv)) return *code;

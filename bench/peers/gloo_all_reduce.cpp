@@ -3,7 +3,7 @@
 // (bench/peers/torch_all_reduce.py). float32 sum, in place, Gloo's ring, sizes --min-bytes to
 // --max-bytes by x4.
 //
-//   RANK=r WORLD_SIZE=n build/bin/peers/gloo_all_reduce --store DIR [--min-bytes 1024] [--max-bytes 256M]
+//   RANK=r WORLD_SIZE=n build/bin/gloo_all_reduce --store DIR [--min-bytes 1024] [--max-bytes 256M]
 //
 // One process per rank, RANK and WORLD_SIZE in its environment as a launcher sets them. The ranks meet
 // through files in DIR (Gloo's FileStore): a folder every rank sees, empty at the start. Each rank

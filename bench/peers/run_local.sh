@@ -3,15 +3,17 @@
 #
 #   bench/peers/run_local.sh BUILD_DIR mpi|gloo|torch WORLD [MIN_BYTES] [MAX_BYTES]   (default 1K 256M)
 #
-#   mpi    BUILD_DIR/bin/peers/mpi_all_reduce under mpirun: Open MPI picks shared memory between the
-#          ranks of one host
-#   gloo   BUILD_DIR/bin/peers/gloo_all_reduce, one process per rank, meeting through a fresh folder
+#   mpi    BUILD_DIR/bin/mpi_all_reduce under mpirun: Open MPI picks shared memory between the ranks
+#          of one host
+#   gloo   BUILD_DIR/bin/gloo_all_reduce, one process per rank, meeting through a fresh folder
 #   torch  bench/peers/torch_all_reduce.py (PyTorch's gloo backend), which spawns its ranks
 #
-# Prints the peer's header line ("# ...") and its rows, bytes time_us algbw busbw (GB/s), float32 sum
-# in place, for the sizes from MIN_BYTES to MAX_BYTES. Exits 3 with one line saying why when the peer is
-# not there (scripts/deps.sh --bench installs the peers, then cmake builds bin/peers/), and non-zero when
-# it failed. A peer runs for at most PEER_TIMEOUT seconds (default 900).
+# Prints the peer's header lines ("# ...") and then one row per size from MIN_BYTES to MAX_BYTES,
+# float32 sum in place: bytes time_us algbw busbw (GB/s). (mpi_all_reduce prints nccl-tests' in-place
+# columns; they are cut to these four here, after checking its #wrong column.) Exits 3 with one line
+# saying why when the peer is not there (scripts/deps.sh --bench installs the peers, then the build
+# makes their programs), and non-zero when it failed or a result was wrong. A peer runs for at most
+# PEER_TIMEOUT seconds (default 900).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 [ $# -ge 3 ] || { sed -n 2,15p "$0" >&2; exit 2; }
@@ -27,17 +29,27 @@ missing() { echo "run_local.sh: $peer: $*" >&2; exit 3; }
 # is cut to it).
 rows_between() { awk -v min="$min" -v max="$max" '/^#/ || ($1 ~ /^[0-9]+$/ && $1 >= min && $1 <= max)'; }
 
+# nccl-tests' in-place row (size count type redop root time algbw busbw #wrong) as bytes time_us algbw
+# busbw; a row with a wrong element ends the table with an error instead.
+from_nccl_tests_rows() {
+  awk '/^#/ { print; next }
+       $1 ~ /^[0-9]+$/ && NF >= 9 && $3 == "float" {
+         if ($9 != 0) { print "run_local.sh: mpi: " $9 " wrong elements at " $1 " bytes" > "/dev/stderr"; exit 1 }
+         printf "%12d %12s %8s %8s\n", $1, $6, $7, $8 }'
+}
+
 case $peer in
   mpi)
-    program=$build/bin/peers/mpi_all_reduce
+    program=$build/bin/mpi_all_reduce
     [ -f "$here/mpi_all_reduce.cpp" ] || missing "this tree has no bench/peers/mpi_all_reduce.cpp"
     [ -x "$program" ] || missing "$program is not built (Open MPI's libopenmpi-dev was not found when cmake ran)"
     command -v mpirun >/dev/null || missing "no mpirun (openmpi-bin)"
     # --allow-run-as-root: these hosts run the benchmarks as root; --oversubscribe: more ranks than cores.
-    timeout "$limit" mpirun --allow-run-as-root --oversubscribe -np "$world" "$program" | rows_between
+    timeout "$limit" mpirun --allow-run-as-root --oversubscribe -np "$world" "$program" -b "$min" -e "$max" -f 4 |
+      from_nccl_tests_rows | rows_between
     ;;
   gloo)
-    program=$build/bin/peers/gloo_all_reduce
+    program=$build/bin/gloo_all_reduce
     [ -x "$program" ] || missing "$program is not built (Gloo's libgloo-dev was not found when cmake ran)"
     store=$(mktemp -d)
     pids=()
