@@ -291,7 +291,7 @@ std::vector<std::string> split(const std::string& list) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"collective_soak: every ring collective, checked exactly, for a given time (run it under tinyddp-run)"};
+  CLI::App app{"collective_soak: every collective of the host backend, checked exactly, for a given time (run it under tinyddp-run)"};
   double seconds = 10;
   std::string transports_text = "shm,tcp", max_text;
   size_t max_bytes = 4 << 20;
