@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What a program that never touches a GPU pays for a CUDA-enabled build: the seed job (bin/dummy:
 # Linear(10, 2), 1000 samples, batch 32, 10 epochs, Adam, cosine, one process) beside PyTorch's same
-# job (bench/peers/torch_train.py 1 10 0 2 1000 32 10), alternating, ROUNDS times each:
+# job (bench/peers/torch_train.py with --hidden 0: Linear(10, 2)), alternating, ROUNDS times each:
 # whole-process wall time and peak resident memory (GNU time's %e and %M).
 #
 # usage: bench/cuda_on_demand.sh [BUILD] [ROUNDS] [OTHER_DUMMY]
@@ -13,7 +13,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-build}; rounds=${2:-3}; other=${3:-}
 dummy=$build/bin/dummy
-torch_job=(/usr/bin/python3 "$here/peers/torch_train.py" 1 10 0 2 1000 32 10)
+torch_job=(/usr/bin/python3 "$here/peers/torch_train.py" --world 1 --in 10 --hidden 0 --out 2 --samples 1000 --batch 32
+           --epochs 10)
 [[ -x $dummy ]] || { echo "no $dummy: build first (make build)"; exit 1; }
 [[ -f ${torch_job[1]} ]] || { echo "no ${torch_job[1]}: the PyTorch peer is not in this tree"; exit 1; }
 /usr/bin/python3 -c "import torch" 2>/dev/null || { echo "PyTorch is missing: scripts/deps.sh --bench installs python3-torch"; exit 1; }

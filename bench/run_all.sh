@@ -14,7 +14,7 @@ build=$(cd "${1:-$top/build}" && pwd)
 export PEERS=${PEERS-mpi gloo torch}
 bin=$build/bin
 peers=$top/bench/peers
-torch_train=$peers/torch_train.py  # PyTorch DDP on train_bench's job: WORLD IN HIDDEN OUT SAMPLES BATCH EPOCHS
+torch_train=$peers/torch_train.py  # PyTorch (DDP) on train_bench's job: --world --in --hidden --out --samples --batch --epochs
 failed=()
 
 skip() { echo "(skipped: $*)"; }
@@ -55,7 +55,8 @@ echo; echo "== training step: tinyddp one process (against its GEMM-only bound),
 if torch_ready; then
   echo "   beside PyTorch DDP on 2 ranks; then PyTorch in one process"
   ours train_bench "$bin/train_bench" --world-size 2 --torch-anchor "$torch_train"
-  peer "PyTorch one process" /usr/bin/python3 "$torch_train" 1 784 1024 10 16384 256 2
+  peer "PyTorch one process" /usr/bin/python3 "$torch_train" --world 1 --in 784 --hidden 1024 --out 10 --samples 16384 \
+    --batch 256 --epochs 2
 else
   skip "the PyTorch peer: $torch_why"
   ours train_bench "$bin/train_bench" --world-size 2
@@ -66,7 +67,7 @@ seed_job() { /usr/bin/time -f "tinyddp dummy: %e s wall, %M KiB peak RSS" "$bin/
 ours dummy seed_job
 if torch_ready; then
   peer "PyTorch seed job" /usr/bin/time -f "PyTorch seed job: %e s wall, %M KiB peak RSS (parent process)" \
-    /usr/bin/python3 "$torch_train" 1 10 0 2 1000 32 10
+    /usr/bin/python3 "$torch_train" --world 1 --in 10 --hidden 0 --out 2 --samples 1000 --batch 32 --epochs 10
 fi
 
 echo; echo "== store"

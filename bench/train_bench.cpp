@@ -21,7 +21,7 @@
 //   build/bin/tinyddp-run -n 2 build/bin/train_bench --world-size 2   # the data-parallel part, launched
 //   build/bin/tinyddp-run -n 2 build/bin/train_bench --world-size 2 --zero 1   # ... with ZeRO-1 (bench/compare_zero.sh)
 //
-// The PyTorch figure for the same job: bench/peers/torch_train.py 1 784 1024 10 16384 256 2
+// The PyTorch figure for the same job: bench/peers/torch_train.py (its defaults are this job)
 // (bench/run_all.sh runs both in one command).
 #include <CLI/CLI.hpp>
 #include <algorithm>
