@@ -101,8 +101,10 @@ void run(const Options& o) {
                              std::to_string(o.timeout_s) + " s (--timeout): " + e.what());
   }
   if (o.rank == 0)
-    std::printf("# gloo allreduce (ring, tcp), float32 sum, in place, world=%d\n"
-                "#       bytes      time_us  algbw    busbw\n", o.world);
+    std::printf(
+        "# gloo allreduce (ring, tcp), float32 sum, in place, world=%d\n"
+        "#       bytes      time_us  algbw    busbw\n",
+        o.world);
   for (size_t nbytes = o.min_bytes; nbytes <= o.max_bytes; nbytes *= 4) {
     std::vector<float> data(nbytes / 4);
     auto all_reduce = sum_in_place(context, data);
