@@ -12,11 +12,13 @@
 #include "tinyddp/comm/algorithms/link_probe.h"
 #include "tinyddp/comm/algorithms/single_rounding.h"
 #include "tinyddp/comm/algorithms/small_message_allreduce.h"
+#include "tinyddp/comm/algorithms/symmetric_all_reduce.h"
 #include "tinyddp/comm/cpu_binding.h"
 #include "tinyddp/comm/timeout.h"
 #include "tinyddp/comm/store/prefix_store.h"
 #include "tinyddp/comm/store/tcp_store.h"
 #include "tinyddp/comm/store/torch_tcp_store.h"
+#include "tinyddp/comm/symmetric/symmetric_memory.h"
 #include "tinyddp/comm/transport/shm_transport.h"
 #include "tinyddp/comm/transport/tcp_transport.h"
 #include "tinyddp/comm/tuning.h"
@@ -76,6 +78,7 @@ WorkPtr HostBackend::all_reduce(const Tensor& tensor, ReduceOp op, const CallOpt
   check_tensor(tensor, "all_reduce", "tensor");
   return submit(make_fingerprint(CollectiveKind::all_reduce, tensor, tensor.numel(), op), call,
                 [this, tensor](const CollectiveContext& ctx) {
+                  if (symmetric_all_reduce_bytes(bytes_of(tensor), size_t(tensor.numel()), ctx)) return;
                   Tensor staging;
                   const Tensor& host = host_input(tensor, staging);
                   all_reduce_bytes(bytes_of(host), bytes_of(host), size_t(host.numel()), ctx);
@@ -89,6 +92,13 @@ WorkPtr HostBackend::all_reduce_into(const Tensor& output, const Tensor& input, 
   check_same(output, input, "all_reduce_into");
   return submit(make_fingerprint(CollectiveKind::all_reduce, input, input.numel(), op), call,
                 [this, output, input](const CollectiveContext& ctx) {
+                  // An output in symmetric memory: the input is copied there, and reduced in place.
+                  if (output.device().is_cpu() && input.device().is_cpu() && is_symmetric(output)) {
+                    if (bytes_of(output) != bytes_of(input)) std::memmove(bytes_of(output), bytes_of(input), input.nbytes());
+                    if (symmetric_all_reduce_bytes(bytes_of(output), size_t(output.numel()), ctx)) return;
+                    all_reduce_bytes(bytes_of(output), bytes_of(output), size_t(output.numel()), ctx);
+                    return;
+                  }
                   Tensor in_staging, out_staging;
                   const Tensor& in = host_input(input, in_staging);
                   const Tensor& out = host_output(output, out_staging);
@@ -109,6 +119,7 @@ WorkPtr HostBackend::all_reduce_coalesced(const std::vector<Tensor>& tensors, Re
   return submit(make_fingerprint(CollectiveKind::all_reduce, tensors[0], total, op), call,
                 [this, tensors](const CollectiveContext& ctx) {
                   for (const Tensor& t : tensors) {
+                    if (symmetric_all_reduce_bytes(bytes_of(t), size_t(t.numel()), ctx)) continue;
                     Tensor staging;
                     const Tensor& host = host_input(t, staging);
                     all_reduce_bytes(bytes_of(host), bytes_of(host), size_t(host.numel()), ctx);
@@ -257,6 +268,7 @@ void HostBackend::run_task(const Executor::Task& task) {
     CollectiveContext ctx;
     ctx.rank = rank();
     ctx.work = task.work.get();
+    ctx.sequence = task.fingerprint.sequence;
     ctx.dtype = DType(task.fingerprint.dtype);
     ctx.op = ReduceOp(task.fingerprint.op);
     ctx.world_size = size();
@@ -280,6 +292,8 @@ void HostBackend::run_task(const Executor::Task& task) {
     // the peers, so that they fail now and name this failure instead of timing out.
     if (aborted_.empty()) {
       aborted_ = message;
+      // The peers' parts of symmetric buffers go now: a dead peer's memory is freed once nobody maps it.
+      if (symmetric_) symmetric_->release_peers();
       std::string reason = aborted_.substr(0, aborted_.find("; hint:"));  // the peers add their own hint
       for (Transport* t : transports_) t->abort("rank " + std::to_string(rank()) + " failed: " + reason);
     }
@@ -316,6 +330,29 @@ void HostBackend::check_fingerprints(const Fingerprint& mine, const CollectiveCo
 }
 
 // ---- the algorithm ----------------------------------------------------------------------------------
+
+bool HostBackend::symmetric_all_reduce_bytes(std::byte* data, size_t count, const CollectiveContext& ctx) {
+  if (!symmetric_ || !all_local_ || symmetric_->empty()) return false;
+  const size_t bytes = count * dtype_size(ctx.dtype);
+  auto found = symmetric_->find(data, bytes);
+  if (!found) return false;
+  // One-shot where the FIFO path would take the direct exchange, two-shot where it would take the
+  // ring: the same fold order, so the same bits.
+  const bool one_shot = all_reduce_->choose(bytes) == AllReduceAlgorithm::direct;
+  symmetric_all_reduce(*found->buffer, found->offset, count, one_shot, *shm_, ctx);
+  symmetric_collectives_.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+Tensor HostBackend::allocate_symmetric(const Shape& shape, DType dtype) {
+  if (!symmetric_) return ProcessGroup::allocate_symmetric(shape, dtype);
+  return symmetric_->allocate(shape, dtype);
+}
+
+bool HostBackend::is_symmetric(const Tensor& t) const {
+  if (!symmetric_ || symmetric_->empty() || !t.defined() || !t.device().is_cpu()) return false;
+  return symmetric_->find(t.raw_data(), t.nbytes()).has_value();
+}
 
 void HostBackend::all_reduce_bytes(const std::byte* in, std::byte* out, size_t count, const CollectiveContext& ctx) {
   run_all_reduce(*all_reduce_, [this](int r) { return peer(r); }, rank(), in, out, count, ctx);
@@ -412,6 +449,8 @@ CostModel HostBackend::agree_on_cost_model(const std::string& prefix, const Host
 
 HostBackend::~HostBackend() {
   executor_->shutdown();  // queued collectives still run: the peers expect them
+  // Tensors in symmetric memory may outlive the group: they keep this rank's part, not the peers'.
+  if (symmetric_) symmetric_->release_peers();
 }
 
 std::string HostBackend::transport_to(int peer) const {
@@ -461,6 +500,8 @@ void HostBackend::open_transports(const std::string& prefix, const Hosts& hosts)
       if (hosts.local.size() <= cores) shm_options.bytes_per_turn = tuning::kBytesPerTurnShmOwnCores;
       shm_ = std::make_unique<ShmTransport>(*store_, prefix, rank(), hosts.local, options_.timeout, shm_options);
       transports_.push_back(shm_.get());
+      symmetric_ = std::make_unique<SymmetricMemory>(store_, prefix + "symmetric/", rank(), hosts.local, options_.timeout);
+      all_local_ = hosts.remote.empty();
     }
   }
   if (!tcp_peers.empty()) {

@@ -17,6 +17,7 @@
 // communication thread runs on (cpu_binding.h).
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -35,6 +36,7 @@ class AllReduceSelector;
 struct CostModel;
 struct HostLayout;
 class ShmTransport;
+class SymmetricMemory;
 class TcpTransport;
 
 class HostBackend : public ProcessGroup {
@@ -57,6 +59,8 @@ class HostBackend : public ProcessGroup {
                                      const CallOptions& call = {}) override;
   WorkPtr reduce_scatter_single_rounding(const Tensor& output, const Tensor& input, ReduceOp op = ReduceOp::sum,
                                          const CallOptions& call = {}) override;
+  Tensor allocate_symmetric(const Shape& shape, DType dtype = DType::f32) override;
+  bool is_symmetric(const Tensor& t) const override;
   CollectiveTime time_in_collectives() const override {
     auto t = recorder_->totals();
     return {t.collectives, t.seconds};
@@ -71,6 +75,8 @@ class HostBackend : public ProcessGroup {
   using RunCounts = Executor::RunCounts;
   RunCounts collectives_run() const { return executor_->counts(); }
   const FlightRecorder& flight_recorder() const { return *recorder_; }
+  // How many all-reduces took the symmetric path (algorithms/symmetric_all_reduce.h).
+  uint64_t symmetric_collectives() const { return symmetric_collectives_.load(std::memory_order_relaxed); }
 
  private:
   struct Hosts;
@@ -84,6 +90,9 @@ class HostBackend : public ProcessGroup {
   std::string explain_timeout(const Executor::Task& task, const std::string& message);
   void check_fingerprints(const Fingerprint& mine, const CollectiveContext& ctx);
   void all_reduce_bytes(const std::byte* in, std::byte* out, size_t count, const CollectiveContext& ctx);
+  // The symmetric path (algorithms/symmetric_all_reduce.h) for `count` elements at `data`, in place,
+  // when they lie in a symmetric buffer and every rank is on this host; false: not taken.
+  bool symmetric_all_reduce_bytes(std::byte* data, size_t count, const CollectiveContext& ctx);
   Ring ring();
   Connection* peer(int r);                 // the connection to rank r, fetched on first use
   std::span<Connection* const> all_peers();  // every rank's (nullptr at this rank)
@@ -97,6 +106,9 @@ class HostBackend : public ProcessGroup {
   std::unique_ptr<AllReduceSelector> all_reduce_;  // which all-reduce algorithm runs
   std::unique_ptr<ShmTransport> shm_;
   std::unique_ptr<TcpTransport> tcp_;
+  std::unique_ptr<SymmetricMemory> symmetric_;  // with shm_: this host's symmetric allocations
+  bool all_local_ = false;                      // every rank of the group is on this host
+  std::atomic<uint64_t> symmetric_collectives_{0};
   std::vector<Connection*> peers_;  // by rank, once used; nullptr at this rank
   std::vector<Transport*> routes_;  // by rank: the transport that reaches it; nullptr at this rank
   std::vector<Transport*> transports_;

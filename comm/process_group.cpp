@@ -16,6 +16,8 @@ void ProcessGroup::check_tensor(const Tensor& t, const char* collective, const c
                 ", but collectives take f32, f64, bf16, f16, i32 or i64; hint: convert it to one of those dtypes");
 }
 
+Tensor ProcessGroup::allocate_symmetric(const Shape& shape, DType dtype) { return Tensor::empty(shape, dtype); }
+
 WorkPtr ProcessGroup::all_reduce_single_rounding(const Tensor&, ReduceOp, const CallOptions&) {
   TINYDDP_FAIL("all_reduce_single_rounding: the ", backend(), " backend does not offer it; hint: use the host backend, ",
                "or all_reduce (which on 16-bit tensors rounds once per reduction step)");

@@ -93,6 +93,17 @@ class ProcessGroup {
   // Completes once every rank has called it.
   virtual WorkPtr barrier(const CallOptions& call = {}) = 0;
 
+  // ---- symmetric memory (comm/symmetric/symmetric_memory.h) ----
+  // A CPU tensor in memory that every rank of this host maps (as NCCL's ncclMemAlloc with a window
+  // registered, or PyTorch's symmetric memory): all_reduce on it reads the peers' data where it
+  // lies, with no FIFO and no staging copy. Every rank calls it, in the same order, with the same
+  // shape and dtype (a collective call among the ranks of the host). Where the group has no shared
+  // memory (one rank per host, transport tcp, the nccl backend) it returns an ordinary tensor, and
+  // collectives on it run as on any other.
+  virtual Tensor allocate_symmetric(const Shape& shape, DType dtype = DType::f32);
+  // True when `t` lies in this group's symmetric memory, so that its collectives take that path.
+  virtual bool is_symmetric(const Tensor& /*t*/) const { return false; }
+
   // ---- 16-bit floats that round once (comm/algorithms/single_rounding.h) ----
   // all_reduce of a bf16 or f16 tensor (op sum or avg) that sums every rank's 16-bit value in f32, in
   // rank order, and rounds once: the error does not grow with the world size, as a 16-bit ring's

@@ -101,6 +101,14 @@ inline constexpr size_t kTcpPostBytes = 1 << 20;
 // exchange fits (2 ranks x 512 KiB over tcp, up to 128 ranks x 32 KiB).
 inline constexpr size_t kDirectExchangeKeptBytes = 4 << 20;
 
+// ---- symmetric memory (algorithms/symmetric_all_reduce.h) -------------------------------------------
+// ../docs/results.md (2026-11-26, symmetric memory)
+
+// A rank reduces its slice of a symmetric buffer this many bytes at a time, every peer's block in
+// turn: the partial sum (one block) stays in L2 between the peers' passes, so with n > 2 ranks it is
+// read and written once per block, not once per peer from memory. Zen 3's L2 is 512 KiB.
+inline constexpr size_t kSymmetricReduceBlockBytes = 64 << 10;
+
 // ---- where a stream starts in a page (Connection::align_send) --------------------------------------
 // ../bench/allreduce_results.md#the-fifos-position-in-a-page-shm
 

@@ -4,6 +4,11 @@ namespace tinyddp {
 
 Storage::Storage(size_t bytes, Device device) : block_(allocate(bytes, device)), bytes_(bytes), device_(device) {}
 
-Storage::~Storage() { deallocate(block_, device_); }
+Storage::Storage(void* data, size_t bytes, Device device, std::shared_ptr<void> owner)
+    : block_{data, bytes, false}, owner_(std::move(owner)), bytes_(bytes), device_(device) {}
+
+Storage::~Storage() {
+  if (!owner_) deallocate(block_, device_);
+}
 
 }  // namespace tinyddp

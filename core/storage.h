@@ -16,6 +16,9 @@ namespace tinyddp {
 class Storage {
  public:
   Storage(size_t bytes, Device device);
+  // Memory that something else owns (comm's symmetric memory, mapped by every rank of a host):
+  // `owner` is kept alive as long as this storage, and nothing is freed here.
+  Storage(void* data, size_t bytes, Device device, std::shared_ptr<void> owner);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -28,6 +31,7 @@ class Storage {
 
  private:
   Allocation block_;
+  std::shared_ptr<void> owner_;  // set for memory owned elsewhere
   size_t bytes_;
   Device device_;
 };

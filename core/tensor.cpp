@@ -36,6 +36,19 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   return t;
 }
 
+Tensor Tensor::over(std::shared_ptr<Storage> storage, const Shape& shape, DType dtype) {
+  TINYDDP_CHECK(storage != nullptr, "Tensor::over: no storage was given");
+  Tensor t;
+  t.shape_ = shape;
+  t.numel_ = shape_numel(shape);
+  t.dtype_ = dtype;
+  TINYDDP_CHECK(size_t(t.numel_) * dtype_size(dtype) <= storage->nbytes(), "Tensor::over: ", shape_str(shape), " of ",
+                dtype_name(dtype), " needs ", size_t(t.numel_) * dtype_size(dtype), " bytes, the storage holds ",
+                storage->nbytes(), "; hint: allocate a storage large enough for the shape");
+  t.storage_ = std::move(storage);
+  return t;
+}
+
 Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
   Tensor t = empty(shape, dtype, device);
   t.zero_();

@@ -31,6 +31,8 @@ class Tensor {
   // New tensors. empty() leaves the memory uninitialised; zeros() clears it.
   static Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
   static Tensor zeros(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
+  // A tensor of `shape` over the start of `storage` (which must hold it), sharing it.
+  static Tensor over(std::shared_ptr<Storage> storage, const Shape& shape, DType dtype = DType::f32);
   // A CPU tensor holding a copy of `values`; the shape must hold exactly values.size() elements.
   template <typename T>
   static Tensor from_vector(const std::vector<T>& values, const Shape& shape) {

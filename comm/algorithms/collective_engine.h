@@ -35,6 +35,7 @@ namespace tinyddp::comm {
 struct CollectiveContext {
   int rank = 0;
   const Work* work = nullptr;                 // the collective's Work: its description names it in messages
+  uint64_t sequence = 0;                      // the collective's number in its group
   const char* phase = "";                     // appended to the description in messages
   DType dtype = DType::f32;
   ReduceOp op = ReduceOp::sum;

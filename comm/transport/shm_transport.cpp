@@ -495,6 +495,40 @@ void ShmTransport::sleep_once(std::span<const WaitFor> waits, std::chrono::micro
   me->sleepers.fetch_sub(1, std::memory_order_seq_cst);
 }
 
+void ShmTransport::sleep_until(const std::function<bool()>& ready, std::chrono::microseconds max_sleep) {
+  ControlBlock* me = table_->control(position_);
+  // The same announcement as sleep_once's, for the same reason.
+  me->sleepers.fetch_add(1, std::memory_order_seq_cst);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  uint32_t bell = me->doorbell.load(std::memory_order_seq_cst);
+  if (!ready()) futex_wait(&me->doorbell, bell, max_sleep);
+  me->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+void ShmTransport::wake_local_peers() {
+  for (int i = 0; i < int(local_ranks_.size()); ++i)
+    if (i != position_) wake(table_->control(i));
+}
+
+void ShmTransport::check_peer(int peer, std::chrono::milliseconds stalled_for) {
+  const int position = position_of(local_ranks_, peer);
+  TINYDDP_CHECK(position < int(local_ranks_.size()), "shm transport: rank ", peer, " is not on rank ", rank_,
+                "'s host; hint: this is a bug in the caller");
+  ControlBlock* c = table_->control(position);
+  const uint32_t state = c->state.load(std::memory_order_acquire);
+  if (state == kAborted) {
+    std::string reason(c->reason, strnlen(c->reason, sizeof c->reason));
+    TINYDDP_FAIL("shm transport: rank ", peer, " aborted: ", reason, "; hint: look at rank ", peer, "'s own output for the first error");
+  }
+  if (c->pid != ::getpid() && !process_alive(c->pid))
+    TINYDDP_FAIL("shm transport: rank ", peer, " (pid ", c->pid, ") died while rank ", rank_,
+                 " was in a collective with it; hint: look at rank ", peer,
+                 "'s output and exit status (killed by a signal? out of memory?)");
+  if (state == kClosed && stalled_for >= kClosedGrace)
+    TINYDDP_FAIL("shm transport: rank ", peer, " closed its process group while rank ", rank_,
+                 " still waits for it; hint: every rank must make the same collective calls before shutting down");
+}
+
 void ShmTransport::check_peers(std::chrono::milliseconds stalled_for) {
   // Aborted peers first: their reason names the rank that failed first.
   for (int i = 0; i < int(local_ranks_.size()); ++i) {

@@ -36,6 +36,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -74,6 +75,15 @@ class ShmTransport : public Transport {
   void sleep_once(std::span<const WaitFor> waits, std::chrono::microseconds max_sleep) override;
   void check_peers(std::chrono::milliseconds stalled_for) override;
   void abort(const std::string& reason) override;
+
+  // For algorithms that synchronise through counters of their own in shared memory (symmetric
+  // memory, algorithms/symmetric_all_reduce.h) rather than through fifos: sleep on this rank's
+  // doorbell until ready() or max_sleep; wake every local rank that sleeps on its doorbell (after a
+  // counter it may wait on changed); throw naming local rank `peer` when it died, aborted, or closed
+  // its group while this rank waited `stalled_for` on it.
+  void sleep_until(const std::function<bool()>& ready, std::chrono::microseconds max_sleep);
+  void wake_local_peers();
+  void check_peer(int peer, std::chrono::milliseconds stalled_for);
 
   // Fifos this rank has created (to send) and mapped (to receive) so far.
   struct FifoCounts {

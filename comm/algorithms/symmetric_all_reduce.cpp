@@ -1,0 +1,146 @@
+#include "tinyddp/comm/algorithms/symmetric_all_reduce.h"
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "tinyddp/comm/chunks.h"
+#include "tinyddp/comm/symmetric/symmetric_buffer.h"
+#include "tinyddp/comm/transport/shm_transport.h"
+#include "tinyddp/core/error.h"
+#include "tinyddp/core/short_list.h"
+
+namespace tinyddp::comm {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The steps of one collective on a buffer: its progress counters advance by kSteps per collective.
+constexpr uint64_t kArrived = 1, kReduced = 2, kDone = 3, kSteps = 3;
+
+const char* step_name(uint64_t step) {
+  switch (step % kSteps) {
+    case kArrived % kSteps: return "to arrive at this collective (their data ready)";
+    case kReduced % kSteps: return "to finish reducing their slices";
+    default: return "to finish reading this rank's part";
+  }
+}
+
+// The ranks (by position) whose counters have not reached `step`.
+std::vector<int> behind(const SymmetricBuffer& b, uint64_t step) {
+  std::vector<int> late;
+  for (int p = 0; p < b.parties(); ++p)
+    if (p != b.position() && b.step_of(p) < step) late.push_back(p);
+  return late;
+}
+
+bool all_reached(const SymmetricBuffer& b, uint64_t step) {
+  for (int p = 0; p < b.parties(); ++p)
+    if (p != b.position() && b.step_of(p) < step) return false;
+  return true;
+}
+
+// Publishes `step` and waits until every peer has reached it.
+void barrier(SymmetricBuffer& b, uint64_t step, ShmTransport& shm, const CollectiveContext& ctx) {
+  b.publish(step);
+  shm.wake_local_peers();
+  if (all_reached(b, step)) return;
+  SpinThenSleep spin(ctx.wait.spin);
+  int spins = 0;
+  const auto start = Clock::now();
+  while (!all_reached(b, step)) {
+    if (spin.keep_spinning()) {
+      if (++spins > tuning::kPureSpins && ctx.wait.yield_while_spinning) std::this_thread::yield();
+      SpinThenSleep::pause();
+      continue;
+    }
+    shm.sleep_until([&] { return all_reached(b, step); }, tuning::kSleepSlice);
+    const auto now = Clock::now();
+    const auto stalled = std::chrono::duration_cast<std::chrono::milliseconds>(now - start);
+    for (Transport* t : ctx.transports) t->check_peers(stalled);
+    const std::vector<int> late = behind(b, step);
+    for (int p : late) shm.check_peer(b.ranks()[size_t(p)], stalled);
+    if (now > ctx.deadline && !late.empty())
+      TINYDDP_FAIL(ctx.what(), ": timed out after ", ctx.timeout.count(), " ms waiting for rank(s) ",
+                   short_list(late, 8, [&](int p) { return std::to_string(b.ranks()[size_t(p)]); }), " ", step_name(step),
+                   " on symmetric buffer #", b.index(),
+                   "; hint: those ranks did not make the same collective call (every rank must call the collectives "
+                   "on its tensor of the symmetric allocation, in the same order), are stuck elsewhere, or need a "
+                   "longer timeout");
+  }
+}
+
+// After the arrival: every peer must be in the same call on the same window of the buffer.
+void check_same_call(const SymmetricBuffer& b, const SymmetricCall& mine, const CollectiveContext& ctx) {
+  for (int p = 0; p < b.parties(); ++p) {
+    if (p == b.position()) continue;
+    const SymmetricCall theirs = b.call_of(p);
+    if (theirs == mine) continue;
+    TINYDDP_FAIL(ctx.what(), ": rank ", b.ranks()[size_t(p)], " is in collective #", theirs.sequence, " on ", theirs.count,
+                 " elements of ", dtype_name(DType(theirs.dtype)), " at byte ", theirs.offset, " of symmetric buffer #",
+                 b.index(), " (", reduce_op_name(ReduceOp(theirs.op)), "), this rank in #", mine.sequence, " on ", mine.count,
+                 " elements of ", dtype_name(DType(mine.dtype)), " at byte ", mine.offset, " (", reduce_op_name(ReduceOp(mine.op)),
+                 "); hint: every rank must make the same collective calls on the same tensors of a symmetric allocation");
+  }
+}
+
+// own[0, n) = own op every peer's slice, folded x_p, x_(p+1), ..., x_(p-1) as the ring folds chunk p;
+// a block at a time, so that the partial sum stays in cache between the peers' passes.
+void reduce_my_slice(const SymmetricBuffer& b, size_t at, size_t count, const CollectiveContext& ctx) {
+  const size_t elem = dtype_size(ctx.dtype);
+  const int n = b.parties(), me = b.position();
+  const size_t block = std::max<size_t>(1, tuning::kSymmetricReduceBlockBytes / elem);
+  std::byte* own = b.data() + at;
+  for (size_t done = 0; done < count; done += block) {
+    const size_t k = std::min(block, count - done);
+    for (int step = 1; step < n; ++step) {
+      const std::byte* theirs = b.data_of((me + step) % n) + at;
+      reduce_elements(own + done * elem, own + done * elem, theirs + done * elem, k, ctx.dtype, ctx.op);
+    }
+  }
+}
+
+}  // namespace
+
+void symmetric_all_reduce(SymmetricBuffer& b, size_t offset, size_t count, bool one_shot, ShmTransport& shm,
+                          const CollectiveContext& ctx) {
+  TINYDDP_CHECK(b.peers_mapped(), ctx.what(), ": symmetric buffer #", b.index(),
+                " no longer maps its peers' parts (its process group ended); hint: use the group it was allocated from");
+  const int n = b.parties(), me = b.position();
+  const size_t elem = dtype_size(ctx.dtype), bytes = count * elem;
+  const uint64_t base = b.my_step();
+  SymmetricCall call{offset, count, uint32_t(ctx.dtype), uint32_t(ctx.op), ctx.sequence};
+
+  b.publish(base + kArrived, call);
+  barrier(b, base + kArrived, shm, ctx);
+  check_same_call(b, call, ctx);
+
+  std::byte* own = b.data() + offset;
+  if (one_shot) {
+    // Every part folded in rank order into a scratch: the peers still read this rank's part.
+    thread_local std::vector<std::byte> scratch;
+    if (scratch.size() < bytes) scratch.resize(bytes);
+    std::memcpy(scratch.data(), b.data_of(0) + offset, bytes);
+    for (int p = 1; p < n; ++p) reduce_elements(scratch.data(), scratch.data(), b.data_of(p) + offset, count, ctx.dtype, ctx.op);
+    if (ctx.op == ReduceOp::avg) finish_average(scratch.data(), count, ctx.dtype, ctx.world_size);
+    barrier(b, base + kReduced, shm, ctx);
+    std::memcpy(own, scratch.data(), bytes);
+    b.publish(base + kDone);  // nothing reads it: the next call's arrival is what the peers wait for
+    return;
+  }
+
+  const size_t my_begin = chunk_begin(count, n, me) * elem, my_count = chunk_count(count, n, me);
+  reduce_my_slice(b, offset + my_begin, my_count, ctx);
+  if (ctx.op == ReduceOp::avg) finish_average(own + my_begin, my_count, ctx.dtype, ctx.world_size);
+  barrier(b, base + kReduced, shm, ctx);
+  for (int step = 1; step < n; ++step) {
+    const int q = (me + step) % n;
+    const size_t at = chunk_begin(count, n, q) * elem;
+    std::memcpy(own + at, b.data_of(q) + offset + at, chunk_count(count, n, q) * elem);
+  }
+  barrier(b, base + kDone, shm, ctx);
+}
+
+}  // namespace tinyddp::comm

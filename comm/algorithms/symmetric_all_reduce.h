@@ -1,0 +1,44 @@
+// All-reduce on a symmetric buffer (symmetric/symmetric_buffer.h): every rank of the host reads the
+// peers' data where it lies, in their parts of the buffer. No FIFO, no staging copy.
+//
+// Two forms, as NCCL's symmetric kernels have (one-shot and two-shot), for the same reason as the
+// FIFO path's direct exchange and ring (algorithm_selection.h chooses between them the same way):
+//
+//   two-shot (reduce-scatter, then all-gather), n ranks, S bytes:
+//     1. arrive     every rank publishes its progress counter: its data is ready
+//     2. reduce     rank p reduces slice p (the ring's chunk p, chunks.h) of every rank's part into
+//                   its own part, reading the peers' slices in place: (n-1)S/n read from peers
+//     3. reduced    barrier: every slice is final
+//     4. gather     rank p copies slice q out of rank q's part into its own, for every q != p
+//     5. done       barrier: nobody reads this rank's part any more, so the caller may write it
+//   Each rank reads S + (n-1)S/n and writes S: (n-1)S/n bytes reduced as a += b, (n-1)S/n copied.
+//   The slices are folded in the ring's order (x_p, then x_(p+1), ...), so the result is bitwise
+//   the FIFO ring's for sum, avg and prod.
+//
+//   one-shot (small messages: the steps are the cost, not the bytes):
+//     1. arrive; 2. every rank folds every part, in rank order, into a scratch of its own (as the
+//     direct exchange does, so the result is bitwise its result); 3. barrier: every part read;
+//     4. each copies the scratch into its own part.
+//
+// The barriers are the ranks' progress counters; a wait spins, then sleeps on the shm transport's
+// doorbell, checks that the ranks it waits for are alive between sleeps, and ends at the deadline
+// with an error naming them and the step they did not reach. Before step 2 every rank checks that
+// every peer makes the same call (offset, count, dtype, op, collective number) on the buffer.
+#pragma once
+
+#include <cstddef>
+
+#include "tinyddp/comm/algorithms/collective_engine.h"
+
+namespace tinyddp::comm {
+
+class ShmTransport;
+class SymmetricBuffer;
+
+// The `count` elements of ctx.dtype at `offset` bytes into `buffer`, reduced over every rank of the
+// host, in place in every rank's part. `one_shot` picks the form (above). Every rank of the group
+// must be on this host: the buffer's parties are the whole group.
+void symmetric_all_reduce(SymmetricBuffer& buffer, size_t offset, size_t count, bool one_shot, ShmTransport& shm,
+                          const CollectiveContext& ctx);
+
+}  // namespace tinyddp::comm
