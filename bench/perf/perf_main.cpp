@@ -88,7 +88,9 @@ Buffers allocate(PerfJob& job, const PerfOptions& o, const PerfCollective& c, DT
   CollectiveCounts most = c.counts(o.max_bytes / elem, elem, job.world());
   TestValues values(comm::ReduceOp::sum, job.world(), 0, type);
   auto make = [&](size_t count) {
-    Tensor t = Tensor::empty({int64_t(count) + o.unalign}, type, job.device());
+    // -R 2: every rank allocates its buffers in symmetric memory, in the same order (a collective call).
+    Tensor t = o.registration == 2 ? job.group().allocate_symmetric({int64_t(count) + o.unalign}, type)
+                                   : Tensor::empty({int64_t(count) + o.unalign}, type, job.device());
     write_elements(t, [&](size_t j) { return values.input(job.rank(), j); });
     return t.view(o.unalign, {int64_t(count)});
   };

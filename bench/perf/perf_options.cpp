@@ -76,7 +76,7 @@ std::vector<comm::ReduceOp> parse_ops(const std::string& text) {
 struct FlagTexts {
   std::string b = "32M", e = "32M", i = "1M", f = "1", n = "20", w = "1", m = "1", N = "1";
   std::string o = "sum", d = "float", r = "0";
-  std::string c = "1", z = "0", a = "1", I = "0", K = "0", S = "0", T = "0", u = "0", t = "1", g = "1";
+  std::string c = "1", z = "0", a = "1", I = "0", K = "0", S = "0", T = "0", u = "0", t = "1", g = "1", R = "0";
   std::string J, csv, backend = "host", transport = "auto", algo = "auto", device, init_method = "env://";
   // nccl-tests flags that have no counterpart here: accepted at 0 (off), refused otherwise.
   struct Unsupported {
@@ -87,7 +87,6 @@ struct FlagTexts {
   std::vector<Unsupported> unsupported = {
       {"-G,--cudagraph", "CUDA graph replay"},
       {"-C,--report_cputime", "reporting the CPU launch time (the times here are host wall-clock already)"},
-      {"-R,--local_register", "NCCL buffer registration"},
       {"-D,--device_implementation", "NCCL's device-API kernels"},
       {"-y,--stream_null", "launching on the null CUDA stream"},
       {"-p,--parallel_init", "initialising several GPUs per process in parallel"},
@@ -126,6 +125,9 @@ void add_flags(CLI::App& app, FlagTexts& x, const PerfCollective& collective) {
   app.add_option("-T,--timeout", x.T, "seconds before a collective that does not finish is an error (0: the library's 300)")
       ->capture_default_str()->type_name("SECONDS")->group(test);
   app.add_option("-u,--unalign", x.u, "start the buffers this many elements past their aligned start")->capture_default_str()->type_name("N")->group(test);
+  app.add_option("-R,--local_register", x.R,
+                 "0: ordinary buffers; 2: symmetric buffers, which every rank of a host maps (allocate_symmetric)")
+      ->capture_default_str()->type_name("0|2")->group(test);
   app.add_option("-J,--output_file,--json", x.J, "write nccl-tests' JSON to this .json file (never overwritten: FILE.0, FILE.1, ...)")
       ->type_name("FILE")->group(test);
   app.add_option("-t,--nthreads", x.t, "threads per process: tinyddp runs one rank per process")->capture_default_str()->type_name("1")->group(test);
@@ -181,6 +183,10 @@ void check_timing(const FlagTexts& x, PerfOptions& o) {
   o.report_timestamps = parse_whole("-S", x.S, 0, 1) == 1;
   o.timeout_s = int(parse_whole("-T", x.T, 0, 7 * 24 * 3600, "seconds; 0 keeps the library's default"));
   o.unalign = parse_whole("-u", x.u, 0, 1 << 20, "elements");
+  o.registration = int(parse_whole("-R", x.R, 0, 2, "0 ordinary buffers, 2 symmetric buffers"));
+  if (o.registration == 1)
+    throw UsageError("-R 1: registering buffers allocated as usual (NCCL's ncclCommRegister) has no counterpart in "
+                     "tinyddp; use -R 2 for symmetric buffers (ProcessGroup::allocate_symmetric) or -R 0");
   parse_whole("-t", x.t, 1, 1, "one rank per process: launch one process per rank with tinyddp-run -n N");
   parse_whole("-g", x.g, 1, 1, "one device per rank: launch one process per GPU with tinyddp-run -n N");
   for (const auto& u : x.unsupported)
@@ -220,6 +226,9 @@ void check_ours(const FlagTexts& x, PerfOptions& o, const PerfCollective& collec
   o.algo = x.algo;
   if (!x.device.empty() && x.device != "cpu" && x.device != "cuda" && x.device.rfind("cuda:", 0) != 0)
     throw UsageError("--device: '" + x.device + "' is not a device; use cpu, cuda or cuda:N");
+  if (o.registration == 2 && (o.backend != "host" || (!x.device.empty() && x.device != "cpu")))
+    throw UsageError("-R 2: symmetric buffers are host memory, for the host backend on the cpu device; drop -R 2 with "
+                     "--backend " + o.backend + (x.device.empty() ? "" : " --device " + x.device));
   if (o.backend == "nccl" && x.device == "cpu")
     throw UsageError("--device cpu with --backend nccl: NCCL moves CUDA tensors only; use --backend host for CPU tensors");
   o.device = x.device;

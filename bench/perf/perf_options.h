@@ -52,6 +52,10 @@ struct PerfOptions {
   bool report_timestamps = false;
   int timeout_s = 0;          // 0: the library's default
   int64_t unalign = 0;        // elements
+  // -R, nccl-tests' buffer registration: 0 ordinary buffers, 2 symmetric buffers
+  // (ProcessGroup::allocate_symmetric, NCCL's ncclMemAlloc + window registration). 1, registering
+  // buffers allocated as usual, is refused: the host backend has no such registration.
+  int registration = 0;
   std::string json_file;
   std::string csv_file;
   // tinyddp.

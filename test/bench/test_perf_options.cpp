@@ -109,3 +109,14 @@ TEST_CASE("the algorithms --algo accepts come from what the backend has") {
   CHECK(parse({"--algo", "ring"}, broadcast_collective())->algo == "ring");
   CHECK(refusal({"--algo", ""}).find("--algo: empty") == 0);
 }
+
+TEST_CASE("-R takes nccl-tests' buffer registration: 0 ordinary, 2 symmetric; others are refused by name") {
+  CHECK(parse({})->registration == 0);
+  CHECK(parse({"-R", "0"})->registration == 0);
+  CHECK(parse({"-R", "2"})->registration == 2);
+  CHECK(parse({"--local_register", "2"})->registration == 2);
+  CHECK(refusal({"-R", "1"}).find("-R 1: registering buffers allocated as usual") == 0);
+  CHECK(refusal({"-R", "3"}) == "-R must be between 0 and 2, got 3 (0 ordinary buffers, 2 symmetric buffers)");
+  CHECK(refusal({"-R", "x"}) == "-R: 'x' is not a whole number");
+  CHECK(refusal({"-R", "2", "--device", "cuda"}).find("-R 2: symmetric buffers are host memory") == 0);
+}
