@@ -44,8 +44,8 @@ std::string key_of(const std::string& prefix, int index, int rank) {
 
 }  // namespace
 
-// One rank's part, as mapped in this process. `fd` is open only in the part this rank created:
-// its peers open the file through it.
+// One rank's part, as mapped in this process. `fd` is open only in the part this rank created, and
+// only until every peer has opened the file through it.
 struct SymmetricBuffer::Part {
   void* base = nullptr;
   size_t mapped = 0;
@@ -75,7 +75,10 @@ std::shared_ptr<SymmetricBuffer> SymmetricBuffer::allocate(Store& store, const s
 
   // This rank's part: an anonymous file, its pages reserved now.
   auto mine = std::make_unique<Part>();
-  const std::string name = "tinyddp-sym-" + std::to_string(index) + "-rank" + std::to_string(rank);
+  // Named after the key prefix's last part ("symmetric", "cross-memory"): /proc/<pid>/maps shows it.
+  const std::string stem = key_prefix.substr(0, key_prefix.size() - 1);
+  const std::string name =
+      "tinyddp-" + stem.substr(stem.rfind('/') + 1) + "-" + std::to_string(index) + "-rank" + std::to_string(rank);
   mine->fd = ::memfd_create(name.c_str(), MFD_CLOEXEC);
   TINYDDP_CHECK(mine->fd >= 0, what, ": rank ", rank, ": memfd_create failed: ", std::strerror(errno),
                 "; hint: symmetric memory needs Linux 3.17 or later; use ordinary tensors instead");
@@ -157,6 +160,20 @@ std::shared_ptr<SymmetricBuffer> SymmetricBuffer::allocate(Store& store, const s
                   "every rank must run the same tinyddp build");
     buffer->parts_[p] = std::move(part);
   }
+  // Every part must stay open until every peer has mapped it: a rank that returned at once could
+  // free its buffer (and close the file) before a slower peer opened it. After this the mappings
+  // alone keep the memory, and the file descriptor goes.
+  const std::string mapped_key = key_prefix + std::to_string(index) + "/mapped";
+  if (store.add(mapped_key, 1) == int64_t(local_ranks.size())) store.set(mapped_key + "/all", "1");
+  try {
+    store.wait({mapped_key + "/all"}, timeout);
+  } catch (const Error& e) {
+    TINYDDP_FAIL(what, ": rank ", rank, " waited ", timeout.count(), " ms for every rank of the host to map it: ", e.message(),
+                 "; hint: a rank failed or stopped between allocating and mapping; look at the others' output");
+  }
+  Part& own = *buffer->parts_[size_t(buffer->position_)];
+  ::close(own.fd);
+  own.fd = -1;
   buffer->peers_mapped_ = true;
   return buffer;
 }

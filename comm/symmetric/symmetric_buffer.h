@@ -11,9 +11,10 @@
 // so nothing is left there whatever happens to the ranks (even SIGKILL between two steps). Its pages
 // are reserved at once (posix_fallocate): a host short of memory fails the allocation with an error,
 // not a later touch with SIGBUS. A peer maps the part through /proc/<pid>/fd/<fd> of its owner, which
-// keeps the file open while the buffer lives. A part stays mapped, and readable, in its peers while
-// they hold it, even after its owner died: a dead peer never makes the others fault; they notice it
-// through the transport's liveness checks and fail naming it.
+// keeps the file open until every peer has (a count in the store); then only the mappings hold it.
+// A part stays mapped, and readable, in its peers while they hold it, even after its owner died: a
+// dead peer never makes the others fault; they notice it through the transport's liveness checks
+// and fail naming it.
 //
 // The progress counter is each rank's: written by it alone (release), read by the peers (acquire),
 // alone on its cache line. An algorithm moves it forward through the steps of every collective on
@@ -48,6 +49,7 @@ struct SymmetricCall {
   uint32_t dtype = 0;
   uint32_t op = 0;
   uint64_t sequence = 0;  // the collective's number in the group
+  uint64_t address = 0;   // where this rank's data lies in its own address space (cross_memory_all_reduce.h)
 
   bool operator==(const SymmetricCall&) const = default;
 };
@@ -57,7 +59,8 @@ class SymmetricBuffer {
   struct Part;
   // Allocates this rank's part of allocation number `index` of the group and maps every peer's.
   // `local_ranks`: the ranks of this host in rank order, `rank` among them. Every one of them must
-  // make the same call (same index, same bytes); the keys go under `key_prefix` in `store`.
+  // make the same call (same index, same bytes); the keys go under `key_prefix` in `store` (which ends
+  // in "/"; its last part names the memory in /proc/<pid>/maps: "memfd:tinyddp-<part>-<index>-rank<r>").
   static std::shared_ptr<SymmetricBuffer> allocate(Store& store, const std::string& key_prefix, int index, int rank,
                                                    const std::vector<int>& local_ranks, size_t bytes,
                                                    std::chrono::milliseconds timeout);

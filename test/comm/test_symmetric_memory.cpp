@@ -40,7 +40,7 @@ int symmetric_mappings() {
   std::ifstream maps("/proc/self/maps");
   int n = 0;
   for (std::string line; std::getline(maps, line);)
-    if (line.find("memfd:tinyddp-sym-") != std::string::npos) ++n;
+    if (line.find("memfd:tinyddp-symmetric-") != std::string::npos) ++n;
   return n;
 }
 
