@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "tinyddp/comm/algorithms/algorithm_selection.h"
+#include "tinyddp/comm/algorithms/cross_memory_all_reduce.h"
 #include "tinyddp/comm/algorithms/hierarchical_all_gather.h"
 #include "tinyddp/comm/algorithms/host_ordered_broadcast.h"
 #include "tinyddp/comm/algorithms/link_probe.h"
@@ -79,6 +80,7 @@ WorkPtr HostBackend::all_reduce(const Tensor& tensor, ReduceOp op, const CallOpt
   return submit(make_fingerprint(CollectiveKind::all_reduce, tensor, tensor.numel(), op), call,
                 [this, tensor](const CollectiveContext& ctx) {
                   if (symmetric_all_reduce_bytes(bytes_of(tensor), size_t(tensor.numel()), ctx)) return;
+                  if (cross_memory_all_reduce_bytes(tensor, ctx)) return;
                   Tensor staging;
                   const Tensor& host = host_input(tensor, staging);
                   all_reduce_bytes(bytes_of(host), bytes_of(host), size_t(host.numel()), ctx);
@@ -120,6 +122,7 @@ WorkPtr HostBackend::all_reduce_coalesced(const std::vector<Tensor>& tensors, Re
                 [this, tensors](const CollectiveContext& ctx) {
                   for (const Tensor& t : tensors) {
                     if (symmetric_all_reduce_bytes(bytes_of(t), size_t(t.numel()), ctx)) continue;
+                    if (cross_memory_all_reduce_bytes(t, ctx)) continue;
                     Tensor staging;
                     const Tensor& host = host_input(t, staging);
                     all_reduce_bytes(bytes_of(host), bytes_of(host), size_t(host.numel()), ctx);
@@ -294,6 +297,7 @@ void HostBackend::run_task(const Executor::Task& task) {
       aborted_ = message;
       // The peers' parts of symmetric buffers go now: a dead peer's memory is freed once nobody maps it.
       if (symmetric_) symmetric_->release_peers();
+      if (cross_memory_) cross_memory_->release_peers();
       std::string reason = aborted_.substr(0, aborted_.find("; hint:"));  // the peers add their own hint
       for (Transport* t : transports_) t->abort("rank " + std::to_string(rank()) + " failed: " + reason);
     }
@@ -341,6 +345,13 @@ bool HostBackend::symmetric_all_reduce_bytes(std::byte* data, size_t count, cons
   const bool one_shot = all_reduce_->choose(bytes) == AllReduceAlgorithm::direct;
   symmetric_all_reduce(*found->buffer, found->offset, count, one_shot, *shm_, ctx);
   symmetric_collectives_.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+bool HostBackend::cross_memory_all_reduce_bytes(const Tensor& t, const CollectiveContext& ctx) {
+  if (!cross_memory_ || !t.device().is_cpu() || t.nbytes() < tuning::kCrossMemoryAllReduceBytes) return false;
+  cross_memory_all_reduce(*cross_memory_, local_pids_, bytes_of(t), size_t(t.numel()), *shm_, ctx);
+  cross_memory_collectives_.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 
@@ -407,6 +418,7 @@ HostBackend::HostBackend(std::shared_ptr<Store> store, int rank, int size, const
 
   const Hosts hosts = meet_hosts(prefix);
   open_transports(prefix, hosts);
+  open_cross_memory(prefix, hosts);
   choose_waiting(hosts);
   HostLayout layout = HostLayout::from_host_ids(hosts.ids);
   const AllReduceAlgorithm algorithm = algorithm_from_options(options.algorithm);
@@ -523,6 +535,43 @@ void HostBackend::open_transports(const std::string& prefix, const Hosts& hosts)
   // Two ranks over tcp only: the direct exchange's crossover is higher there (tuning.h).
   if (size() == 2 && tcp_ && !shm_ && !options_.small_message_bytes && !env::text("TINYDDP_SMALL_MESSAGE_BYTES"))
     small_message_bytes_ = tuning::kSmallMessageBytesTcpPair;
+}
+
+// Ordinary tensors of a group whose ranks all share this host may be read out of the peers'
+// memory with process_vm_readv, if every rank may read every other (ptrace permission): each rank
+// tries the others once, here, and the path is used only if all of them succeed, so that every rank
+// makes the same choice. TINYDDP_CROSS_MEMORY=0 keeps ordinary tensors on the fifos, =1 takes the
+// path where tuning.h would not (to measure it); unset: tuning::kCrossMemoryByDefault.
+void HostBackend::open_cross_memory(const std::string& prefix, const Hosts& hosts) {
+  if (!shm_ || !all_local_) return;
+  const bool wanted = env::flag("TINYDDP_CROSS_MEMORY").value_or(tuning::kCrossMemoryByDefault);
+  if (!wanted) return;
+  const std::string base = prefix + "cross-memory/";
+  auto control = SymmetricBuffer::allocate(*store_, base, 0, rank(), hosts.local, 64, options_.timeout);
+  store_->set(base + "probe/" + std::to_string(rank()), std::to_string(reinterpret_cast<uintptr_t>(control->data())));
+  std::vector<std::string> probes, verdicts;
+  for (int r : hosts.local) probes.push_back(base + "probe/" + std::to_string(r));
+  store_->wait(probes, options_.timeout);
+  const std::vector<std::string> addresses = store_->multi_get(probes);
+  std::string mine;
+  for (size_t i = 0; i < hosts.local.size() && mine.empty(); ++i) {
+    const int r = hosts.local[i];
+    if (r == rank()) continue;
+    const auto* at = reinterpret_cast<const void*>(uintptr_t(std::stoull(addresses[i])));
+    std::string why = cross_memory_unreadable(hosts.pids[size_t(r)], at, 64);
+    if (!why.empty()) mine = "rank " + std::to_string(rank()) + " cannot read rank " + std::to_string(r) + ": " + why;
+  }
+  store_->set(base + "verdict/" + std::to_string(rank()), mine.empty() ? "ok" : mine);
+  for (int r : hosts.local) verdicts.push_back(base + "verdict/" + std::to_string(r));
+  store_->wait(verdicts, options_.timeout);
+  for (const std::string& verdict : store_->multi_get(verdicts))
+    if (verdict != "ok") {
+      if (rank() == hosts.local.front())
+        log_line(LogLevel::info, "host", "ordinary tensors go through the shared-memory fifos: " + verdict);
+      return;
+    }
+  for (int r : hosts.local) local_pids_.push_back(hosts.pids[size_t(r)]);
+  cross_memory_ = std::move(control);
 }
 
 // How this group's threads wait, and where its communication thread runs: both depend on whether

@@ -36,6 +36,7 @@ class AllReduceSelector;
 struct CostModel;
 struct HostLayout;
 class ShmTransport;
+class SymmetricBuffer;
 class SymmetricMemory;
 class TcpTransport;
 
@@ -77,6 +78,9 @@ class HostBackend : public ProcessGroup {
   const FlightRecorder& flight_recorder() const { return *recorder_; }
   // How many all-reduces took the symmetric path (algorithms/symmetric_all_reduce.h).
   uint64_t symmetric_collectives() const { return symmetric_collectives_.load(std::memory_order_relaxed); }
+  // How many took the cross-memory path (process_vm_readv), and whether the group may take it.
+  uint64_t cross_memory_collectives() const { return cross_memory_collectives_.load(std::memory_order_relaxed); }
+  bool cross_memory_enabled() const { return cross_memory_ != nullptr; }
 
  private:
   struct Hosts;
@@ -93,6 +97,10 @@ class HostBackend : public ProcessGroup {
   // The symmetric path (algorithms/symmetric_all_reduce.h) for `count` elements at `data`, in place,
   // when they lie in a symmetric buffer and every rank is on this host; false: not taken.
   bool symmetric_all_reduce_bytes(std::byte* data, size_t count, const CollectiveContext& ctx);
+  // The same for an ordinary CPU tensor through process_vm_readv (algorithms/cross_memory_all_reduce.h),
+  // when the group agreed it may (open_cross_memory) and the tensor is large enough (tuning.h).
+  bool cross_memory_all_reduce_bytes(const Tensor& t, const CollectiveContext& ctx);
+  void open_cross_memory(const std::string& prefix, const Hosts& hosts);
   Ring ring();
   Connection* peer(int r);                 // the connection to rank r, fetched on first use
   std::span<Connection* const> all_peers();  // every rank's (nullptr at this rank)
@@ -109,6 +117,9 @@ class HostBackend : public ProcessGroup {
   std::unique_ptr<SymmetricMemory> symmetric_;  // with shm_: this host's symmetric allocations
   bool all_local_ = false;                      // every rank of the group is on this host
   std::atomic<uint64_t> symmetric_collectives_{0};
+  std::shared_ptr<SymmetricBuffer> cross_memory_;  // set when every local rank may read the others
+  std::vector<int> local_pids_;                    // by position among the local ranks
+  std::atomic<uint64_t> cross_memory_collectives_{0};
   std::vector<Connection*> peers_;  // by rank, once used; nullptr at this rank
   std::vector<Transport*> routes_;  // by rank: the transport that reaches it; nullptr at this rank
   std::vector<Transport*> transports_;

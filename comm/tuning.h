@@ -109,6 +109,19 @@ inline constexpr size_t kDirectExchangeKeptBytes = 4 << 20;
 // read and written once per block, not once per peer from memory. Zen 3's L2 is 512 KiB.
 inline constexpr size_t kSymmetricReduceBlockBytes = 64 << 10;
 
+// ---- ordinary buffers inside a host: the FIFOs, or one copy through the kernel -----------------------
+// (algorithms/cross_memory_all_reduce.h; TINYDDP_CROSS_MEMORY=0|1 overrides the choice, to measure it)
+
+// process_vm_readv reads a peer's slice into a bounce buffer of this size before it is added: small
+// enough to stay in L2 while it is added, large enough that the system call and the pinning of the
+// peer's pages are paid for few bytes.
+inline constexpr size_t kCrossMemoryBlockBytes = 256 << 10;
+// All-reduces of ordinary CPU tensors at least this large, with every rank on one host, take the
+// cross-memory path when every rank may read the others (CROSS_MEMORY_CHOICE below).
+inline constexpr size_t kCrossMemoryAllReduceBytes = 64 << 10;
+// Whether ordinary tensors take it at all, where they may.
+inline constexpr bool kCrossMemoryByDefault = true;
+
 // ---- where a stream starts in a page (Connection::align_send) --------------------------------------
 // ../bench/allreduce_results.md#the-fifos-position-in-a-page-shm
 

@@ -42,8 +42,9 @@ bool all_reached(const SymmetricBuffer& b, uint64_t step) {
   return true;
 }
 
-// Publishes `step` and waits until every peer has reached it.
-void barrier(SymmetricBuffer& b, uint64_t step, ShmTransport& shm, const CollectiveContext& ctx) {
+}  // namespace
+
+void symmetric_barrier(SymmetricBuffer& b, uint64_t step, ShmTransport& shm, const CollectiveContext& ctx) {
   b.publish(step);
   shm.wake_local_peers();
   if (all_reached(b, step)) return;
@@ -72,11 +73,11 @@ void barrier(SymmetricBuffer& b, uint64_t step, ShmTransport& shm, const Collect
   }
 }
 
-// After the arrival: every peer must be in the same call on the same window of the buffer.
 void check_same_call(const SymmetricBuffer& b, const SymmetricCall& mine, const CollectiveContext& ctx) {
   for (int p = 0; p < b.parties(); ++p) {
     if (p == b.position()) continue;
-    const SymmetricCall theirs = b.call_of(p);
+    SymmetricCall theirs = b.call_of(p);
+    theirs.address = mine.address;
     if (theirs == mine) continue;
     TINYDDP_FAIL(ctx.what(), ": rank ", b.ranks()[size_t(p)], " is in collective #", theirs.sequence, " on ", theirs.count,
                  " elements of ", dtype_name(DType(theirs.dtype)), " at byte ", theirs.offset, " of symmetric buffer #",
@@ -85,6 +86,8 @@ void check_same_call(const SymmetricBuffer& b, const SymmetricCall& mine, const 
                  "); hint: every rank must make the same collective calls on the same tensors of a symmetric allocation");
   }
 }
+
+namespace {
 
 // own[0, n) = own op every peer's slice, folded x_p, x_(p+1), ..., x_(p-1) as the ring folds chunk p;
 // a block at a time, so that the partial sum stays in cache between the peers' passes.
@@ -114,7 +117,7 @@ void symmetric_all_reduce(SymmetricBuffer& b, size_t offset, size_t count, bool 
   SymmetricCall call{offset, count, uint32_t(ctx.dtype), uint32_t(ctx.op), ctx.sequence};
 
   b.publish(base + kArrived, call);
-  barrier(b, base + kArrived, shm, ctx);
+  symmetric_barrier(b, base + kArrived, shm, ctx);
   check_same_call(b, call, ctx);
 
   std::byte* own = b.data() + offset;
@@ -125,7 +128,7 @@ void symmetric_all_reduce(SymmetricBuffer& b, size_t offset, size_t count, bool 
     std::memcpy(scratch.data(), b.data_of(0) + offset, bytes);
     for (int p = 1; p < n; ++p) reduce_elements(scratch.data(), scratch.data(), b.data_of(p) + offset, count, ctx.dtype, ctx.op);
     if (ctx.op == ReduceOp::avg) finish_average(scratch.data(), count, ctx.dtype, ctx.world_size);
-    barrier(b, base + kReduced, shm, ctx);
+    symmetric_barrier(b, base + kReduced, shm, ctx);
     std::memcpy(own, scratch.data(), bytes);
     b.publish(base + kDone);  // nothing reads it: the next call's arrival is what the peers wait for
     return;
@@ -134,13 +137,13 @@ void symmetric_all_reduce(SymmetricBuffer& b, size_t offset, size_t count, bool 
   const size_t my_begin = chunk_begin(count, n, me) * elem, my_count = chunk_count(count, n, me);
   reduce_my_slice(b, offset + my_begin, my_count, ctx);
   if (ctx.op == ReduceOp::avg) finish_average(own + my_begin, my_count, ctx.dtype, ctx.world_size);
-  barrier(b, base + kReduced, shm, ctx);
+  symmetric_barrier(b, base + kReduced, shm, ctx);
   for (int step = 1; step < n; ++step) {
     const int q = (me + step) % n;
     const size_t at = chunk_begin(count, n, q) * elem;
     std::memcpy(own + at, b.data_of(q) + offset + at, chunk_count(count, n, q) * elem);
   }
-  barrier(b, base + kDone, shm, ctx);
+  symmetric_barrier(b, base + kDone, shm, ctx);
 }
 
 }  // namespace tinyddp::comm

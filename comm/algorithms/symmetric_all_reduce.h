@@ -34,11 +34,19 @@ namespace tinyddp::comm {
 
 class ShmTransport;
 class SymmetricBuffer;
+struct SymmetricCall;
 
 // The `count` elements of ctx.dtype at `offset` bytes into `buffer`, reduced over every rank of the
 // host, in place in every rank's part. `one_shot` picks the form (above). Every rank of the group
 // must be on this host: the buffer's parties are the whole group.
 void symmetric_all_reduce(SymmetricBuffer& buffer, size_t offset, size_t count, bool one_shot, ShmTransport& shm,
                           const CollectiveContext& ctx);
+
+// The pieces both forms are made of, and cross_memory_all_reduce.h too:
+// publishes `step` as this rank's progress on `buffer`, then waits until every peer has reached it;
+void symmetric_barrier(SymmetricBuffer& buffer, uint64_t step, ShmTransport& shm, const CollectiveContext& ctx);
+// after the arrival step, throws naming the first peer whose published call differs from `mine`
+// (its address aside: that one is each rank's own).
+void check_same_call(const SymmetricBuffer& buffer, const SymmetricCall& mine, const CollectiveContext& ctx);
 
 }  // namespace tinyddp::comm

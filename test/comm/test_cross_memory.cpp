@@ -1,0 +1,100 @@
+// Ordinary tensors of ranks on one host, read out of the peers' memory by the kernel
+// (process_vm_readv: comm/algorithms/cross_memory_all_reduce.h). Checked against the reference loop
+// and, bit for bit, against the FIFO path (the same group options with TINYDDP_CROSS_MEMORY=0), in
+// threads of one process and in separate processes, where the kernel really copies between them.
+#include <doctest/doctest.h>
+
+#include "tinyddp/comm/host_backend.h"
+#include "tinyddp/comm/store/tcp_store.h"
+#include "test/comm/helpers/child_process.h"
+#include "test/comm/test_collectives_support.h"
+#include "test/test_support.h"
+
+using namespace tinyddp;
+using namespace tinyddp::comm;
+using namespace tinyddp::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+ProcessGroupOptions shm_group(const std::string& name) {
+  ProcessGroupOptions options;
+  options.transport = "shm";
+  options.group_name = name;
+  return options;
+}
+
+HostBackend& host(ProcessGroup& pg) { return dynamic_cast<HostBackend&>(pg); }
+
+// Values whose float sum depends on the order of the additions.
+Tensor order_sensitive(int rank, int64_t count) {
+  Tensor t = Tensor::empty({count});
+  for (int64_t i = 0; i < count; ++i)
+    t.data<float>()[i] = float(1.0 + 1e-7 * double((i * 7919 + rank * 104729) % 1000003)) * (rank % 2 ? 1e4f : 1e-3f);
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("ordinary tensors read with process_vm_readv equal the reference and, bit for bit, the FIFO path") {
+  for (int world : {2, 3}) {
+    CAPTURE(world);
+    const int64_t count = 100003;  // above the cross-memory threshold (tuning.h), slices of unequal size
+    auto cma = make_groups(world, shm_group("cma-" + std::to_string(world)));
+    std::vector<std::shared_ptr<ProcessGroup>> fifo;
+    {
+      ScopedEnv off("TINYDDP_CROSS_MEMORY", "0");
+      fifo = make_groups(world, shm_group("cma-off-" + std::to_string(world)));
+    }
+    run_ranks(world, [&](int r) {
+      REQUIRE(host(*cma[size_t(r)]).cross_memory_enabled());
+      CHECK_FALSE(host(*fifo[size_t(r)]).cross_memory_enabled());
+      for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::max}) {
+        Tensor a = make_input<float>(op, r, count), b = a.clone();
+        cma[size_t(r)]->all_reduce(a, op)->wait();
+        fifo[size_t(r)]->all_reduce(b, op)->wait();
+        CHECK(a.to_vector<float>() == reference_reduce<float>(op, world, count));
+        CHECK(bitwise_equal(a, b));
+      }
+      Tensor a = order_sensitive(r, count), b = a.clone();
+      cma[size_t(r)]->all_reduce(a)->wait();
+      fifo[size_t(r)]->all_reduce(b)->wait();
+      CHECK(bitwise_equal(a, b));
+      // Below the threshold the fifos carry it.
+      Tensor small = make_input<float>(ReduceOp::sum, r, 100);
+      cma[size_t(r)]->all_reduce(small)->wait();
+      CHECK(small.to_vector<float>() == reference_reduce<float>(ReduceOp::sum, world, 100));
+      CHECK(host(*cma[size_t(r)]).cross_memory_collectives() == 4);
+      CHECK(host(*fifo[size_t(r)]).cross_memory_collectives() == 0);
+    });
+  }
+}
+
+TEST_CASE("ranks in separate processes read each other's tensors with process_vm_readv") {
+  TINYDDP_SKIP_UNDER_TSAN();  // the ranks are spawn_child lambdas: forked, no exec
+  constexpr int kWorld = 3;
+  constexpr int64_t kCount = 1 << 18;
+  TcpStore server("127.0.0.1", 0, true);
+  std::vector<Child> children;
+  for (int r = 0; r < kWorld; ++r)
+    children.push_back(spawn_child([&, r](std::string& report) {
+      auto store = std::make_shared<TcpStore>("127.0.0.1", server.port(), false);
+      auto pg = create_process_group("host", store, r, kWorld, shm_group("cma-processes"));
+      Tensor t = make_input<float>(ReduceOp::sum, r, kCount);
+      for (int i = 0; i < 3; ++i) {
+        t.copy_from(make_input<float>(ReduceOp::sum, r, kCount));
+        pg->all_reduce(t)->wait();
+      }
+      const bool exact = t.to_vector<float>() == reference_reduce<float>(ReduceOp::sum, kWorld, kCount);
+      // Where ptrace permission forbids it (Yama), the fifos carry every call instead.
+      const bool enabled = host(*pg).cross_memory_enabled();
+      const uint64_t taken = host(*pg).cross_memory_collectives();
+      report = "exact " + std::to_string(exact) + ", cross-memory " + (enabled ? "enabled" : "refused") +
+               ", collectives over it " + std::to_string(taken);
+      return exact && taken == (enabled ? 3u : 0u) ? 0 : 3;
+    }));
+  for (int r = 0; r < kWorld; ++r) {
+    ChildOutcome outcome = finish_child(children[size_t(r)], Clock::now() + 30s);
+    CHECK_MESSAGE(outcome.ok(), "rank ", r, ": ", outcome.describe());
+  }
+}
