@@ -93,7 +93,15 @@ void Reducer::install(std::vector<BucketSpec> specs) {
   for (size_t b = 0; b < specs.size(); ++b) {
     int64_t elements = 0;
     for (size_t index : specs[b].parameters) elements += parameters_[index].parameter->value.numel();
-    buckets[b].buffer = Tensor::zeros({elements}, DType::f32, device);
+    // CPU buckets live in symmetric memory where the group has it (its ranks share a host): the
+    // all-reduce then reads the peers' gradients where they lie (comm/symmetric/). Every rank
+    // installs the same buckets in the same order, as allocate_symmetric requires.
+    if (device.is_cpu()) {
+      buckets[b].buffer = group_->allocate_symmetric({elements}, DType::f32);
+      buckets[b].buffer.zero_();
+    } else {
+      buckets[b].buffer = Tensor::zeros({elements}, DType::f32, device);
+    }
     GradBucket& view = buckets[b].view;
     view.index = b;
     view.last = b + 1 == specs.size();
