@@ -18,6 +18,7 @@
 #include "tinyddp/core/error.h"
 #include "test/comm/helpers/child_process.h"
 #include "test/comm/test_collectives_support.h"
+#include "test/test_support.h"
 
 using namespace tinyddp;
 using namespace tinyddp::comm;
@@ -46,7 +47,10 @@ std::map<std::string, size_t> mapped_fifos(const std::map<std::string, size_t>& 
   return fifos;
 }
 
+// The fifos themselves are what these tests look at: ordinary tensors stay on them instead of being
+// read with process_vm_readv (cross_memory_all_reduce.h).
 std::vector<std::shared_ptr<ProcessGroup>> shm_groups(int world, const std::string& name) {
+  tinyddp::testing::ScopedEnv fifos_only("TINYDDP_CROSS_MEMORY", "0");
   ProcessGroupOptions o;
   o.transport = "shm";
   o.group_name = name;
