@@ -42,7 +42,7 @@ peer() {  # WORLD SWEEP
   [ -x "$mpi" ] || return 0
   # shellcheck disable=SC2086
   mpirun --allow-run-as-root --oversubscribe -np "$n" "$mpi" $sweep -f 4 2>/dev/null |
-    awk '$1 ~ /^[0-9]+$/ { if ($9 != 0) print "WRONG", $1; print $1, $6 }'
+    awk '$1 ~ /^[0-9]+$/ { if ($5 != 0) print "WRONG", $1; print $1, $2 }'
 }
 
 cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -1)

@@ -117,9 +117,16 @@ inline constexpr size_t kSymmetricReduceBlockBytes = 64 << 10;
 // peer's pages are paid for few bytes.
 inline constexpr size_t kCrossMemoryBlockBytes = 256 << 10;
 // All-reduces of ordinary CPU tensors at least this large, with every rank on one host, take the
-// cross-memory path when every rank may read the others (CROSS_MEMORY_CHOICE below).
+// cross-memory path when every rank may read the others; below it the direct exchange's one round
+// over the fifos costs less than three barriers and the system calls.
 inline constexpr size_t kCrossMemoryAllReduceBytes = 64 << 10;
-// Whether ordinary tensors take it at all, where they may.
+// Of the three ways an ordinary tensor can go (the fifos; process_vm_readv; a copy into symmetric
+// memory, the symmetric all-reduce, and a copy back), the second: measured with
+// bench/compare_symmetric.sh, 2 ranks, it beat the fifos at every size from 64 KiB to 256 MiB
+// (1.2-2.4x busbw, on a host loaded 13-20 with other builds: docs/results.md, 2026-11-26). Staging
+// was not built: it copies the whole buffer in and out besides what the symmetric all-reduce moves,
+// 2S more per rank than process_vm_readv's 2(n-1)/n S copied (docs/how-ddp-works.md's table).
+// Where ptrace permission forbids process_vm_readv, the fifos carry every size.
 inline constexpr bool kCrossMemoryByDefault = true;
 
 // ---- where a stream starts in a page (Connection::align_send) --------------------------------------

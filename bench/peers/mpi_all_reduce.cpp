@@ -6,9 +6,9 @@
 // In place (MPI_IN_PLACE), float32 sum, sizes from -b to -e multiplying by -f. Each size: -w warm-up
 // calls, a barrier, -n timed calls back to back (MPI_Allreduce blocks, so each waits for the one
 // before: nccl-tests' -z 1), the mean time over the ranks; then the inputs are written again, one
-// more call is checked element by element against the closed form (#wrong). Rows as nccl-tests
-// prints its in-place columns:  size  count  type  redop  root  time(us)  algbw  busbw  #wrong,
-// busbw = algbw * 2(n-1)/n.
+// more call is checked element by element against the closed form (#wrong). Rows as every peer
+// program prints them (bench/peers/run_local.sh):  bytes  time_us  algbw  busbw (GB/s), then #wrong;
+// busbw = algbw * 2(n-1)/n as nccl-tests has it.
 #include <mpi.h>
 
 #include <algorithm>
@@ -63,8 +63,8 @@ int main(int argc, char** argv) {
   }
   if (rank == 0)
     std::printf("# mpi_all_reduce: Open MPI MPI_Allreduce, in place, float sum, %d ranks\n"
-                "#%11s %12s %8s %6s %6s %10s %8s %8s %6s\n",
-                world, "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong");
+                "#%11s %12s %8s %8s %6s\n",
+                world, "bytes", "time_us", "algbw", "busbw", "#wrong");
   std::vector<float> buf(std::max<size_t>(max_bytes / 4, 1));
   for (size_t bytes = std::max<size_t>(min_bytes, 4); bytes <= max_bytes; bytes *= factor) {
     const size_t count = bytes / 4;
@@ -83,8 +83,8 @@ int main(int argc, char** argv) {
     MPI_Allreduce(&wrong, &all_wrong, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
     const double algbw = double(bytes) / seconds / 1e9;
     if (rank == 0)
-      std::printf("%12zu %12zu %8s %6s %6d %10.2f %8.2f %8.2f %6lld\n", bytes, count, "float", "sum", -1, seconds * 1e6, algbw,
-                  algbw * 2.0 * (world - 1) / world, all_wrong);
+      std::printf("%12zu %12.2f %8.3f %8.3f %6lld\n", bytes, seconds * 1e6, algbw, algbw * 2.0 * (world - 1) / world,
+                  all_wrong);
     std::fflush(stdout);
     if (bytes > max_bytes / factor) break;
   }
