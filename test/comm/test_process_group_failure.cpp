@@ -10,7 +10,7 @@
 
 #include "tinyddp/comm/process_group.h"
 #include "tinyddp/comm/store/tcp_store.h"
-#include "test/comm/helpers/child_process.h"
+#include "test/comm/helpers/forked_ranks.h"
 
 using namespace tinyddp;
 using namespace tinyddp::comm;
@@ -97,15 +97,10 @@ int run_rank(int rank, int port, const std::string& transport, std::string& repo
 
 void kill_one_rank(const std::string& transport) {
   TINYDDP_SKIP_UNDER_TSAN();  // the ranks are spawn_child lambdas: forked, no exec
-  TcpStoreOptions server_options;
-  server_options.timeout = 20s;
-  TcpStore server("127.0.0.1", 0, true, server_options);
-  std::vector<Child> children;
-  for (int r = 0; r < kWorld; ++r)
-    children.push_back(spawn_child([&, r](std::string& report) { return run_rank(r, server.port(), transport, report); }));
-  auto deadline = Clock::now() + 40s;
+  const auto outcomes = run_forked_ranks(
+      kWorld, [&](int r, int port, std::string& report) { return run_rank(r, port, transport, report); });
   for (int r = 0; r < kWorld; ++r) {
-    ChildOutcome outcome = finish_child(children[size_t(r)], deadline);
+    const ChildOutcome& outcome = outcomes[size_t(r)];
     if (r == kVictim) {
       CHECK_MESSAGE(outcome.signal == SIGKILL, "the victim: ", outcome.describe());
     } else {

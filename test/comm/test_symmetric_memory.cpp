@@ -10,12 +10,13 @@
 
 #include <csignal>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <thread>
 
 #include "tinyddp/comm/host_backend.h"
 #include "tinyddp/comm/store/tcp_store.h"
-#include "test/comm/helpers/child_process.h"
+#include "test/comm/helpers/forked_ranks.h"
 #include "test/comm/test_collectives_support.h"
 
 using namespace tinyddp;
@@ -50,6 +51,20 @@ int symmetric_names_in_dev_shm() {
   for (const auto& entry : std::filesystem::directory_iterator("/dev/shm"))
     if (entry.path().filename().string().find("sym") != std::string::npos) ++n;
   return n;
+}
+
+// What each of two ranks' groups (named `name`) said when body(rank, group) threw ("" if it did not).
+std::vector<std::string> errors_of(const std::string& name, const std::function<void(int, ProcessGroup&)>& body) {
+  auto groups = make_groups(2, shm_options(name));
+  std::vector<std::string> errors(2);
+  run_ranks(2, [&](int r) {
+    try {
+      body(r, *groups[size_t(r)]);
+    } catch (const Error& e) {
+      errors[size_t(r)] = e.what();
+    }
+  });
+  return errors;
 }
 
 template <typename T>
@@ -139,29 +154,15 @@ TEST_CASE("a view into symmetric memory, all_reduce_into and all_reduce_coalesce
 
 TEST_CASE("ranks that disagree on a symmetric allocation or call are told who differs") {
   SUBCASE("different sizes") {
-    auto groups = make_groups(2, shm_options("sym-sizes"));
-    std::vector<std::string> errors(2);
-    run_ranks(2, [&](int r) {
-      try {
-        groups[size_t(r)]->allocate_symmetric({r == 0 ? 10 : 12});
-      } catch (const Error& e) {
-        errors[size_t(r)] = e.what();
-      }
-    });
+    auto errors = errors_of("sym-sizes", [](int r, ProcessGroup& pg) { pg.allocate_symmetric({r == 0 ? 10 : 12}); });
     CHECK(errors[0].find("symmetric allocation #0 (40 bytes): rank 1 allocated 48 bytes where rank 0 allocated 40") !=
           std::string::npos);
     CHECK(errors[1].find("rank 0 allocated 40 bytes where rank 1 allocated 48") != std::string::npos);
   }
   SUBCASE("different windows of the buffer") {
-    auto groups = make_groups(2, shm_options("sym-window"));
-    std::vector<std::string> errors(2);
-    run_ranks(2, [&](int r) {
-      Tensor whole = groups[size_t(r)]->allocate_symmetric({1000});
-      try {
-        groups[size_t(r)]->all_reduce(whole.view(r == 0 ? 0 : 4, {100}))->wait();
-      } catch (const Error& e) {
-        errors[size_t(r)] = e.what();
-      }
+    auto errors = errors_of("sym-window", [](int r, ProcessGroup& pg) {
+      Tensor whole = pg.allocate_symmetric({1000});
+      pg.all_reduce(whole.view(r == 0 ? 0 : 4, {100}))->wait();
     });
     CHECK(errors[0].find("rank 1 is in collective #0 on 100 elements of f32 at byte 16 of symmetric buffer #0") !=
           std::string::npos);
@@ -252,15 +253,9 @@ int symmetric_rank(int rank, int port, std::string& report) {
 
 TEST_CASE("a rank killed while its peers map its memory is named by them, and faults nobody") {
   TINYDDP_SKIP_UNDER_TSAN();  // the ranks are spawn_child lambdas: forked, no exec
-  TcpStoreOptions server_options;
-  server_options.timeout = 20s;
-  TcpStore server("127.0.0.1", 0, true, server_options);
-  std::vector<Child> children;
-  for (int r = 0; r < kWorld; ++r)
-    children.push_back(spawn_child([&, r](std::string& report) { return symmetric_rank(r, server.port(), report); }));
-  auto deadline = Clock::now() + 40s;
+  const auto outcomes = run_forked_ranks(kWorld, symmetric_rank);
   for (int r = 0; r < kWorld; ++r) {
-    ChildOutcome outcome = finish_child(children[size_t(r)], deadline);
+    const ChildOutcome& outcome = outcomes[size_t(r)];
     if (r == kVictim) {
       CHECK_MESSAGE(outcome.signal == SIGKILL, "the victim: ", outcome.describe());
     } else {
