@@ -131,6 +131,8 @@ void onednn_sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int6
 
 void onednn_set_threads(int threads) { requested_threads.store(threads); }
 
+void onednn_apply_threads() { apply_thread_count(onednn()); }
+
 std::string onednn_version() {
   const OneDnn& dnnl = onednn();
   if (!dnnl.error.empty()) return "oneDNN (not loaded)";
