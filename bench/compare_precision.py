@@ -57,6 +57,7 @@ def main():
     parser.add_argument("--torch-bf16-fraction", type=float, default=None,
                         help="fraction of the samples PyTorch's autocast runs (default: 1 with bf16 units, else 1/16)")
     parser.add_argument("--ours", default="fp32,bf16,fp16")
+    parser.add_argument("--samples", type=int, default=None, help="samples per job (default: each shape's own)")
     args = parser.parse_args()
     bench = os.path.join(args.build, "bin", "train_bench")
     peer = os.path.join(TOP, "bench", "peers", "torch_train.py")
@@ -69,7 +70,9 @@ def main():
     ours_modes = args.ours.split(",")
     shapes = ["784-1024-1024-10 b256"] if args.shapes == "reference" else list(SHAPES)
     for name in shapes:
-        s = SHAPES[name]
+        s = dict(SHAPES[name])
+        if args.samples:
+            s["samples"] = args.samples
         job = ["--in", str(s["inputs"]), "--hidden", str(s["hidden"]), "--out", str(s["out"]),
                "--batch-size", str(s["batch"]), "--epochs", str(args.epochs)]
         rates = {}  # (side, precision, world) -> [samples/s per round]

@@ -39,6 +39,9 @@ void onednn_set_threads(int threads);
 // Applies set_cpu_threads' count to the calling thread's OpenMP, as onednn_sgemm does before it runs:
 // for the other oneDNN calls (kernels/cpu_gemm_onednn_bf16.cpp).
 void onednn_apply_threads();
+// The dlopen handle of the loaded libdnnl, for looking up the other functions it is used for; null when
+// it is not loadable.
+void* onednn_library();
 std::string onednn_version();
 // The instruction set oneDNN's kernels use here (dnnl_get_effective_cpu_isa: the CPU's best, or less
 // where ONEDNN_MAX_CPU_ISA caps it), by oneDNN's name ("avx512_core_amx", "avx2", ...), and its vectors.

@@ -7,7 +7,7 @@
 // transposes are strides, as dnnl_sgemm's 'T' is: no operand is copied. alpha is the primitive's
 // output scale, beta a sum post-op (c = alpha op(a) op(b) + beta c, as BLAS defines it).
 //
-// Loaded through the same dlopen'ed libdnnl as kernels/cpu_gemm_onednn.cpp, looked up on first use.
+// Looked up, on first use, in the libdnnl that kernels/cpu_gemm_onednn.cpp loaded.
 #ifdef TINYDDP_WITH_ONEDNN
 
 #include <dlfcn.h>
@@ -23,10 +23,6 @@
 namespace tinyddp::kernels::detail {
 
 namespace {
-
-#define TINYDDP_STRINGIFY2(x) #x
-#define TINYDDP_STRINGIFY(x) TINYDDP_STRINGIFY2(x)
-constexpr const char* kLibrary = "libdnnl.so." TINYDDP_STRINGIFY(DNNL_VERSION_MAJOR);
 
 struct Matmul {
   decltype(&dnnl_engine_create) engine_create = nullptr;
@@ -54,7 +50,7 @@ struct Matmul {
 template <typename Function>
 void find(void* library, const char* name, Function& function, std::string& error) {
   function = reinterpret_cast<Function>(library ? dlsym(library, name) : nullptr);
-  if (!function && error.empty()) error = std::string(name) + " not found in " + kLibrary;
+  if (!function && error.empty()) error = std::string(name) + " not found in libdnnl";
 }
 
 // The primitive for one product, kept for the life of the thread that made it.
@@ -102,7 +98,7 @@ Matmul load() {
     dnnl.error = why_not;
     return dnnl;
   }
-  void* library = dlopen(kLibrary, RTLD_NOW | RTLD_NOLOAD);  // loaded by onednn_loadable: finds it
+  void* library = onednn_library();
   find(library, "dnnl_engine_create", dnnl.engine_create, dnnl.error);
   find(library, "dnnl_stream_create", dnnl.stream_create, dnnl.error);
   find(library, "dnnl_stream_wait", dnnl.stream_wait, dnnl.error);
