@@ -64,8 +64,7 @@ using ProductKey = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, in
 void describe(const Matmul& dnnl, bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
               int64_t ldc, Product& p) {
   dnnl_dims_t a_dims = {m, k}, b_dims = {k, n}, c_dims = {m, n};
-  dnnl_dims_t a_strides = {ta ? 1 : lda, ta ? lda : 1}, b_strides = {tb ? 1 : ldb, tb ? ldb : 1},
-              c_strides = {ldc, 1};
+  dnnl_dims_t a_strides = {ta ? 1 : lda, ta ? lda : 1}, b_strides = {tb ? 1 : ldb, tb ? ldb : 1}, c_strides = {ldc, 1};
   dnnl.memory_desc_init_by_strides(&p.a, 2, a_dims, dnnl_bf16, a_strides);
   dnnl.memory_desc_init_by_strides(&p.b, 2, b_dims, dnnl_bf16, b_strides);
   dnnl.memory_desc_init_by_strides(&p.c, 2, c_dims, dnnl_f32, c_strides);
@@ -127,8 +126,10 @@ Matmul load() {
   describe(dnnl, false, true, 256, 1024, 1024, 1024, 1024, 1024, probe);
   dnnl_primitive_desc_t pd = nullptr;
   const dnnl_status_t status = create_descriptor(dnnl, probe, 1.f, 0.f, &pd);
-  if (status == dnnl_success) dnnl.primitive_desc_destroy(pd);
-  else dnnl.error = "oneDNN has no bf16 matmul for this CPU (status " + std::to_string(int(status)) + ")";
+  if (status == dnnl_success)
+    dnnl.primitive_desc_destroy(pd);
+  else
+    dnnl.error = "oneDNN has no bf16 matmul for this CPU (status " + std::to_string(int(status)) + ")";
   return dnnl;
 }
 
@@ -146,7 +147,8 @@ bool onednn_bf16_matmul_available(std::string* why_not) {
 }
 
 void onednn_bf16_gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
-                      const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+                      const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c,
+                      int64_t ldc) {
   const Matmul& dnnl = matmul();
   TINYDDP_CHECK(dnnl.error.empty(), "gemm: bf16 operands on oneDNN, but ", dnnl.error,
                 "; hint: run with --precision fp32, or let the bf16 operands be rounded f32 (kernels/mixed_gemm.h)");
@@ -176,13 +178,14 @@ void onednn_bf16_gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, 
   dnnl.memory_create(&memories[0], &p.a, dnnl.engine, const_cast<uint16_t*>(a));
   dnnl.memory_create(&memories[1], &p.b, dnnl.engine, const_cast<uint16_t*>(b));
   dnnl.memory_create(&memories[2], &p.c, dnnl.engine, c);
-  const dnnl_exec_arg_t args[3] = {
-      {DNNL_ARG_SRC, memories[0]}, {DNNL_ARG_WEIGHTS, memories[1]}, {DNNL_ARG_DST, memories[2]}};
+  const dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, memories[0]},
+                                   {DNNL_ARG_WEIGHTS, memories[1]},
+                                   {DNNL_ARG_DST, memories[2]}};
   dnnl_status_t status = dnnl.primitive_execute(p.primitive, stream, 3, args);
   if (status == dnnl_success) status = dnnl.stream_wait(stream);
   for (dnnl_memory_t memory : memories) dnnl.memory_destroy(memory);
-  TINYDDP_CHECK(status == dnnl_success, "gemm: oneDNN's bf16 matmul failed with status ", int(status), " for [", m, ", ",
-                k, "] x [", k, ", ", n, "]; hint: run with --precision fp32");
+  TINYDDP_CHECK(status == dnnl_success, "gemm: oneDNN's bf16 matmul failed with status ", int(status), " for [", m,
+                ", ", k, "] x [", k, ", ", n, "]; hint: run with --precision fp32");
 }
 
 }  // namespace tinyddp::kernels::detail

@@ -72,8 +72,10 @@ MixedGemmChoice choose_cpu_mixed_gemm(DType narrow, const MixedGemmFacts& facts)
   if (facts.onednn_isa.empty()) return rounded(narrow, "oneDNN is not available to run bf16", facts);
   const bool amx = facts.onednn_isa == "avx512_core_amx";
   if (!amx && facts.onednn_isa != "avx512_core_bf16")
-    return rounded(narrow, "no bf16 units that oneDNN runs here (it runs " + facts.onednn_isa +
-                               "; on AVX-512 without BF16 its emulated bf16 is slower than its f32 GEMM)", facts);
+    return rounded(narrow,
+                   "no bf16 units that oneDNN runs here (it runs " + facts.onednn_isa +
+                       "; on AVX-512 without BF16 its emulated bf16 is slower than its f32 GEMM)",
+                   facts);
   if (!facts.onednn_bf16_matmul) return rounded(narrow, facts.why_no_matmul, facts);
   return {MixedGemmPath::onednn_bf16, std::string("oneDNN's bf16 matmul on ") +
                                           (amx ? "AMX tiles" : "AVX512-BF16 (vdpbf16ps)") + " (oneDNN runs " +
@@ -113,7 +115,8 @@ void round_to(const Tensor& src, DType narrow, Tensor& dst) {
                 " is not a narrow type; hint: round to bf16 or f16");
   TINYDDP_CHECK(src.defined() && src.dtype() == DType::f32, op, ": `src` is ", src.describe(), " but must be f32");
   TINYDDP_CHECK(dst.defined() && (dst.dtype() == narrow || dst.dtype() == DType::f32), op, ": `dst` is ",
-                dst.describe(), " but must be ", dtype_name(narrow), " or f32; hint: allocate it with mixed_operand_dtype");
+                dst.describe(), " but must be ", dtype_name(narrow),
+                " or f32; hint: allocate it with mixed_operand_dtype");
   TINYDDP_CHECK(src.numel() == dst.numel() && src.device() == dst.device(), op, ": `src` is ", src.describe(),
                 " but `dst` is ", dst.describe(), "; hint: the same number of elements, on the same device");
   if (dst.dtype() == narrow) return convert(src, dst);
@@ -123,8 +126,10 @@ void round_to(const Tensor& src, DType narrow, Tensor& dst) {
     return convert(narrow_copy, dst);
   }
   const size_t n = size_t(src.numel());
-  if (narrow == DType::bf16) round_through_bf16(src.data<float>(), dst.data<float>(), n);
-  else round_through_f16(src.data<float>(), dst.data<float>(), n);
+  if (narrow == DType::bf16)
+    round_through_bf16(src.data<float>(), dst.data<float>(), n);
+  else
+    round_through_f16(src.data<float>(), dst.data<float>(), n);
 }
 
 }  // namespace tinyddp::kernels

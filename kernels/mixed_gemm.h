@@ -34,10 +34,10 @@ struct MixedGemmChoice {
 // What the CPU and oneDNN report, the terms of the choice.
 struct MixedGemmFacts {
   bool cpu_has_avx512_core = false;  // without it no x86 CPU has bf16 units, and oneDNN is not loaded to ask
-  std::string onednn_isa{};            // oneDNN's effective ISA ("avx512_core_amx"); empty: not loaded or absent
+  std::string onednn_isa{};          // oneDNN's effective ISA ("avx512_core_amx"); empty: not loaded or absent
   bool onednn_bf16_matmul = false;   // oneDNN implements the bf16 matmul here
-  std::string why_no_matmul{};         // when it does not
-  std::string f32_gemm{};              // the f32 GEMM the rounded path uses ("OpenBLAS 0.3.21 ...")
+  std::string why_no_matmul{};       // when it does not
+  std::string f32_gemm{};            // the f32 GEMM the rounded path uses ("OpenBLAS 0.3.21 ...")
 };
 
 // narrow: bf16 or f16.

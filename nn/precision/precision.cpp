@@ -29,10 +29,10 @@ Precision parse_precision(std::string_view text, std::string_view where) {
   std::transform(word.begin(), word.end(), word.begin(), [](unsigned char c) { return char(std::tolower(c)); });
   // PyTorch's spellings too (torch.bfloat16, torch.float16 / torch.half, Lightning's "bf16-mixed").
   static const std::pair<const char*, Precision> words[] = {
-      {"fp32", Precision::fp32},      {"float32", Precision::fp32},   {"f32", Precision::fp32},
-      {"bf16", Precision::bf16},      {"bfloat16", Precision::bf16},  {"bf16-mixed", Precision::bf16},
-      {"fp16", Precision::fp16},      {"float16", Precision::fp16},   {"half", Precision::fp16},
-      {"f16", Precision::fp16},       {"16-mixed", Precision::fp16}};
+      {"fp32", Precision::fp32}, {"float32", Precision::fp32},  {"f32", Precision::fp32},
+      {"bf16", Precision::bf16}, {"bfloat16", Precision::bf16}, {"bf16-mixed", Precision::bf16},
+      {"fp16", Precision::fp16}, {"float16", Precision::fp16},  {"half", Precision::fp16},
+      {"f16", Precision::fp16},  {"16-mixed", Precision::fp16}};
   for (const auto& [name, precision] : words)
     if (word == name) return precision;
   TINYDDP_FAIL(where, " '", text, "' is not a precision; hint: use fp32 (every product in f32), bf16 (bf16 products, ",
@@ -54,7 +54,8 @@ PrecisionScope::~PrecisionScope() { current = previous_; }
 
 std::string precision_units(Precision precision, Device device) {
   if (!is_mixed(precision)) return "fp32: every product in f32";
-  return std::string(precision_name(precision)) + " mixed: " + kernels::mixed_gemm_units(operand_dtype(precision), device);
+  return std::string(precision_name(precision)) +
+         " mixed: " + kernels::mixed_gemm_units(operand_dtype(precision), device);
 }
 
 void announce_precision(Precision precision, Device device) {

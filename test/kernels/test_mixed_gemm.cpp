@@ -9,13 +9,13 @@
 #include <limits>
 #include <vector>
 
-#include "tinyddp/core/fake_cuda.h"
 #include "tinyddp/core/random.h"
 #include "tinyddp/kernels/cpu_gemm_libraries.h"
 #include "tinyddp/kernels/mixed_gemm.h"
 #include "tinyddp/kernels/ops.h"
 #include "test/half_precision_reference.h"
 #include "test/mixed_gemm_reference.h"
+#include "test/support/fake_cuda.h"
 #include "test/test_support.h"
 
 using namespace tinyddp;
@@ -47,7 +47,8 @@ void check_mixed_gemm(DType narrow, bool ta, bool tb, float beta, Device device 
   const Tensor a_ref = reference_rounding(a, narrow), b_ref = reference_rounding(b, narrow);
   const std::vector<float> c0v = c0.to_vector<float>(), got = c.to(Device::cpu()).to_vector<float>();
   const std::vector<double> exact = exact_product(a_ref, ta, b_ref, tb, beta, c0v);
-  const std::vector<double> bound = gemm_rounding_bound(a_ref, ta, b_ref, tb, 1.0, beta, beta != 0 ? c0v : std::vector<float>{});
+  const std::vector<double> bound = gemm_rounding_bound(a_ref, ta, b_ref, tb, 1.0, beta,
+                                                        beta != 0 ? c0v : std::vector<float>{});
   size_t outside = 0;
   for (size_t i = 0; i < got.size(); ++i)
     if (!(std::fabs(double(got[i]) - exact[i]) <= bound[i]) && outside++ == 0)
@@ -65,9 +66,20 @@ void check_mixed_gemm(DType narrow, bool ta, bool tb, float beta, Device device 
 }  // namespace
 
 TEST_CASE("round_to: bf16 and f16 rounding kept in f32 equals the reference rounding, NaN and infinities included") {
-  std::vector<float> values = {0.f, -0.f, 1.f, 1.00390625f, 1.005859375f, -3.1415926f, 65504.f, 65520.f, 1e-8f,
-                               3e38f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-                               std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::denorm_min()};
+  std::vector<float> values = {0.f,
+                               -0.f,
+                               1.f,
+                               1.00390625f,
+                               1.005859375f,
+                               -3.1415926f,
+                               65504.f,
+                               65520.f,
+                               1e-8f,
+                               3e38f,
+                               std::numeric_limits<float>::infinity(),
+                               -std::numeric_limits<float>::infinity(),
+                               std::numeric_limits<float>::quiet_NaN(),
+                               std::numeric_limits<float>::denorm_min()};
   const std::vector<float> random = random_matrix(1, 4099, 7, 1e3f).to_vector<float>();
   values.insert(values.end(), random.begin(), random.end());
   const Tensor src = Tensor::from_vector(values);
@@ -94,7 +106,8 @@ TEST_CASE("round_to: bf16 and f16 rounding kept in f32 equals the reference roun
   }
 }
 
-TEST_CASE("gemm with bf16 and f16 operands equals the exact product of the rounded operands within an f32 sum's bound") {
+TEST_CASE(
+    "gemm with bf16 and f16 operands equals the exact product of the rounded operands within an f32 sum's bound") {
   for (DType narrow : {DType::bf16, DType::f16})
     for (bool ta : {false, true})
       for (bool tb : {false, true})
@@ -117,14 +130,15 @@ TEST_CASE("gemm with operands stored narrow (bf16/f16 tensors) computes the same
     Tensor got = Tensor::zeros({64, 80}), want = Tensor::zeros({64, 80});
     kernels::gemm(a_narrow, false, b_narrow, true, got);
     kernels::gemm(reference_rounding(a, narrow), false, reference_rounding(b, narrow), true, want);
-    check_within(got.to_vector<float>(), want.to_vector<float>(),
-                 [&] {  // two f32 sums of the same exact products: each within gamma(k + 2) of the exact sum
-                   std::vector<double> bound = gemm_rounding_bound(reference_rounding(a, narrow), false,
-                                                                   reference_rounding(b, narrow), true);
-                   for (double& x : bound) x *= 2;
-                   return bound;
-                 }(),
-                 "narrow-stored vs rounded f32");
+    check_within(
+        got.to_vector<float>(), want.to_vector<float>(),
+        [&] {  // two f32 sums of the same exact products: each within gamma(k + 2) of the exact sum
+          std::vector<double> bound = gemm_rounding_bound(reference_rounding(a, narrow), false,
+                                                          reference_rounding(b, narrow), true);
+          for (double& x : bound) x *= 2;
+          return bound;
+        }(),
+        "narrow-stored vs rounded f32");
   }
 }
 
@@ -146,8 +160,10 @@ TEST_CASE("gemm and round_to refuse mixed-up operands with errors that say what 
 TEST_CASE("the units of the mixed GEMM: oneDNN's bf16 matmul only where bf16 units run it, rounded f32 elsewhere") {
   using kernels::MixedGemmPath;
   kernels::MixedGemmFacts avx2{.cpu_has_avx512_core = false, .f32_gemm = "OpenBLAS (Haswell)"};
-  kernels::MixedGemmFacts avx512{.cpu_has_avx512_core = true, .onednn_isa = "avx512_core_vnni",
-                                 .onednn_bf16_matmul = true, .f32_gemm = "oneDNN (avx512_core_vnni)"};
+  kernels::MixedGemmFacts avx512{.cpu_has_avx512_core = true,
+                                 .onednn_isa = "avx512_core_vnni",
+                                 .onednn_bf16_matmul = true,
+                                 .f32_gemm = "oneDNN (avx512_core_vnni)"};
   kernels::MixedGemmFacts bf16_units = avx512, amx = avx512, amx_without_matmul = avx512, absent = avx512;
   bf16_units.onednn_isa = "avx512_core_bf16";
   amx.onednn_isa = "avx512_core_amx";
@@ -172,7 +188,8 @@ TEST_CASE("the units of the mixed GEMM: oneDNN's bf16 matmul only where bf16 uni
   // f16: no CPU units oneDNN 2.6 runs, on any host.
   for (const auto& facts : {avx2, avx512, bf16_units, amx})
     CHECK(kernels::choose_cpu_mixed_gemm(DType::f16, facts).path == MixedGemmPath::rounded_f32);
-  CHECK_THROWS_WITH_AS(kernels::choose_cpu_mixed_gemm(DType::f32, avx2), doctest::Contains("not a narrow operand"), Error);
+  CHECK_THROWS_WITH_AS(kernels::choose_cpu_mixed_gemm(DType::f32, avx2), doctest::Contains("not a narrow operand"),
+                       Error);
 }
 
 TEST_CASE("this host's mixed GEMM: the operands' dtype follows the units chosen, and the choice is said in words") {
@@ -187,7 +204,8 @@ TEST_CASE("this host's mixed GEMM: the operands' dtype follows the units chosen,
   CHECK(kernels::mixed_gemm_units(DType::bf16, Device::cpu()) == choice.units);
 }
 
-TEST_CASE("on (fake) CUDA devices the operands are stored narrow, as cuBLAS takes them, and compute the same products") {
+TEST_CASE(
+    "on (fake) CUDA devices the operands are stored narrow, as cuBLAS takes them, and compute the same products") {
   FakeCudaDevices devices({.devices = 1});
   const Device gpu = Device::cuda(0);
   CHECK(kernels::mixed_operand_dtype(DType::bf16, gpu) == DType::bf16);

@@ -56,8 +56,7 @@ TEST_CASE("PrecisionScope sets the thread's policy, nests, and restores the one 
   try {
     nn::PrecisionScope scope(nn::Precision::fp16);
     throw std::runtime_error("leaving by an exception");
-  } catch (const std::runtime_error&) {
-  }
+  } catch (const std::runtime_error&) {}
   CHECK(nn::current_precision() == nn::Precision::fp32);
 }
 

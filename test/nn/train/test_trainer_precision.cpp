@@ -48,14 +48,15 @@ TEST_CASE("Trainer: bf16 learns as fp32 does, computes otherwise, and its checkp
   auto data = three_class_data(kSamples, 3);
   Setup fp32_setup, bf16_setup;
   nn::DataLoader loader(data, {.batch_size = kBatch});
-  MlpTrainer fp32(*fp32_setup.model, Device::cpu(), *fp32_setup.optimizer, fp32_setup.scheduler.get(), {.log_bar = false});
+  MlpTrainer fp32(*fp32_setup.model, Device::cpu(), *fp32_setup.optimizer, fp32_setup.scheduler.get(),
+                  {.log_bar = false});
   MlpTrainer bf16(*bf16_setup.model, Device::cpu(), *bf16_setup.optimizer, bf16_setup.scheduler.get(),
                   {.log_bar = false, .precision = nn::Precision::bf16});
   fp32.run(6, loader);
   bf16.run(6, loader);
   const double fp32_loss = fp32.history().back().train.at("loss"), bf16_loss = bf16.history().back().train.at("loss");
-  CHECK(bf16_loss < 0.8 * bf16.history().front().train.at("loss"));  // it learns
-  CHECK(std::fabs(bf16_loss - fp32_loss) < 0.05 * fp32_loss);         // about as well
+  CHECK(bf16_loss < 0.8 * bf16.history().front().train.at("loss"));           // it learns
+  CHECK(std::fabs(bf16_loss - fp32_loss) < 0.05 * fp32_loss);                 // about as well
   CHECK(flat_weights(*bf16_setup.model) != flat_weights(*fp32_setup.model));  // in other arithmetic
   CHECK(bf16.global_step() == 36);
 
@@ -71,7 +72,8 @@ TEST_CASE("Trainer: bf16 learns as fp32 does, computes otherwise, and its checkp
   CHECK(file.get("0.weight").to_vector<float>() == bf16_setup.model->parameter("0.weight").value.to_vector<float>());
 }
 
-TEST_CASE("Trainer: fp16 skips the steps an oversized scale overflows, backs off, trains on, and checkpoints the scaler") {
+TEST_CASE(
+    "Trainer: fp16 skips the steps an oversized scale overflows, backs off, trains on, and checkpoints the scaler") {
   auto data = three_class_data(kSamples, 4);
   nn::DataLoader loader(data, {.batch_size = kBatch});
   Setup s;
@@ -88,7 +90,7 @@ TEST_CASE("Trainer: fp16 skips the steps an oversized scale overflows, backs off
   CHECK(scaler.skipped_steps() == skipped);
   CHECK(trainer.global_step() + skipped == 18);
   CHECK(scaler.scale() == std::ldexp(1.0, 24 - int(skipped)));  // halved once per skip, never grown
-  CHECK(all_finite(flat_weights(*s.model)));  // no inf step reached the weights
+  CHECK(all_finite(flat_weights(*s.model)));                    // no inf step reached the weights
   CHECK(flat_weights(*s.model) != before);
   CHECK(trainer.history().back().train.at("loss") < trainer.history().front().train.at("loss"));
 
@@ -99,8 +101,8 @@ TEST_CASE("Trainer: fp16 skips the steps an oversized scale overflows, backs off
   Setup fresh;
   MlpTrainer resumed(*fresh.model, Device::cpu(), *fresh.optimizer, fresh.scheduler.get(),
                      {.log_bar = false, .precision = nn::Precision::fp16, .loss_scaler = scaling});
-  nn::CheckpointInfo info =
-      nn::load_checkpoint(dir.file("fp16.safetensors"), *fresh.model, fresh.optimizer.get(), fresh.scheduler.get());
+  nn::CheckpointInfo info = nn::load_checkpoint(dir.file("fp16.safetensors"), *fresh.model, fresh.optimizer.get(),
+                                                fresh.scheduler.get());
   resumed.restore_progress(info.extra, info.epoch);
   CHECK(resumed.loss_scaler()->state() == scaler.state());
   CHECK(resumed.loss_scaler()->scale() == scaler.scale());
@@ -125,7 +127,8 @@ class OneRankOverflows : public MlpTrainer {
   int steps_ = 0;  // train_step calls (global_step does not count a skipped step)
 };
 using Spawning = nn::WithAddOns<OneRankOverflows, nn::MultiDevice>;
-constexpr const char* kCase = "Trainer: fp16 under MultiDevice skips on both ranks when only rank 1's gradients overflow";
+constexpr const char* kCase =
+    "Trainer: fp16 under MultiDevice skips on both ranks when only rank 1's gradients overflow";
 
 }  // namespace
 
@@ -134,7 +137,8 @@ TEST_CASE(kCase) {
   Setup s(5, 1e-2);
   nn::DataLoader loader(three_class_data(100, 13), {.batch_size = 10});  // 5 steps of 10 rows per rank
   Spawning trainer(*s.model, std::vector<Device>(2, Device::cpu()), *s.optimizer, nullptr,
-                   {.log_bar = false, .precision = nn::Precision::fp16,
+                   {.log_bar = false,
+                    .precision = nn::Precision::fp16,
                     .loss_scaler = {.init_scale = 1024, .growth_interval = 1000}});
   trainer.multi_device_options().worker_command = {nn::this_program_command()[0], std::string("--test-case=") + kCase,
                                                    "--no-intro=true"};
