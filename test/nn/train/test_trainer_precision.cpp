@@ -4,6 +4,7 @@
 // rank overflowed.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <string>
@@ -22,9 +23,7 @@ namespace {
 constexpr int64_t kSamples = 96, kBatch = 16;  // 6 batches an epoch
 
 bool all_finite(const std::vector<float>& values) {
-  for (float v : values)
-    if (!std::isfinite(v)) return false;
-  return true;
+  return std::all_of(values.begin(), values.end(), [](float v) { return std::isfinite(v); });
 }
 
 }  // namespace
