@@ -4,8 +4,11 @@ under torch.autocast("cpu", torch.bfloat16) -- PyTorch's mixed precision on the 
 
 usage: torch_train.py [--world 1|2] [--precision fp32|bf16] [--in 784] [--hidden 1024] [--out 10]
                       [--samples 16384] [--batch 256] [--epochs 2]
+       torch_train.py WORLD IN HIDDEN OUT SAMPLES BATCH EPOCHS     (train_bench --torch-anchor's form)
+TORCH_AUTOCAST=bf16 in the environment makes bf16 the default precision.
 
-The model is Linear(in, hidden)-ReLU-Linear(hidden, hidden)-ReLU-Linear(hidden, out), cross-entropy, Adam(1e-3),
+The model is Linear(in, hidden)-ReLU-Linear(hidden, hidden)-ReLU-Linear(hidden, out) (Linear(in, out) with
+--hidden 0, the seed job's), cross-entropy, Adam(1e-3),
 cosine annealing stepped per batch, a DistributedSampler with shuffling: what build/bin/train_bench trains.
 Prints one line:
   torch_train world=W precision=P model=I-H-H-O batch=B openblas=CORE train 1.234s 13278 samples/s loss 0.6931
@@ -61,6 +64,8 @@ def openblas_core():
 
 
 def make_model(i, h, o):
+    if h == 0:
+        return nn.Linear(i, o)
     return nn.Sequential(nn.Linear(i, h), nn.ReLU(), nn.Linear(h, h), nn.ReLU(), nn.Linear(h, o))
 
 
@@ -113,15 +118,19 @@ def train(rank, world, args, port, results):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--world", type=int, default=1, choices=[1, 2, 3, 4])
-    parser.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    parser.add_argument("--precision", default="bf16" if os.environ.get("TORCH_AUTOCAST") == "bf16" else "fp32",
+                        choices=["fp32", "bf16"])
     parser.add_argument("--in", dest="inputs", type=int, default=784)
-    parser.add_argument("--hidden", type=int, default=1024)
+    parser.add_argument("--hidden", type=int, default=1024, help="0: a single Linear(in, out)")
     parser.add_argument("--out", type=int, default=10)
     parser.add_argument("--samples", type=int, default=16384)
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--port", type=int, default=29541)
-    args = parser.parse_args()
+    argv = sys.argv[1:]
+    if len(argv) == 7 and all(a.isdigit() for a in argv):  # WORLD IN HIDDEN OUT SAMPLES BATCH EPOCHS
+        argv = [f"--{name}={value}" for name, value in zip(["world", "in", "hidden", "out", "samples", "batch", "epochs"], argv)]
+    args = parser.parse_args(argv)
     context = mp.get_context("spawn")
     results = context.SimpleQueue()
     if args.world == 1:
@@ -129,9 +138,11 @@ def main():
     else:
         mp.spawn(train, args=(args.world, args, args.port, results), nprocs=args.world, join=True)
     seconds, loss = results.get()
+    layers = (f"{args.inputs}-{args.out}" if args.hidden == 0
+              else f"{args.inputs}-{args.hidden}-{args.hidden}-{args.out}")
     rate = args.samples * args.epochs / seconds
     print(f"torch_train world={args.world} precision={args.precision} "
-          f"model={args.inputs}-{args.hidden}-{args.hidden}-{args.out} batch={args.batch} openblas={openblas_core()} "
+          f"model={layers} batch={args.batch} openblas={openblas_core()} "
           f"train {seconds:.3f}s {rate:.0f} samples/s loss {loss:.4f}", flush=True)
 
 
