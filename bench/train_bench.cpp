@@ -18,6 +18,8 @@
 //   build/bin/train_bench --in 10 --hidden 0 --out 2 --samples 1000 --batch-size 32 --epochs 10   # the seed job
 //   build/bin/train_bench --world-size 2 --torch-anchor bench/peers/torch_train.py
 //   build/bin/train_bench --cpu-gemm openblas       # the fallback library, on any CPU
+//   build/bin/train_bench --precision bf16          # mixed precision (nn/precision); bench/compare_precision.py
+//                                                   # runs it beside PyTorch's autocast
 //   build/bin/tinyddp-run -n 2 build/bin/train_bench --world-size 2   # the data-parallel part, launched
 //   build/bin/tinyddp-run -n 2 build/bin/train_bench --world-size 2 --zero 1   # ... with ZeRO-1 (bench/compare_zero.sh)
 //
@@ -29,9 +31,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <numeric>
+#include <optional>
 #include <string>
 
 #include "examples/dummy_dataset.h"
+#include "examples/example_cli.h"
 #include "tinyddp/core/command_line.h"
 #include "tinyddp/kernels/cpu_gemm.h"
 #include "tinyddp/kernels/ops.h"
@@ -42,6 +46,8 @@
 #include "tinyddp/nn/optim/adam.h"
 #include "tinyddp/nn/optim/zero_redundancy_optimizer.h"
 #include "tinyddp/nn/optim/schedulers.h"
+#include "tinyddp/nn/precision/loss_scaler.h"
+#include "tinyddp/nn/precision/precision.h"
 #include "tinyddp/nn/sequential.h"
 #include "tinyddp/nn/train/addons/multi_device.h"
 #include "tinyddp/nn/train/addons/trace.h"
@@ -158,7 +164,7 @@ struct DataParallelResult {
 // Trains on `world` CPU ranks; the time is rank 0's, from the first batch to the end of the last epoch
 // (what the PyTorch anchor times between its barriers): process start-up and joining are not in it.
 DataParallelResult data_parallel(int world, int64_t in, int64_t hidden, int64_t out, int64_t samples, int64_t batch,
-                                 int64_t epochs, int zero_stage) {
+                                 int64_t epochs, int zero_stage, nn::Precision precision) {
   auto dataset = examples::make_dummy_dataset(samples, in, 0);
   nn::DataLoader loader(dataset, {.batch_size = batch, .shuffle = true, .seed = 0});
   Generator init(1);
@@ -167,7 +173,7 @@ DataParallelResult data_parallel(int world, int64_t in, int64_t hidden, int64_t 
   nn::CosineAnnealing scheduler(optimizer, nn::length_of_run);  // each rank's batches, as the anchor's T_max
   nn::WithAddOns<BenchTrainer, nn::MultiDevice, nn::Trace> trainer(*model, std::vector<Device>(size_t(world), Device::cpu()),
                                                          optimizer, &scheduler,
-                                                         {.log_bar = false, .scheduler_step_on_batch = true});
+                                                         {.log_bar = false, .scheduler_step_on_batch = true, .precision = precision});
   trainer.multi_device_options().zero_stage = zero_stage;
   trainer.run(epochs, loader);
   DataParallelResult result;
@@ -212,7 +218,7 @@ int main(int argc, char** argv) {
   int64_t in = 784, hidden = 1024, out = 10, samples = 16384, batch = 256, epochs = 2;
   int threads = 1, world_size = 1, zero_stage = 0;
   int64_t interleaved = 64;
-  std::string anchor, cpu_gemm = "auto";
+  std::string anchor, cpu_gemm = "auto", precision_text = "fp32";
   app.add_option("--in", in, "input features")->check(at_least<int64_t>(1))->capture_default_str();
   app.add_option("--hidden", hidden, "width of both hidden layers (in-hidden-hidden-out); 0 for a single Linear(in, out)")
       ->check(at_least<int64_t>(0))->capture_default_str();
@@ -231,15 +237,19 @@ int main(int argc, char** argv) {
   app.add_option("--torch-anchor", anchor, "bench/peers/torch_train.py: run PyTorch on the same job and compare");
   app.add_option("--cpu-gemm", cpu_gemm, "the CPU GEMM library: auto (this machine's choice), openblas or onednn")
       ->check(CLI::IsMember({"auto", "openblas", "onednn"}))->capture_default_str();
+  app.add_option("--precision", precision_text, "the training steps' precision: fp32, bf16 or fp16 (mixed, f32 master "
+                 "weights; fp16 with dynamic loss scaling); the GEMM-only bound stays f32")
+      ->check(examples::precision_choice())->capture_default_str();
   if (auto code = command_line::parse(app, argc, argv)) return *code;
 
   try {
     // Before anything computes, in the spawned workers too (they run with the same arguments).
     if (cpu_gemm != "auto") kernels::set_cpu_gemm(cpu_gemm == "onednn" ? kernels::CpuGemm::onednn : kernels::CpuGemm::openblas);
+    const nn::Precision precision = nn::parse_precision(precision_text, "--precision");
     // A worker of the data-parallel run (spawned by it, or started by tinyddp-run) does only that part.
     nn::ProcessRole role = nn::detect_process_role(size_t(world_size));
     if (role == nn::ProcessRole::spawned_worker || role == nn::ProcessRole::launched_worker) {
-      DataParallelResult dp = data_parallel(world_size, in, hidden, out, samples, batch, epochs, zero_stage);
+      DataParallelResult dp = data_parallel(world_size, in, hidden, out, samples, batch, epochs, zero_stage, precision);
       if (role == nn::ProcessRole::launched_worker && dp.main_process)
         std::printf("  data-parallel : %.3f s  %8.0f samples/s  (launched ranks, last epoch loss %.4f, optimizer state "
                     "%zu bytes on rank 0)\n", dp.seconds, dp.samples_per_second, dp.last_loss, dp.optimizer_state_bytes);
@@ -253,6 +263,28 @@ int main(int argc, char** argv) {
     nn::Adam optimizer(model->named_parameters(), 1e-3);
     nn::CosineAnnealing scheduler(optimizer, epochs * loader.size());
     nn::CrossEntropyLoss loss_fn;
+    // One training step in --precision, written as a hand-written loop writes it: the forward pass
+    // under a PrecisionScope (torch.autocast), and under fp16 a LossScaler (GradScaler).
+    std::optional<nn::LossScaler> scaler;
+    if (nn::needs_loss_scaling(precision)) scaler.emplace();
+    const std::vector<nn::Parameter*> params = model->parameters();
+    auto mixed_step = [&](const nn::Batch& b) {
+      optimizer.zero_grad();
+      float loss;
+      {
+        nn::PrecisionScope scope(precision);
+        loss = loss_fn.forward(model->forward(b.inputs), b.targets);
+      }
+      Tensor output_grad = loss_fn.backward();
+      if (scaler) scaler->scale_loss_gradient(output_grad);
+      model->backward(output_grad, false);
+      const bool finite = !scaler || nn::gradients_finite(params);
+      if (scaler) scaler->unscale(params, finite);
+      if (finite) optimizer.step();
+      if (scaler) scaler->update(finite);
+      scheduler.step();
+      return loss;
+    };
 
     auto t0 = Clock::now();
     int64_t steps = 0, seen = 0;
@@ -262,11 +294,7 @@ int main(int argc, char** argv) {
     for (int64_t e = 0; e < epochs; ++e) {
       loader.set_epoch(e);
       for (const nn::Batch& b : loader) {
-        optimizer.zero_grad();
-        last_loss = loss_fn.forward(model->forward(b.inputs), b.targets);
-        model->backward(loss_fn.backward(), false);
-        optimizer.step();
-        scheduler.step();
+        last_loss = mixed_step(b);
         ++steps;
         seen += b.inputs.size(0);
         auto now = Clock::now();
@@ -289,6 +317,7 @@ int main(int argc, char** argv) {
     std::printf("tinyddp train_bench model=%s n=%lld batch=%lld epochs=%lld threads=%d\n", layers.c_str(),
                 (long long)samples, (long long)batch, (long long)epochs, threads);
     std::printf("  CPU GEMM      : %s\n", kernels::cpu_gemm_description().c_str());
+    std::printf("  precision     : %s\n", nn::precision_units(precision, Device::cpu()).c_str());
     std::printf("  training      : %.3f s  %8.0f samples/s  (%lld steps, last loss %.4f)\n", train_s, train_rate,
                 (long long)steps, last_loss);
     std::printf("  GEMM-only     : %.3f s  %8.0f samples/s\n", gemm_s, bound_rate);
@@ -307,11 +336,7 @@ int main(int argc, char** argv) {
           if (pairs == interleaved) break;
           if (b.inputs.size(0) != batch) continue;
           auto t = Clock::now();
-          optimizer.zero_grad();
-          loss_fn.forward(model->forward(b.inputs), b.targets);
-          model->backward(loss_fn.backward(), false);
-          optimizer.step();
-          scheduler.step();
+          mixed_step(b);
           double train_step = std::chrono::duration<double>(Clock::now() - t).count();
           ratios.push_back(gemm_only.run() / train_step);
           ++pairs;
@@ -326,7 +351,7 @@ int main(int argc, char** argv) {
     }
 
     if (world_size > 1) {
-      DataParallelResult dp = data_parallel(world_size, in, hidden, out, samples, batch, epochs, zero_stage);
+      DataParallelResult dp = data_parallel(world_size, in, hidden, out, samples, batch, epochs, zero_stage, precision);
       std::printf("  data-parallel : %.3f s  %8.0f samples/s  (%d CPU ranks, batch %lld per rank, last epoch loss %.4f)\n",
                   dp.seconds, dp.samples_per_second, world_size, (long long)batch, dp.last_loss);
       std::printf("  scaling efficiency = %.1f%%  (%d-rank samples/s / (%d x single-process samples/s); speed-up %.2fx)\n",

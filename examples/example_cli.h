@@ -18,6 +18,7 @@
 #include "tinyddp/core/log.h"
 #include "tinyddp/core/output_path.h"
 #include "tinyddp/core/trace.h"
+#include "tinyddp/nn/precision/precision.h"
 
 namespace tinyddp::examples {
 
@@ -29,7 +30,23 @@ struct ExampleOptions {
   uint64_t seed = 0;
   std::string device_kind = "auto", load_path, save_path, shuffle = "on", checkpoint_dir;
   std::string init_method = "tcp://localhost:12355";  // the seed's
+  std::string precision = "fp32";  // --precision: fp32, bf16 or fp16 (nn/precision/precision.h)
 };
+
+// --precision's check: one of the words nn::parse_precision reads, refused with its message
+// ("--precision 'bf17' is not a precision; hint: use fp32 ..."), before anything runs.
+inline CLI::Validator precision_choice() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        try {
+          nn::parse_precision(text, "--precision");
+          return std::string();
+        } catch (const Error& e) {
+          return e.message();
+        }
+      },
+      "fp32|bf16|fp16");
+}
 
 // Adds the shared options to `app`, with the values in `options` as their defaults.
 inline void add_example_options(CLI::App& app, ExampleOptions& options) {
@@ -48,6 +65,9 @@ inline void add_example_options(CLI::App& app, ExampleOptions& options) {
   app.add_option("--save", options.save_path, "write the final weights here (empty: do not save)")->capture_default_str();
   app.add_option("--shuffle", options.shuffle, "shuffle the samples every epoch")
       ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
+  app.add_option("--precision", options.precision, "the GEMMs' precision: fp32, bf16 (mixed: bf16 products, f32 sums "
+                 "and master weights) or fp16 (the same in IEEE half, with dynamic loss scaling)")
+      ->check(precision_choice())->capture_default_str();
   app.add_option("--checkpoint-dir", options.checkpoint_dir, "checkpoint every epoch here, and resume from it");
   app.add_option("--init-method", options.init_method,
                  "where the workers meet: the store's tcp://host:port (under a launcher: env:// unless given)")

@@ -36,12 +36,26 @@ bool onednn_loadable(std::string* why_not = nullptr);
 void onednn_sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                   int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 void onednn_set_threads(int threads);
+// Applies set_cpu_threads' count to the calling thread's OpenMP, as onednn_sgemm does before it runs:
+// for the other oneDNN calls (kernels/cpu_gemm_onednn_bf16.cpp).
+void onednn_apply_threads();
+// The dlopen handle of the loaded libdnnl, for looking up the other functions it is used for; null when
+// it is not loadable.
+void* onednn_library();
 std::string onednn_version();
 // The instruction set oneDNN's kernels use here (dnnl_get_effective_cpu_isa: the CPU's best, or less
 // where ONEDNN_MAX_CPU_ISA caps it), by oneDNN's name ("avx512_core_amx", "avx2", ...), and its vectors.
 // Only once onednn_loadable().
 std::string onednn_isa_name();
 VectorClass onednn_vector_class();
+
+// oneDNN's matmul primitive with bf16 operands and an f32 result (kernels/cpu_gemm_onednn_bf16.cpp):
+// c = alpha op(a) op(b) + beta c, row-major, the bf16 values as their bits. Available when oneDNN
+// loads and implements that matmul on this CPU (2.6 does from avx512_core up; not on AVX2); the
+// first call asks it, and says why not when it is not.
+bool onednn_bf16_matmul_available(std::string* why_not = nullptr);
+void onednn_bf16_gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
+                      const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc);
 #endif
 
 }  // namespace tinyddp::kernels::detail

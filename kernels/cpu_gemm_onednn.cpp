@@ -39,6 +39,7 @@ struct OneDnn {
   decltype(&dnnl_get_effective_cpu_isa) effective_isa = nullptr;
   void (*omp_set_num_threads)(int) = nullptr;
   int (*omp_get_max_threads)() = nullptr;
+  void* library = nullptr;  // the dlopen handle, for the other oneDNN calls (cpu_gemm_onednn_bf16.cpp)
   std::string error;  // why it is not there; empty when loaded
 };
 
@@ -57,6 +58,7 @@ OneDnn load() {
     loaded.error = std::string("cannot load ") + kLibrary + ": " + dlerror();
     return loaded;
   }
+  loaded.library = dnnl;
   // libdnnl needs libgomp, so it is loaded now: this finds it without loading anything.
   void* gomp = dlopen("libgomp.so.1", RTLD_NOW | RTLD_NOLOAD);
   loaded.sgemm = symbol<decltype(&dnnl_sgemm)>(dnnl, "dnnl_sgemm", loaded.error);
@@ -130,6 +132,10 @@ void onednn_sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int6
 }
 
 void onednn_set_threads(int threads) { requested_threads.store(threads); }
+
+void onednn_apply_threads() { apply_thread_count(onednn()); }
+
+void* onednn_library() { return onednn().error.empty() ? onednn().library : nullptr; }
 
 std::string onednn_version() {
   const OneDnn& dnnl = onednn();

@@ -4,11 +4,14 @@
 //
 // CPU: the machine's best GEMM library, oneDNN or OpenBLAS (kernels/cpu_gemm.h), row-major.
 // CUDA: cublasSgemm (kernels/cuda/gemm.cpp).
+// bf16 or f16 operands (mixed precision): the units kernels/mixed_gemm.h chooses, or, for narrow
+// operands where that is the f32 GEMM, the operands widened (exactly) into f32 first.
 #include <climits>
 #include <utility>
 
 #include "tinyddp/kernels/argument_checks.h"
 #include "tinyddp/kernels/cpu_gemm_libraries.h"
+#include "tinyddp/kernels/mixed_gemm.h"
 #include "tinyddp/kernels/ops.h"
 
 #include "tinyddp/kernels/cuda_dispatch.h"
@@ -17,8 +20,11 @@ namespace tinyddp::kernels {
 
 void gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, Tensor& c, float alpha, float beta) {
   constexpr const char* op = "gemm";
-  detail::check_tensor(op, "a", a);
-  detail::check_tensor(op, "b", b);
+  const DType operands = a.defined() ? a.dtype() : DType::f32;
+  const bool narrow = operands == DType::bf16 || operands == DType::f16;
+  detail::check_tensor(op, "a", a, narrow ? operands : DType::f32);
+  TINYDDP_CHECK(b.defined() && b.dtype() == operands, op, ": `a` is ", a.describe(), " but `b` is ", b.describe(),
+                "; hint: both operands f32, or both rounded to one narrow type (kernels::round_to)");
   detail::check_tensor(op, "c", c);
   detail::check_dim(op, "a", a, 2);
   detail::check_dim(op, "b", b, 2);
@@ -52,6 +58,25 @@ void gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, 
   }
   // Row-major storage: each matrix's leading dimension is its row length as stored.
   const int64_t lda = a.size(1), ldb = b.size(1), ldc = c.size(1);
+  if (narrow) {
+    if (const cuda::Kernels* gpu = cuda_kernels_for(c)) {
+      gpu->gemm_mixed(c.device().index, transpose_a, transpose_b, m, n, k, alpha, a.raw_data(), lda, b.raw_data(), ldb,
+                      operands, beta, c.data<float>(), ldc);
+      return;
+    }
+#ifdef TINYDDP_WITH_ONEDNN
+    if (operands == DType::bf16 && cpu_mixed_gemm(DType::bf16).path == MixedGemmPath::onednn_bf16) {
+      detail::onednn_bf16_gemm(transpose_a, transpose_b, m, n, k, alpha, static_cast<const uint16_t*>(a.raw_data()),
+                               lda, static_cast<const uint16_t*>(b.raw_data()), ldb, beta, c.data<float>(), ldc);
+      return;
+    }
+#endif
+    // Every narrow value is an f32, so widening changes nothing: the f32 GEMM computes the same products.
+    Tensor wide_a = Tensor::empty(a.shape(), DType::f32, a.device()), wide_b = Tensor::empty(b.shape(), DType::f32, b.device());
+    convert(a, wide_a);
+    convert(b, wide_b);
+    return gemm(wide_a, transpose_a, wide_b, transpose_b, c, alpha, beta);
+  }
   if (const cuda::Kernels* gpu = cuda_kernels_for(c)) {
     gpu->gemm(c.device().index, transpose_a, transpose_b, m, n, k, alpha, a.data<float>(), lda, b.data<float>(), ldb,
              beta, c.data<float>(), ldc);

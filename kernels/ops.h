@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "tinyddp/core/tensor.h"
 
@@ -18,10 +19,23 @@ namespace tinyddp::kernels {
 // ---- linear algebra ----------------------------------------------------------------------------
 // c = alpha * op(a) @ op(b) + beta * c, op(x) = x or x^T; a, b, c are 2-D f32.
 // CPU: oneDNN or OpenBLAS, whichever is faster on this CPU (kernels/cpu_gemm.h). CUDA: cublasSgemm.
+// Mixed precision: a and b may both be bf16 or both f16 (c stays f32): the products of the narrow
+// values, summed in f32 (kernels/mixed_gemm.h says which units do it where).
 void gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, Tensor& c, float alpha = 1.f,
           float beta = 0.f);
 // Threads of the CPU GEMM libraries (1 = one thread per process, what DDP on CPU wants).
 void set_cpu_threads(int threads);
+
+// ---- mixed-precision GEMM operands (kernels/mixed_gemm.h) -----------------------------------------
+// The dtype in which gemm() wants operands rounded to `narrow` (bf16 or f16) on `device`: `narrow`
+// itself where the hardware multiplies it (GPUs, CPUs with bf16 units), else f32 holding the rounded
+// values (the f32 GEMM then computes the same products: each is exact in f32).
+DType mixed_operand_dtype(DType narrow, Device device);
+// dst = src (f32) rounded to nearest even in `narrow`, stored in dst's dtype: `narrow`, or f32 holding
+// the rounded values. Same element count, same device.
+void round_to(const Tensor& src, DType narrow, Tensor& dst);
+// Which units compute gemm() with `narrow` operands on `device`, and why, in words.
+std::string mixed_gemm_units(DType narrow, Device device);
 
 // ---- bias ----------------------------------------------------------------------------------------
 // y[i, j] += bias[j] for y [rows, cols], bias [cols].

@@ -36,9 +36,21 @@ Tensor Linear::forward(const Tensor& input) {
   TINYDDP_CHECK(input.device() == device_, describe(), ".forward: the input is on ", input.device().str(),
                 " but the layer is on ", device_.str(), "; hint: move the model or the batch with .to(device)");
   Tensor output = Tensor::empty({input.size(0), out_features_}, DType::f32, device_);
-  kernels::gemm(input, false, weight_->value, true, output);  // y = x W^T
+  precision_ = current_precision();
+  if (!is_mixed(precision_)) {
+    kernels::gemm(input, false, weight_->value, true, output);  // y = x W^T
+    input_ = input;
+  } else {
+    announce_precision(precision_, device_);
+    const DType narrow = operand_dtype(precision_), stored = kernels::mixed_operand_dtype(narrow, device_);
+    input_ = Tensor::empty(input.shape(), stored, device_);
+    kernels::round_to(input, narrow, input_);
+    if (!weight_operand_.defined() || weight_operand_.dtype() != stored || weight_operand_.device() != device_)
+      weight_operand_ = Tensor::empty(weight_->value.shape(), stored, device_);
+    kernels::round_to(weight_->value, narrow, weight_operand_);  // the master weight stays f32
+    kernels::gemm(input_, false, weight_operand_, true, output);  // y = x W^T, summed in f32
+  }
   if (bias_) kernels::bias_add(output, bias_->value);
-  input_ = input;
   return output;
 }
 
@@ -61,11 +73,20 @@ Tensor Linear::backward(const Tensor& grad_output, bool want_input_grad) {
     kernels::bias_grad(grad_output, bias_->grad, bias_->begin_grad_write());  // db (+)= sum over rows of dy
     bias_->mark_grad_ready();
   }
-  kernels::gemm(grad_output, true, input_, false, weight_->grad, 1.f, weight_->begin_grad_write());  // dW (+)= dy^T x
+  // Under a mixed precision both GEMMs take dy rounded once, and write f32.
+  Tensor dy = grad_output;
+  const Tensor* weight = &weight_->value;
+  if (is_mixed(precision_)) {
+    const DType narrow = operand_dtype(precision_);
+    dy = Tensor::empty(grad_output.shape(), kernels::mixed_operand_dtype(narrow, device_), device_);
+    kernels::round_to(grad_output, narrow, dy);
+    weight = &weight_operand_;
+  }
+  kernels::gemm(dy, true, input_, false, weight_->grad, 1.f, weight_->begin_grad_write());  // dW (+)= dy^T x
   weight_->mark_grad_ready();
   if (!want_input_grad) return Tensor();
   Tensor grad_input = Tensor::empty(input_.shape(), DType::f32, device_);
-  kernels::gemm(grad_output, false, weight_->value, false, grad_input);  // dx = dy W
+  kernels::gemm(dy, false, *weight, false, grad_input);  // dx = dy W
   return grad_input;
 }
 

@@ -7,6 +7,7 @@
 
 #include "tinyddp/core/random.h"
 #include "tinyddp/nn/module.h"
+#include "tinyddp/nn/precision/precision.h"
 
 namespace tinyddp::nn {
 
@@ -19,10 +20,14 @@ class Linear : public Module {
   Linear(int64_t in_features, int64_t out_features, Generator& generator, bool bias = true);
 
   // input [batch, in_features] -> [batch, out_features]. Keeps a handle to the input for backward.
+  // Under a mixed precision (nn/precision/precision.h) the input and the weight are rounded to bf16
+  // or f16 first: the rounded input is what backward keeps, and the rounded weight -- made here once
+  // per forward, from the f32 master weight -- serves backward's dx = dy W too.
   Tensor forward(const Tensor& input) override;
   // grad_output [batch, out_features]. Writes db = sum_rows(dy), marks it ready, then dW = dy^T x and
   // marks it ready (each accumulated instead when the gradient already exists: see Parameter::has_grad),
-  // then (if wanted) returns dx = dy W.
+  // then (if wanted) returns dx = dy W. In the precision its forward ran in: under a mixed one, dy is
+  // rounded once for both GEMMs; db sums the f32 dy, and both GEMMs write f32 (the gradient buckets).
   Tensor backward(const Tensor& grad_output, bool want_input_grad = true) override;
   std::string describe() const override;
 
@@ -36,7 +41,9 @@ class Linear : public Module {
   int64_t in_features_, out_features_;
   Parameter* weight_ = nullptr;  // owned by Module (heap), so these stay valid when a Linear moves
   Parameter* bias_ = nullptr;
-  Tensor input_;  // saved by forward for dW
+  Tensor input_;  // saved by forward for dW (rounded, under a mixed precision)
+  Precision precision_ = Precision::fp32;  // the precision forward ran in, which backward follows
+  Tensor weight_operand_;  // the weight rounded by forward, under a mixed precision; reused while its shape lasts
 };
 
 }  // namespace tinyddp::nn

@@ -8,6 +8,7 @@
 //   build/bin/digits --world-size 1 --save digits.safetensors
 //   build/bin/digits --zero 1                          # ZeRO-1: each worker keeps 1/N of Adam's state
 //   build/bin/digits --comm-hook bf16_compress         # gradients on the wire in bf16 (half the bytes)
+//   build/bin/digits --precision bf16                  # bf16 GEMMs, f32 master weights (docs/mixed-precision.md)
 //
 // Each line of the file is 64 pixel counts (0..16) and then the label (0..9). The pixels are divided
 // by 16 so the inputs lie in [0, 1]; the last --test-fraction of the rows is held out and only ever
@@ -191,7 +192,7 @@ int main(int argc, char** argv) {
     nn::CosineAnnealing scheduler(optimizer, std::max(1, options.epochs));
 
     std::vector<Device> devices = examples::choose_devices(options.device_kind, options.world_size);
-    DigitsJob trainer(*model, devices, optimizer, &scheduler);
+    DigitsJob trainer(*model, devices, optimizer, &scheduler, {.precision = nn::parse_precision(options.precision)});
     examples::use_init_method(app, options, trainer);
     trainer.multi_device_options().zero_stage = zero_stage;
     trainer.multi_device_options().comm_hook = comm_hook;

@@ -96,7 +96,7 @@ int main(int argc, char** argv) {
     nn::CosineAnnealing scheduler(optimizer, total_iters);
 
     std::vector<Device> devices = examples::choose_devices(options.device_kind, options.world_size);
-    MultiDeviceTrainer trainer(model, devices, optimizer, &scheduler);
+    MultiDeviceTrainer trainer(model, devices, optimizer, &scheduler, {.precision = nn::parse_precision(options.precision)});
     examples::use_init_method(app, options, trainer);
     if (!options.checkpoint_dir.empty()) trainer.set_checkpoint_dir(options.checkpoint_dir);
 

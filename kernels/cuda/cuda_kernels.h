@@ -18,6 +18,11 @@ namespace tinyddp::kernels::cuda {
 void gemm(int device, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
+// The same with bf16 or f16 operands (`operands`) and an f32 c: cublasGemmEx with CUDA_R_16BF or
+// CUDA_R_16F inputs and CUBLAS_COMPUTE_32F (tensor cores, products summed in f32).
+void gemm_mixed(int device, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
+                const void* a, int64_t lda, const void* b, int64_t ldb, DType operands, float beta, float* c, int64_t ldc);
+
 void bias_add(int device, float* y, const float* bias, int64_t rows, int64_t cols);
 void bias_grad(int device, const float* dy, float* dbias, int64_t rows, int64_t cols, float beta);
 
@@ -54,6 +59,7 @@ void convert(int device, const void* src, DType src_dtype, void* dst, DType dst_
 // this table, so it links nothing of CUDA. (Members are declared with the functions' own types.)
 struct Kernels {
   decltype(&cuda::gemm) gemm;
+  decltype(&cuda::gemm_mixed) gemm_mixed;
   decltype(&cuda::bias_add) bias_add;
   decltype(&cuda::bias_grad) bias_grad;
   decltype(&cuda::relu_forward) relu_forward;

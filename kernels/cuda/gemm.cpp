@@ -41,6 +41,20 @@ cublasHandle_t handle_for(int device) {
 
 }  // namespace
 
+void gemm_mixed(int device, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
+                const void* a, int64_t lda, const void* b, int64_t ldb, DType operands, float beta, float* c, int64_t ldc) {
+  TINYDDP_CHECK(operands == DType::bf16 || operands == DType::f16, "gemm: the operands of a mixed-precision GEMM "
+                "must be bf16 or f16 (dtype ", int(operands), "); hint: f32 operands go through gemm");
+  const cudaDataType_t type = operands == DType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
+  cublasHandle_t handle = handle_for(device);
+  CUDA_CHECK(cudaSetDevice(device));
+  // The same operand swap as gemm below; f32 alpha, beta and c with CUBLAS_COMPUTE_32F: every product
+  // of narrow values is summed in f32 (tensor cores from Volta (f16) and Ampere (bf16) on).
+  CUBLAS_CHECK(cublasGemmEx(handle, transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N, transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                            int(n), int(m), int(k), &alpha, b, type, int(ldb), a, type, int(lda), &beta, c, CUDA_R_32F,
+                            int(ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
 void gemm(int device, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   cublasHandle_t handle = handle_for(device);

@@ -6,6 +6,7 @@ namespace tinyddp::kernels::cuda {
 namespace {
 constexpr Kernels kTable{
     .gemm = &gemm,
+    .gemm_mixed = &gemm_mixed,
     .bias_add = &bias_add,
     .bias_grad = &bias_grad,
     .relu_forward = &relu_forward,

@@ -124,6 +124,12 @@ Trainer::Trainer(Module& model, std::vector<Device> devices, Optimizer& optimize
   TINYDDP_CHECK(scheduler_ == nullptr || &scheduler_->optimizer() == &optimizer_,
                 "Trainer: the scheduler drives another optimizer than the one given",
                 "; hint: build the scheduler on the same optimizer object");
+  if (needs_loss_scaling(options_.precision)) {
+    TINYDDP_CHECK(options_.loss_scaler.enabled, "Trainer: precision fp16 with loss_scaler.enabled = false; fp16's ",
+                  "smallest values end at 6e-8, and unscaled gradients below that become zero; hint: keep the loss ",
+                  "scaler on (the default) or train in bf16, which has f32's range and needs none");
+    loss_scaler_ = std::make_unique<LossScaler>(options_.loss_scaler);
+  }
   // The model moves to its device when the first pass starts (run_pass), not here: under MultiDevice
   // every worker builds this trainer before it knows its own device, and the spawner never trains.
   // Moving it now would give each of those processes a CUDA context on devices[0].
@@ -203,6 +209,7 @@ InferenceResult Trainer::inference(DataLoader& loader) {
 }
 
 Tensor Trainer::predict(DataLoader& loader) {
+  PrecisionScope precision(options_.precision);
   std::vector<Tensor> outputs;
   for (auto it = loader.begin(); !(it == loader.end()); ++it)
     outputs.push_back(predict_step((*it).inputs.to(device_)).to(Device::cpu()));
@@ -214,6 +221,7 @@ Tensor Trainer::predict(const Tensor& inputs, int64_t batch_size) {
                 "; hint: pass the inputs with the samples along the first dimension, [samples, features]");
   TINYDDP_CHECK(batch_size >= 1, "Trainer::predict: batch_size is ", batch_size,
                 "; hint: pass the number of rows to run through the model at once, at least 1");
+  PrecisionScope precision(options_.precision);
   std::vector<Tensor> outputs;
   for (int64_t begin = 0; begin < inputs.size(0); begin += batch_size) {
     Tensor rows = inputs.slice_rows(begin, std::min(inputs.size(0), begin + batch_size));
@@ -225,6 +233,7 @@ Tensor Trainer::predict(const Tensor& inputs, int64_t batch_size) {
 Trainer::Totals Trainer::run_pass(DataLoader& loader, bool training, bool keep_outputs, int64_t epoch, int64_t n_epoch,
                                   ProgressBar* bar) {
   if (model_.device() != device_) model_.to(device_);
+  PrecisionScope precision(options_.precision);
   Totals totals;
   const int64_t batches = loader.size();
   const char* phase = training ? "train" : "valid";
@@ -267,10 +276,16 @@ void Trainer::train_batch(const Batch& batch, int64_t epoch, int64_t batch_index
     TINYDDP_CHECK(step.output_grad.defined(), "Trainer: train_step returned no output_grad",
                   "; hint: return {.loss = loss, .output_grad = loss_fn.backward()} so the backward pass can run");
     check_loss(step.loss, epoch, batch_index, step);
+    if (loss_scaler_) loss_scaler_->scale_loss_gradient(step.output_grad);
     trace::Span span("backward pass", "compute");
     backward(step.output_grad);
   }
-  if (options_.non_finite_loss == NonFiniteLoss::skip_step && !gradients_finite()) {
+  if (loss_scaler_ && !unscale_gradients()) {
+    ++skipped_steps_;
+    optimizer().zero_grad();
+    return;  // as for a non-finite loss: no step, the batch out of the means
+  }
+  if (!loss_scaler_ && options_.non_finite_loss == NonFiniteLoss::skip_step && !gradients_finite()) {
     ++skipped_steps_;
     optimizer().zero_grad();
     return;  // no step, and the batch stays out of the epoch's means
@@ -309,6 +324,21 @@ void Trainer::check_loss(float loss, int64_t epoch, int64_t batch_index, StepOut
                global_step_ + 1, ", rank ", rank_, "); stopped before the optimizer step wrote it into the weights",
                "; hint: look for NaN or huge values in the inputs and in the weights it started from (a loaded model), lower the learning rate,",
                " or set TrainerOptions::non_finite_loss = NonFiniteLoss::skip_step to skip such steps");
+}
+
+bool Trainer::unscale_gradients() {
+  // The one finite check of the step, on the gradients every rank agrees on (see gradients_finite),
+  // made on the scaled gradients: an inf divided by S is still inf.
+  const bool finite = gradients_finite();
+  std::vector<Parameter*> stepped;
+  if (auto* zero = dynamic_cast<ZeroRedundancyOptimizer*>(stepping_optimizer_)) {
+    for (const NamedParameter& p : zero->local_optimizer().params()) stepped.push_back(p.parameter);  // the shards
+  } else {
+    stepped = model_.parameters();
+  }
+  loss_scaler_->unscale(stepped, finite);
+  loss_scaler_->update(finite);
+  return finite;
 }
 
 bool Trainer::gradients_finite() {
@@ -401,6 +431,7 @@ Metadata Trainer::progress_metadata() const {
     out[key::best_epoch] = std::to_string(*best_epoch_);
     out[key::best_loss] = json(best_loss_).dump();  // shortest text that reads back exactly
   }
+  if (loss_scaler_) out.merge(loss_scaler_->state());
   return out;
 }
 
@@ -442,6 +473,7 @@ void Trainer::restore_progress(const Metadata& metadata, int64_t epochs_done) {
   best_epoch_ = best_epoch;
   best_loss_ = best_loss;
   if (extra_state) set_extra_state(*extra_state);
+  if (loss_scaler_) loss_scaler_->load_state(metadata);
 }
 
 namespace {

@@ -61,6 +61,8 @@
 #include "tinyddp/nn/module.h"
 #include "tinyddp/nn/optim/optimizer.h"
 #include "tinyddp/nn/optim/schedulers.h"
+#include "tinyddp/nn/precision/loss_scaler.h"
+#include "tinyddp/nn/precision/precision.h"
 
 namespace tinyddp::nn {
 
@@ -102,6 +104,13 @@ struct TrainerOptions {
   double gradient_clip = 0;
   // A NaN or infinite loss stops the run (the default), or its step is skipped.
   NonFiniteLoss non_finite_loss = NonFiniteLoss::stop;
+  // The precision of the model's GEMMs in every step (train_step, backward, test_step, predict):
+  // fp32, or bf16 / fp16 mixed, torch.autocast's choice (nn/precision/precision.h). The weights, the
+  // optimizer and the checkpoints stay f32 in every one.
+  Precision precision = Precision::fp32;
+  // fp16's dynamic loss scaling (GradScaler's knobs and defaults; nn/precision/loss_scaler.h). Used
+  // under fp16 only, which refuses enabled = false. Its state goes into checkpoints with the progress.
+  LossScalerOptions loss_scaler{};
 };
 
 // One epoch of history. Means are over samples (each batch weighted by its size), over every rank.
@@ -175,8 +184,11 @@ class Trainer {
   const std::vector<EpochRecord>& history() const { return history_; }
   int64_t epochs_done() const { return epochs_done_; }
   int64_t global_step() const { return global_step_; }
-  // Training steps skipped for a non-finite loss or gradient (NonFiniteLoss::skip_step), in all.
+  // Training steps skipped for a non-finite loss or gradient (NonFiniteLoss::skip_step, or fp16's
+  // loss scaler after an overflow), in all.
   int64_t skipped_steps() const { return skipped_steps_; }
+  // fp16's loss scaler (its scale, its counts); null under fp32 and bf16.
+  const LossScaler* loss_scaler() const { return loss_scaler_.get(); }
 
   // The lowest epoch loss so far, the epoch it came from, and a copy of the weights then (CPU).
   std::optional<int64_t> best_epoch() const { return best_epoch_; }
@@ -196,7 +208,8 @@ class Trainer {
   virtual bool is_main_process() const { return true; }
 
   // ---- progress, as checkpoints and spawned workers hand it on ----
-  // The history, the best loss and epoch, and the step count as string metadata ("trainer.*").
+  // The history, the best loss and epoch, and the step count as string metadata ("trainer.*"), and
+  // the loss scaler's state ("loss_scaler.*") under fp16.
   Metadata progress_metadata() const;
   // Restores what progress_metadata() wrote; `epochs_done` epochs count as finished.
   void restore_progress(const Metadata& metadata, int64_t epochs_done);
@@ -249,6 +262,8 @@ class Trainer {
   void train_batch(const Batch& batch, int64_t epoch, int64_t batch_index, Totals& totals);
   void check_loss(float loss, int64_t epoch, int64_t batch_index, StepOutput& step);
   bool gradients_finite();
+  // Under fp16: whether the step may go on -- the gradients finite (then unscaled) -- and the scale moved.
+  bool unscale_gradients();
   std::map<std::string, double> reduce_means(Totals& totals);
   void keep_if_best(const EpochRecord& record);
 
@@ -268,6 +283,7 @@ class Trainer {
   int64_t epochs_done_ = 0;
   int64_t global_step_ = 0;
   int64_t skipped_steps_ = 0;
+  std::unique_ptr<LossScaler> loss_scaler_;
   std::optional<int64_t> best_epoch_;
   double best_loss_ = 0;
   NamedTensors best_weights_;

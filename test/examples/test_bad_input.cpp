@@ -84,6 +84,9 @@ TEST_CASE("programs: a number out of range or an unknown flag is a usage error (
   check_usage_error({"dummy_mgpu", "--world-size", "-1"}, "--world-size: must be from 1 to 4096, got -1");
   check_usage_error({"dummy_mgpu", "--lr", "0"}, "--lr: must be > 0, got 0");
   check_usage_error({"digits", "--bogus"}, "digits: unknown flag --bogus");
+  check_usage_error({"digits", "--precision", "bf17"}, "--precision 'bf17' is not a precision; hint: use fp32");
+  check_usage_error({"dummy_mgpu", "--precision", "int8"}, "--precision 'int8' is not a precision");
+  check_usage_error({"train_bench", "--precision", "fp8"}, "--precision 'fp8' is not a precision");
   check_usage_error({"train_bench", "--batch", "8"}, "unknown flag --batch");
   check_usage_error({"train_bench", "--batch-size", "0"}, "--batch-size: must be >= 1, got 0");
   check_usage_error({"ring_explain", "--ranks", "9"}, "--ranks: must be from 2 to 6, got 9");
