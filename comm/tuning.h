@@ -1,7 +1,7 @@
 // Tuning: every number the collective runtime was tuned with, in one place.
 //
 // The code that uses a constant says what the knob does; this file says what it is set to and why,
-// and links the section of bench/allreduce_results.md where the measurement that chose it is
+// and links the section of docs/results.md where the measurement that chose it is
 // written up. They were chosen on the 2-core reference host (loopback TCP, one shared L3): on
 // another machine, measure before changing one (bench/all_reduce_perf side by side with the build
 // before, alternating runs). Where an environment variable overrides a constant, it is there for
@@ -16,7 +16,7 @@ namespace tinyddp::comm::tuning {
 using namespace std::chrono_literals;
 
 // ---- which algorithm ----------------------------------------------------------------------------
-// ../bench/allreduce_results.md#small-message-algorithm-or-ring-the-crossover
+// ../docs/results.md#small-message-algorithm-or-ring-the-crossover
 
 // All-reduces up to this size take the one-round direct exchange instead of the ring: below it the
 // ring's 2(n-1) dependent steps cost more than the direct exchange's n-1 times the bytes.
@@ -27,7 +27,7 @@ inline constexpr size_t kSmallMessageBytes = 32 << 10;
 inline constexpr size_t kSmallMessageBytesTcpPair = 512 << 10;
 
 // ---- the blocking caller (comm/executor.h) ---------------------------------------------------------
-// ../bench/allreduce_results.md#blocking-callers
+// ../docs/results.md#blocking-callers
 
 // Collectives up to this size may run on a waiting caller's own thread: above it the thread
 // hand-off is small beside the transfer, and a collective nobody waits for must start at once.
@@ -41,7 +41,7 @@ inline constexpr auto kBlockingCallerPoll = 200us;
 inline constexpr auto kBlockingCallerIdle = 20ms;
 
 // ---- bytes per turn (Connection::bytes_per_turn) ---------------------------------------------------
-// ../bench/allreduce_results.md#bytes-per-turn
+// ../docs/results.md#bytes-per-turn
 
 // The default: small enough that the piece just reduced is still in L1/L2 when it is sent on,
 // large enough to amortise the calls. Shared memory keeps it while ranks share cores.
@@ -53,7 +53,7 @@ inline constexpr size_t kBytesPerTurnTcp = 1 << 20;
 inline constexpr size_t kBytesPerTurnShmOwnCores = 1 << 20;
 
 // ---- waiting (comm/wait_policy.h) -------------------------------------------------------------------
-// ../bench/allreduce_results.md#waiting-spin-yield-sleep
+// ../docs/results.md#waiting-spin-yield-sleep
 
 // How long a blocked thread spins before it sleeps: a loopback round trip is 10-30 us, and the
 // answer usually comes sooner than a sleeping thread is woken.
@@ -74,7 +74,7 @@ inline constexpr auto kMixedSleepSlice = 500us;
 inline constexpr auto kWorkWaitSpin = 5us;
 
 // ---- buffer sizes -----------------------------------------------------------------------------------
-// ../bench/allreduce_results.md#buffer-sizes
+// ../docs/results.md#buffer-sizes
 
 // Each shared-memory fifo: half an L2 of the reference host, so a fifo being filled and drained stays
 // in cache (TINYDDP_SHM_FIFO_BYTES, ProcessGroupOptions::shm_fifo_bytes).
@@ -83,12 +83,12 @@ inline constexpr size_t kShmFifoBytes = 1 << 20;
 // bounded window, so that a rank's /dev/shm grows with the number of peers it talks to by 64 KiB,
 // not by a whole fifo. It holds two default small messages (kSmallMessageBytes) and is the smallest
 // fifo that still keeps streams aligned in a page (Connection::align_send).
-// ../bench/shm_memory_results.md
+// ../docs/results.md#memory-per-rank-devshm-and-rss-against-the-world-size
 inline constexpr size_t kShmWindowFifoBytes = 64 << 10;
 // A worker's own memory besides its fifos, for the estimate that refuses a job too large for the host
 // (shm_budget.h): an all_reduce_perf rank's peak RSS without its shared memory is 6.5-7.3 MiB at
 // 2-64 ranks; the rest leaves room for a small program's own data.
-// ../bench/shm_memory_results.md
+// ../docs/results.md#memory-per-rank-devshm-and-rss-against-the-world-size
 inline constexpr size_t kWorkerRamBytes = 16 << 20;
 // The tcp receiver thread's inbox: room for the peer to run ahead by a few turns.
 inline constexpr size_t kTcpInboxBytes = 4 << 20;
@@ -130,7 +130,7 @@ inline constexpr size_t kCrossMemoryAllReduceBytes = 64 << 10;
 inline constexpr bool kCrossMemoryByDefault = true;
 
 // ---- where a stream starts in a page (Connection::align_send) --------------------------------------
-// ../bench/allreduce_results.md#the-fifos-position-in-a-page-shm
+// ../docs/results.md#the-fifos-position-in-a-page-shm
 
 // Streams of at least this many bytes start kStreamPhase bytes past a page boundary of a transport's
 // buffer, so that a reduction's loads from there never trail its stores to the caller's buffer by a

@@ -8,7 +8,7 @@
 //
 //   TINYDDP_CPU_GEMM=onednn|openblas       set by the user: that one (an error if it cannot be had)
 //   oneDNN runs AVX-512 kernels            oneDNN: on AVX-512 its sgemm outruns OpenBLAS's, whichever
-//                                          kernel OpenBLAS runs (bench/train_results.md)
+//                                          kernel OpenBLAS runs (docs/results.md)
 //   oneDNN runs wider vectors than         oneDNN (OpenBLAS fell back to a narrower kernel)
 //     OpenBLAS's kernel family
 //   otherwise                              OpenBLAS: at the same width (AVX2) it is the faster

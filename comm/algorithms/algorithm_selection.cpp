@@ -21,7 +21,7 @@ constexpr AllReduceAlgorithm kFlat[] = {AllReduceAlgorithm::ring, AllReduceAlgor
 // The model charges every step its full α, but the ring's steps overlap (it streams: a byte goes on
 // as soon as it is reduced) while the others' steps wait for one another; so where the model sees
 // two algorithms move the same bytes and differ only by a few α (Rabenseifner against the ring on
-// large messages), the ring is the faster one measured (bench/cluster_results.md).
+// large messages), the ring is the faster one measured (docs/results.md).
 constexpr double kRingMargin = 0.05;
 
 // The fastest of `candidates` (the ring among them) by the model. The per-call term is left out

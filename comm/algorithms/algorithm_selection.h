@@ -3,7 +3,7 @@
 // Forced by name (ProcessGroupOptions::algorithm, TINYDDP_ALGO, all_reduce_perf --algo) or chosen
 // ("auto"):
 //   - ranks on one host: the measured size crossover between the one-round direct exchange and the
-//     pipelined ring (tuning::kSmallMessageBytes, bench/allreduce_results.md), as before the other
+//     pipelined ring (tuning::kSmallMessageBytes, docs/results.md), as before the other
 //     algorithms existed: over shared memory the ring's pipelining beats the step counts the
 //     model reasons about;
 //   - ranks on several hosts: the algorithm the cost model (cost_model.h) predicts fastest for this

@@ -122,7 +122,7 @@ void direct_all_reduce(std::span<Connection* const> peers, int rank, const std::
   if (bytes == 0) return;
   // Two ranks over shared memory fold in place. Over tcp, where two ranks use this path up to
   // 512 KiB, the fold lost to the gathering exchange below at 64 KiB
-  // (bench/allreduce_results.md#small-message-algorithm-or-ring-the-crossover).
+  // (docs/results.md#small-message-algorithm-or-ring-the-crossover).
   if (n == 2 && std::strcmp(peers[size_t(1 - rank)]->transport().name(), "shm") == 0)
     return pair_all_reduce(peers[size_t(1 - rank)], rank, in, out, count, ctx);
   // The gathered inputs: a buffer of the thread's own, reused, for the sizes this path is meant for

@@ -35,7 +35,7 @@ constexpr auto kHangupGrace = std::chrono::milliseconds(1000);
 // Why a thread: one thread that alternates non-blocking send() and recv() leaves the incoming
 // socket undrained while it sends (and the reverse), and loopback TCP then keeps stalling on full
 // windows; a blocking recv() on a thread of its own keeps the window open
-// (../../bench/allreduce_results.md#the-tcp-receiver-thread). The communication thread reads the
+// (../../docs/results.md#the-tcp-receiver-thread). The communication thread reads the
 // inbox as it reads a shared-memory fifo (peek, reduce in place, release), and sleeps on an eventfd
 // the receiver writes to when bytes arrive.
 class TcpTransport::TcpConnection : public Connection {
