@@ -318,7 +318,8 @@ struct Launcher::Job {
         }
       // A pidfd wakes the poll the moment the worker dies, so the launcher sees the first death
       // before the peers' own failures follow it (they come milliseconds later).
-      int pidfd = children.pidfd(size_t(&w - workers.data()));
+      const size_t child = size_t(&w - workers.data());  // fewer children when a start failed
+      int pidfd = child < children.size() ? children.pidfd(child) : -1;
       if (pidfd >= 0) {
         fds.push_back({pidfd, POLLIN, 0});
         owners.push_back({&w, kEnded});
@@ -361,7 +362,7 @@ struct Launcher::Job {
   }
 
   void sync_with_children() {
-    for (size_t i = 0; i < workers.size(); ++i) {
+    for (size_t i = 0; i < workers.size() && i < children.size(); ++i) {
       workers[i].running = children.running(i);
       workers[i].status = children.status(i);
     }
