@@ -110,12 +110,12 @@ WorkPtr HostBackend::all_reduce_into(const Tensor& output, const Tensor& input, 
 }
 
 WorkPtr HostBackend::all_reduce_coalesced(const std::vector<Tensor>& tensors, ReduceOp op, const CallOptions& call) {
-  TINYDDP_CHECK(!tensors.empty(), "all_reduce_coalesced: no tensors were given; hint: pass at least one tensor");
+  TINYDDP_CHECK(!tensors.empty(), "all_reduce_coalesced: no tensors were given", hint("pass at least one tensor"));
   int64_t total = 0;
   for (const Tensor& t : tensors) {
     check_tensor(t, "all_reduce_coalesced", "tensor");
     TINYDDP_CHECK(t.dtype() == tensors[0].dtype(), "all_reduce_coalesced: tensors mix ", dtype_name(tensors[0].dtype()),
-                  " and ", dtype_name(t.dtype()), "; hint: coalesce tensors of one dtype per call");
+                  " and ", dtype_name(t.dtype()), hint("coalesce tensors of one dtype per call"));
     total += t.numel();
   }
   return submit(make_fingerprint(CollectiveKind::all_reduce, tensors[0], total, op), call,
@@ -150,7 +150,7 @@ WorkPtr HostBackend::all_gather(const Tensor& output, const Tensor& input, const
   check_tensor(input, "all_gather", "input");
   TINYDDP_CHECK(output.dtype() == input.dtype() && output.numel() == input.numel() * size(), "all_gather: output ",
                 output.describe(), " must hold world size (", size(), ") x input ", input.describe(),
-                "; hint: allocate the output with ", input.numel() * size(), " elements of ", dtype_name(input.dtype()));
+                hint("allocate the output with ", input.numel() * size(), " elements of ", dtype_name(input.dtype())));
   return submit(make_fingerprint(CollectiveKind::all_gather, input, input.numel(), std::nullopt), call,
                 [this, output, input](const CollectiveContext& ctx) {
                   Tensor in_staging, out_staging;
@@ -174,7 +174,7 @@ WorkPtr HostBackend::reduce_scatter(const Tensor& output, const Tensor& input, R
   check_tensor(input, "reduce_scatter", "input");
   TINYDDP_CHECK(output.dtype() == input.dtype() && input.numel() == output.numel() * size(), "reduce_scatter: input ",
                 input.describe(), " must hold world size (", size(), ") x output ", output.describe(),
-                "; hint: the input is the concatenation of one output-sized part per rank");
+                hint("the input is the concatenation of one output-sized part per rank"));
   return submit(make_fingerprint(CollectiveKind::reduce_scatter, output, output.numel(), op), call,
                 [this, output, input](const CollectiveContext& ctx) {
                   Tensor in_staging, out_staging;
@@ -193,8 +193,9 @@ namespace {
 // `plain`: the collective to call instead for other dtypes and ops.
 void check_single_rounding(const Tensor& t, ReduceOp op, const char* collective, const char* plain) {
   TINYDDP_CHECK(single_rounding_supports(t.dtype(), op), collective, ": takes bf16 or f16 with sum or avg, got ",
-                t.describe(), " with ", reduce_op_name(op), "; hint: convert the tensor to bf16 (kernels::convert), ",
-                "or call ", plain, " for other dtypes and ops");
+                t.describe(), " with ", reduce_op_name(op),
+                hint("convert the tensor to bf16 (kernels::convert), ", "or call ", plain,
+                     " for other dtypes and ops"));
 }
 }  // namespace
 
@@ -219,7 +220,7 @@ WorkPtr HostBackend::reduce_scatter_single_rounding(const Tensor& output, const 
   check_single_rounding(input, op, name, "reduce_scatter");
   TINYDDP_CHECK(output.dtype() == input.dtype() && input.numel() == output.numel() * size(), name, ": input ",
                 input.describe(), " must hold world size (", size(), ") x output ", output.describe(),
-                "; hint: the input is the concatenation of one output-sized part per rank");
+                hint("the input is the concatenation of one output-sized part per rank"));
   return submit(make_fingerprint(CollectiveKind::reduce_scatter_single_rounding, output, output.numel(), op), call,
                 [this, output, input](const CollectiveContext& ctx) {
                   Tensor in_staging, out_staging;
@@ -267,7 +268,7 @@ void HostBackend::run_task(const Executor::Task& task) {
   try {
     TINYDDP_CHECK(aborted_.empty(), "rank ", rank(), ": ", task.work->description(),
                   " cannot run: this process group was aborted by an earlier failure: ", aborted_,
-                  "; hint: handle that failure, then create a new process group on every rank");
+                  hint("handle that failure, then create a new process group on every rank"));
     CollectiveContext ctx;
     ctx.rank = rank();
     ctx.work = task.work.get();
@@ -288,9 +289,11 @@ void HostBackend::run_task(const Executor::Task& task) {
   } catch (const std::exception& e) {
     recorder_->finished(task.fingerprint.sequence, false);
     const auto* error = dynamic_cast<const Error*>(&e);
-    std::string message = error ? error->message() : e.what();
+    std::string problem = error ? error->problem() : e.what();
+    std::string advice = error ? error->hint() : "";
     const bool timed_out = std::chrono::steady_clock::now() >= deadline;
-    if (timed_out) message = explain_timeout(task, message);
+    if (timed_out) explain_timeout(task, problem, advice);
+    const std::string message = advice.empty() ? problem : problem + "; hint: " + advice;
     // A timeout or a peer failure leaves the byte streams out of step: abort the group and tell
     // the peers, so that they fail now and name this failure instead of timing out.
     if (aborted_.empty()) {
@@ -298,29 +301,32 @@ void HostBackend::run_task(const Executor::Task& task) {
       // The peers' parts of symmetric buffers go now: a dead peer's memory is freed once nobody maps it.
       if (symmetric_) symmetric_->release_peers();
       if (cross_memory_) cross_memory_->release_peers();
-      std::string reason = aborted_.substr(0, aborted_.find("; hint:"));  // the peers add their own hint
-      for (Transport* t : transports_) t->abort("rank " + std::to_string(rank()) + " failed: " + reason);
+      // The problem alone: the peers add their own hint.
+      for (Transport* t : transports_) t->abort("rank " + std::to_string(rank()) + " failed: " + problem);
     }
     recorder_->set_error(message);
     std::string record = recorder_->dump(timed_out ? "timeout" : "error");
-    if (!record.empty()) message += " (flight record: " + record + ")";
-    if (timed_out || !record.empty()) throw Error(message, "", __FILE__, __LINE__);
+    if (!record.empty()) problem += " (flight record: " + record + ")";
+    if (timed_out || !record.empty()) throw Error(problem, Hint{advice}, "", __FILE__, __LINE__);
     throw;
   }
 }
 
 // A collective that timed out names the neighbour it waited on; the board names the rank the whole
 // group waits for (collective_watchdog.h).
-std::string HostBackend::explain_timeout(const Executor::Task& task, const std::string& message) {
+void HostBackend::explain_timeout(const Executor::Task& task, std::string& problem, std::string& advice) {
   std::string what = recorder_->describe(task.fingerprint.sequence);
   if (what.empty()) what = task.work->description();
   const std::string verdict = watchdog_->explain_stall(task.fingerprint.sequence, what, CollectiveWatchdog::kVerdictPatience);
-  const std::string before_hint = message.substr(0, message.find("; hint:"));
-  if (verdict.empty())
-    return message + "; " + timeout_hint(task.timeout);
-  return before_hint + "; stalled: " + verdict +
-         "; hint: find out why that rank stalls (TINYDDP_FLIGHT_RECORDER=DIR keeps every rank's last collectives; "
-         "tinyddp-run --explain DIR reads them); " + timeout_hint(task.timeout);
+  if (verdict.empty()) {
+    (advice.empty() ? problem : advice) += "; " + timeout_hint(task.timeout);
+    return;
+  }
+  problem += "; stalled: " + verdict;
+  advice =
+      "find out why that rank stalls (TINYDDP_FLIGHT_RECORDER=DIR keeps every rank's last collectives; "
+      "tinyddp-run --explain DIR reads them); " +
+      timeout_hint(task.timeout);
 }
 
 void HostBackend::check_fingerprints(const Fingerprint& mine, const CollectiveContext& ctx) {
@@ -404,12 +410,13 @@ HostBackend::HostBackend(std::shared_ptr<Store> store, int rank, int size, const
           env::unsigned_integer("TINYDDP_SMALL_MESSAGE_BYTES").value_or(tuning::kSmallMessageBytes))),
       peers_(size_t(size), nullptr),
       routes_(size_t(size), nullptr) {
-  TINYDDP_CHECK(store_ != nullptr, "host backend: no store was given; hint: pass the TcpStore (or HashStore) the ranks share");
+  TINYDDP_CHECK(store_ != nullptr, "host backend: no store was given",
+                hint("pass the TcpStore (or HashStore) the ranks share"));
   TINYDDP_CHECK(size >= 1 && rank >= 0 && rank < size, "host backend: rank ", rank, " of world size ", size,
-                " is impossible; hint: ranks go from 0 to world size - 1");
+                " is impossible", hint("ranks go from 0 to world size - 1"));
   const std::string& mode = options.transport;
-  TINYDDP_CHECK(mode == "auto" || mode == "tcp" || mode == "shm", "host backend: unknown transport '", mode,
-                "'; hint: use tcp, shm or auto");
+  TINYDDP_CHECK(mode == "auto" || mode == "tcp" || mode == "shm", "host backend: unknown transport '", mode, "'",
+                hint("use tcp, shm or auto"));
 
   // Every rank's n-th group of this name meets the others' n-th one, even on a reused store.
   const std::string base = "tinyddp/pg/" + options.group_name + "/";
@@ -501,8 +508,9 @@ void HostBackend::open_transports(const std::string& prefix, const Hosts& hosts)
     if (mode == "shm") {
       std::string others;
       for (int r : hosts.remote) others += (others.empty() ? "" : ", ") + std::to_string(r);
-      TINYDDP_CHECK(hosts.remote.empty(), "host backend: transport 'shm' needs every rank on one host, but rank(s) ", others,
-                    " run on another host than rank ", rank(), "; hint: use transport 'auto' (shm within a host, tcp across) or 'tcp'");
+      TINYDDP_CHECK(hosts.remote.empty(), "host backend: transport 'shm' needs every rank on one host, but rank(s) ",
+                    others, " run on another host than rank ", rank(),
+                    hint("use transport 'auto' (shm within a host, tcp across) or 'tcp'"));
     }
     tcp_peers = hosts.remote;
     if (hosts.local.size() > 1) {

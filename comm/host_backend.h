@@ -91,7 +91,8 @@ class HostBackend : public ProcessGroup {
 
   WorkPtr submit(Fingerprint fingerprint, const CallOptions& call, Executor::Body body);
   void run_task(const Executor::Task& task);
-  std::string explain_timeout(const Executor::Task& task, const std::string& message);
+  // Adds to a timed-out collective's problem and hint what the watchdog knows of the stall.
+  void explain_timeout(const Executor::Task& task, std::string& problem, std::string& advice);
   void check_fingerprints(const Fingerprint& mine, const CollectiveContext& ctx);
   void all_reduce_bytes(const std::byte* in, std::byte* out, size_t count, const CollectiveContext& ctx);
   // The symmetric path (algorithms/symmetric_all_reduce.h) for `count` elements at `data`, in place,

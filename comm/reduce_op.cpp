@@ -24,7 +24,7 @@ const char* reduce_op_name(ReduceOp op) {
 ReduceOp reduce_op_from_name(const std::string& name) {
   for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::max, ReduceOp::min, ReduceOp::prod})
     if (name == reduce_op_name(op)) return op;
-  TINYDDP_FAIL("unknown reduce op '", name, "'; hint: use one of sum, avg, max, min, prod");
+  TINYDDP_FAIL("unknown reduce op '", name, "'", hint("use one of sum, avg, max, min, prod"));
 }
 
 bool is_collective_dtype(DType dtype) {
@@ -131,7 +131,7 @@ void reduce_elements(void* dst, const void* a, const void* b, size_t count, DTyp
     default: break;
   }
   TINYDDP_FAIL("collectives reduce f32, f64, bf16, f16, i32 and i64, not ", dtype_name(dtype),
-               "; hint: convert the tensor to one of those dtypes first");
+               hint("convert the tensor to one of those dtypes first"));
 }
 
 void finish_average(void* data, size_t count, DType dtype, int world_size) {

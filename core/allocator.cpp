@@ -59,8 +59,8 @@ class CudaCache {
       ptr = cuda_malloc(bytes, device);
     }
     TINYDDP_CHECK(ptr != nullptr, "out of memory on cuda:", device, " allocating ", bytes, " bytes (tensors hold ",
-                  dev.stats.bytes_in_use, " bytes of it; the cached blocks were returned and that was not enough); hint: "
-                  "use a smaller batch or model, or drop tensors you no longer need");
+                  dev.stats.bytes_in_use, " bytes of it; the cached blocks were returned and that was not enough)",
+                  hint("use a smaller batch or model, or drop tensors you no longer need"));
     dev.stats.bytes_in_use += bytes;
     dev.stats.device_allocations++;
     return ptr;
@@ -208,7 +208,8 @@ Allocation allocate(size_t bytes, Device device) {
       block.ptr = cuda_host_alloc_pinned(size);  // the block's full size: it may be cached and reused
     } else {
       block.ptr = std::aligned_alloc(kCpuAlignment, size);
-      TINYDDP_CHECK(block.ptr != nullptr, "out of CPU memory allocating ", bytes, " bytes; hint: use a smaller batch or model");
+      TINYDDP_CHECK(block.ptr != nullptr, "out of CPU memory allocating ", bytes, " bytes",
+                    hint("use a smaller batch or model"));
     }
     return block;
   }

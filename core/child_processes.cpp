@@ -89,13 +89,13 @@ ChildProcesses::~ChildProcesses() {
 
 size_t ChildProcesses::start(const ChildCommand& command) {
   TINYDDP_CHECK(!command.program.empty() && !command.argv.empty(), owner_, ": no program to start",
-                "; hint: give the program's path and its argv");
+                hint("give the program's path and its argv"));
   // Everything that allocates happens before fork(): this process may have threads, and between fork
   // and exec only async-signal-safe calls are allowed.
   std::vector<char*> argv = pointers(command.argv), envp = pointers(command.environment);
   int report[2];
   TINYDDP_CHECK(pipe2(report, O_CLOEXEC) == 0, owner_, ": pipe2 failed: ", std::strerror(errno),
-                "; hint: the process may be out of file descriptors (ulimit -n)");
+                hint("the process may be out of file descriptors (ulimit -n)"));
   pid_t parent = getpid();
   // Signals stay blocked across the fork until the child has reset every handler: a SIGTERM sent to a
   // child that has not reached exec yet must end it, not run this process's handler in it.
@@ -110,7 +110,7 @@ size_t ChildProcesses::start(const ChildCommand& command) {
   if (pid < 0) {
     close(report[0]);
     TINYDDP_FAIL(owner_, ": fork failed: ", std::strerror(fork_error),
-                 "; hint: the system may be out of processes or memory (ulimit -u)");
+                 hint("the system may be out of processes or memory (ulimit -u)"));
   }
   // Also from the parent, so the group exists before this process might signal it.
   if (command.own_process_group) setpgid(pid, pid);
@@ -124,7 +124,7 @@ size_t ChildProcesses::start(const ChildCommand& command) {
     while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
     }
     TINYDDP_FAIL(owner_, ": cannot execute ", command.program, ": ", std::strerror(exec_error),
-                 "; hint: the command must name an executable file");
+                 hint("the command must name an executable file"));
   }
   Child child;
   child.pid = pid;
@@ -209,7 +209,9 @@ std::vector<size_t> ChildProcesses::stop(int signal, std::chrono::milliseconds g
 }
 
 void ChildProcesses::clear() {
-  for (size_t i = 0; i < children_.size(); ++i) TINYDDP_CHECK(!children_[i].running, owner_, ": child ", i, " (pid ", children_[i].pid, ") is still running; hint: stop() them first");
+  for (size_t i = 0; i < children_.size(); ++i)
+    TINYDDP_CHECK(!children_[i].running, owner_, ": child ", i, " (pid ", children_[i].pid, ") is still running",
+                  hint("stop() them first"));
   children_.clear();
 }
 

@@ -75,20 +75,23 @@ void* cuda_half_entry(const std::string& library, const char* symbol) {
   if (handle == nullptr) {
     std::string searched;
     std::string path = find_cuda_half(library, &searched);
-    TINYDDP_CHECK(!path.empty(), "tinyddp's CUDA half ", library, " was not found (looked in ", searched,
-                  "); hint: keep it in the program's folder or in ../lib beside it, or set TINYDDP_PLUGIN_DIR to its folder");
+    TINYDDP_CHECK(
+        !path.empty(), "tinyddp's CUDA half ", library, " was not found (looked in ", searched, ")",
+        hint("keep it in the program's folder or in ../lib beside it, or set TINYDDP_PLUGIN_DIR to its folder"));
     // RTLD_NOW: a missing dependency or symbol is reported here, by name, not at some later call.
     handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (handle == nullptr) {
       const char* why = dlerror();
-      TINYDDP_FAIL("could not load tinyddp's CUDA half ", path, ": ", why ? why : "dlopen failed",
-                   "; hint: the CUDA libraries it names must be installed (the CUDA toolkit's lib64, NCCL) and found by the "
-                   "dynamic loader (ldconfig, or LD_LIBRARY_PATH), or run on the CPU instead (Device::cpu())");
+      TINYDDP_FAIL(
+          "could not load tinyddp's CUDA half ", path, ": ", why ? why : "dlopen failed",
+          hint("the CUDA libraries it names must be installed (the CUDA toolkit's lib64, NCCL) and found by the "
+               "dynamic loader (ldconfig, or LD_LIBRARY_PATH), or run on the CPU instead (Device::cpu())"));
     }
   }
   void* entry = dlsym(handle, symbol);
-  TINYDDP_CHECK(entry != nullptr, library, " has no entry point ", symbol,
-                "; hint: it was built from another version of tinyddp: rebuild, or set TINYDDP_PLUGIN_DIR to the right build");
+  TINYDDP_CHECK(
+      entry != nullptr, library, " has no entry point ", symbol,
+      hint("it was built from another version of tinyddp: rebuild, or set TINYDDP_PLUGIN_DIR to the right build"));
   return entry;
 }
 

@@ -52,7 +52,7 @@ Interface* cuda_half_interface(const std::string& library, const char* symbol) {
   using Entry = Interface* (*)(int abi);
   Interface* made = reinterpret_cast<Entry>(cuda_half_entry(library, symbol))(kCudaPluginAbi);
   TINYDDP_CHECK(made != nullptr, library, " was built for another version of tinyddp (its interfaces are not version ",
-                kCudaPluginAbi, "); hint: rebuild, or set TINYDDP_PLUGIN_DIR to the matching build");
+                kCudaPluginAbi, ")", hint("rebuild, or set TINYDDP_PLUGIN_DIR to the matching build"));
   return made;
 }
 

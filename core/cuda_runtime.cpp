@@ -116,8 +116,9 @@ void require_device(Device device) {
   if (device.is_cpu()) return;
   int count = cuda_device_count();
   TINYDDP_CHECK(count > 0, "device ", device.str(), " was requested but ", cuda_unavailable_reason());
-  TINYDDP_CHECK(device.index >= 0 && device.index < count, "device ", device.str(), " does not exist: this machine has ",
-                count, " CUDA device(s), cuda:0 to cuda:", count - 1, "; hint: pick one of those, or set CUDA_VISIBLE_DEVICES");
+  TINYDDP_CHECK(device.index >= 0 && device.index < count, "device ", device.str(),
+                " does not exist: this machine has ", count, " CUDA device(s), cuda:0 to cuda:", count - 1,
+                hint("pick one of those, or set CUDA_VISIBLE_DEVICES"));
 }
 
 void* cuda_malloc(size_t bytes, int device) { return cuda_api().malloc(bytes, device); }

@@ -54,13 +54,14 @@ bool is_floating_dtype(DType t) {
 DType dtype_from_safetensors_name(const std::string& name) {
   for (DType t : kAllDTypes)
     if (name == dtype_safetensors_name(t)) return t;
-  TINYDDP_FAIL("unsupported safetensors dtype \"", name, "\"; hint: tinyddp reads F32, F64, BF16, F16, I32, I64 and U8");
+  TINYDDP_FAIL("unsupported safetensors dtype \"", name, "\"",
+               hint("tinyddp reads F32, F64, BF16, F16, I32, I64 and U8"));
 }
 
 DType dtype_from_name(const std::string& name) {
   for (DType t : kAllDTypes)
     if (name == dtype_name(t)) return t;
-  TINYDDP_FAIL("unknown dtype \"", name, "\"; hint: use one of f32, f64, bf16, f16, i32, i64, u8");
+  TINYDDP_FAIL("unknown dtype \"", name, "\"", hint("use one of f32, f64, bf16, f16, i32, i64, u8"));
 }
 
 }  // namespace tinyddp

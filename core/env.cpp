@@ -31,8 +31,9 @@ uint64_t parse_unsigned_integer(std::string_view name, std::string_view text, ui
   const char* end = text.data() + text.size();
   auto [stop, error] = std::from_chars(text.data(), end, value);
   TINYDDP_CHECK(!text.empty() && error == std::errc() && stop == end && value >= min && value <= max, name, "='", text,
-                "' is not a whole number from ", min, " to ", max, "; hint: write the number in decimal digits only ",
-                "(no sign, no unit), or unset ", name, " for the default");
+                "' is not a whole number from ", min, " to ", max,
+                hint("write the number in decimal digits only ", "(no sign, no unit), or unset ", name,
+                     " for the default"));
   return value;
 }
 
@@ -56,8 +57,8 @@ std::chrono::milliseconds parse_seconds(std::string_view name, std::string_view 
   auto [stop, error] = std::from_chars(number.data(), end, value);
   TINYDDP_CHECK(!number.empty() && error == std::errc() && stop == end && value > 0 && value <= max_seconds, name, "='",
                 text, "' is not a number of seconds above 0 and at most ", max_seconds,
-                "; hint: write seconds as digits, with a fraction if needed (30, 2.5 or 30s; no other unit), or unset ",
-                name, " for the default");
+                hint("write seconds as digits, with a fraction if needed (30, 2.5 or 30s; no other unit), or unset ",
+                     name, " for the default"));
   return std::chrono::milliseconds(static_cast<int64_t>(std::ceil(value * 1000)));
 }
 
@@ -72,8 +73,8 @@ bool parse_flag(std::string_view name, std::string_view text) {
     if (same_word(text, yes)) return true;
   for (std::string_view no : {"0", "false", "no", "off"})
     if (same_word(text, no)) return false;
-  TINYDDP_FAIL(name, "='", text, "' is neither on nor off; hint: write 1, true, yes or on to turn it on, 0, false, ",
-               "no or off to turn it off, or unset ", name);
+  TINYDDP_FAIL(name, "='", text, "' is neither on nor off",
+               hint("write 1, true, yes or on to turn it on, 0, false, ", "no or off to turn it off, or unset ", name));
 }
 
 std::optional<bool> flag(std::string_view name) {
@@ -87,8 +88,8 @@ size_t parse_choice_index(std::string_view name, std::string_view text, std::spa
     if (same_word(text, words[i])) return i;
   std::string allowed;
   for (size_t i = 0; i < words.size(); ++i) allowed += (i == 0 ? "" : i + 1 == words.size() ? " or " : ", ") + std::string(words[i]);
-  TINYDDP_FAIL(name, "='", text, "' is not one of ", allowed, "; hint: set ", name, " to one of those (any case), ",
-               "or unset it");
+  TINYDDP_FAIL(name, "='", text, "' is not one of ", allowed,
+               hint("set ", name, " to one of those (any case), ", "or unset it"));
 }
 
 }  // namespace tinyddp::env

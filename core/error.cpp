@@ -28,6 +28,10 @@ bool debugging_tinyddp() {
   return level && *level && strcasecmp(level, "OFF") != 0;
 }
 
+std::string with_hint(const std::string& problem, const std::string& hint) {
+  return hint.empty() ? problem : problem + "; hint: " + hint;
+}
+
 std::string render(const std::string& message, const std::string& expression, const std::string& file, int line) {
   std::string text = "tinyddp error: " + message;
   if (debugging_tinyddp()) text += "\n  " + locate(expression, file, line);
@@ -36,17 +40,26 @@ std::string render(const std::string& message, const std::string& expression, co
 }  // namespace
 
 Error::Error(std::string message, std::string expression, std::string file, int line)
-    : std::runtime_error(render(message, expression, project_relative(file), line)),
-      message_(std::move(message)),
+    : Error(std::move(message), Hint{}, std::move(expression), std::move(file), line) {}
+
+Error::Error(std::string message, Hint hint, std::string expression, std::string file, int line)
+    : std::runtime_error(render(with_hint(message, hint.text), expression, project_relative(file), line)),
+      problem_(std::move(message)),
+      hint_(std::move(hint.text)),
       expression_(std::move(expression)),
       file_(project_relative(file)),
       line_(line) {}
+
+std::string Error::message() const { return with_hint(problem_, hint_); }
 
 std::string Error::location() const { return locate(expression_, file_, line_); }
 
 namespace detail {
 void fail(const char* expression, const char* file, int line, const std::string& message) {
   throw Error(message, expression ? expression : "", file, line);
+}
+void fail(const char* expression, const char* file, int line, ErrorText text) {
+  throw Error(std::move(text.problem), std::move(text.hint), expression ? expression : "", file, line);
 }
 }  // namespace detail
 }  // namespace tinyddp

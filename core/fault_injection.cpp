@@ -40,7 +40,7 @@ int64_t parse_number(std::string_view text, std::string_view what, std::string_v
   int64_t value = -1;
   auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
   TINYDDP_CHECK(error == std::errc() && end == text.data() + text.size() && value >= 0, kVariable, ": the ", what,
-                " in \"", entry, "\" is not a number", "; hint: write point:count[:rank[:attempt]], e.g. backward:3:1");
+                " in \"", entry, "\" is not a number", hint("write point:count[:rank[:attempt]], e.g. backward:3:1"));
   return value;
 }
 
@@ -71,13 +71,14 @@ Plan* load_plan() {
       rest.remove_prefix(colon + 1);
     }
     TINYDDP_CHECK(fields.size() >= 2 && fields.size() <= 4, kVariable, ": \"", entry, "\" is not point:count",
-                  "[:rank[:attempt]]; hint: e.g. TINYDDP_FAULT=backward:3 or TINYDDP_FAULT=allreduce:5:1");
+                  "[:rank[:attempt]]", hint("e.g. TINYDDP_FAULT=backward:3 or TINYDDP_FAULT=allreduce:5:1"));
     bool known = false;
     for (const char* p : kPoints) known |= fields[0] == p;
-    TINYDDP_CHECK(known, kVariable, ": unknown fault point \"", fields[0],
-                  "\"; hint: the points are forward, backward, allreduce and checkpoint_write");
+    TINYDDP_CHECK(known, kVariable, ": unknown fault point \"", fields[0], "\"",
+                  hint("the points are forward, backward, allreduce and checkpoint_write"));
     Fault fault{std::string(fields[0]), parse_number(fields[1], "count", entry)};
-    TINYDDP_CHECK(fault.count >= 1, kVariable, ": the count in \"", entry, "\" is 0; hint: passes are counted from 1");
+    TINYDDP_CHECK(fault.count >= 1, kVariable, ": the count in \"", entry, "\" is 0",
+                  hint("passes are counted from 1"));
     int64_t rank = fields.size() > 2 ? parse_number(fields[2], "rank", entry) : 0;
     int64_t attempt = fields.size() > 3 ? parse_number(fields[3], "attempt", entry) : 0;
     if (rank == plan->rank && attempt == plan->attempt) plan->faults.push_back(std::move(fault));
@@ -134,7 +135,7 @@ void kill_when_file_exceeds(uint64_t bytes, std::string_view point) {
   ::getrlimit(RLIMIT_FSIZE, &limit);
   limit.rlim_cur = rlim_t(bytes);
   TINYDDP_CHECK(::setrlimit(RLIMIT_FSIZE, &limit) == 0, "fault injection: setrlimit(RLIMIT_FSIZE, ", bytes,
-                ") failed: ", std::strerror(errno), "; hint: the hard limit is lower; raise it (ulimit -Hf)");
+                ") failed: ", std::strerror(errno), hint("the hard limit is lower; raise it (ulimit -Hf)"));
 }
 
 }  // namespace tinyddp::fault

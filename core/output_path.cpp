@@ -17,17 +17,17 @@ namespace tinyddp {
 namespace fs = std::filesystem;
 
 void check_output_path(const std::string& what, const std::string& path) {
-  TINYDDP_CHECK(!path.empty(), what, " is empty; hint: name a file to write, e.g. out.safetensors");
+  TINYDDP_CHECK(!path.empty(), what, " is empty", hint("name a file to write, e.g. out.safetensors"));
   std::error_code error;
   const fs::path file(path);
-  TINYDDP_CHECK(!fs::is_directory(file, error), what, " ", path, " is a directory; hint: name a file inside it, e.g. ",
-                (file / "out").string());
+  TINYDDP_CHECK(!fs::is_directory(file, error), what, " ", path, " is a directory",
+                hint("name a file inside it, e.g. ", (file / "out").string()));
   const fs::path dir = file.has_parent_path() ? file.parent_path() : fs::path(".");
-  TINYDDP_CHECK(fs::is_directory(dir, error), what, " ", path, ": the directory ", dir.string(),
-                " does not exist; hint: create it first (mkdir -p ", dir.string(), ") or write somewhere else");
+  TINYDDP_CHECK(fs::is_directory(dir, error), what, " ", path, ": the directory ", dir.string(), " does not exist",
+                hint("create it first (mkdir -p ", dir.string(), ") or write somewhere else"));
   // The file is written as a temporary beside it and renamed over it: the directory must be writable.
   if (std::optional<Unwritable> unwritable = why_unwritable(dir.string()))
-    TINYDDP_FAIL(what, " ", path, ": the directory ", dir.string(), " ", unwritable->why, "; hint: ", unwritable->hint);
+    TINYDDP_FAIL(what, " ", path, ": the directory ", dir.string(), " ", unwritable->why, hint(unwritable->hint));
 }
 
 std::optional<Unwritable> why_unwritable(const std::string& directory) {
@@ -65,8 +65,8 @@ std::string write_with_fallback(const std::string& path, const std::function<voi
   try {
     write(fallback);
   } catch (const std::exception& e) {
-    TINYDDP_FAIL("cannot write ", path, " (", first_failure, "), nor the fallback ", fallback, " (", e.what(),
-                 "); hint: free some disk space or check the permissions, and run again");
+    TINYDDP_FAIL("cannot write ", path, " (", first_failure, "), nor the fallback ", fallback, " (", e.what(), ")",
+                 hint("free some disk space or check the permissions, and run again"));
   }
   std::fprintf(stderr, "cannot write %s (%s); wrote %s instead, so nothing is lost\n", path.c_str(),
                first_failure.c_str(), fallback.c_str());

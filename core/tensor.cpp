@@ -64,7 +64,7 @@ int64_t Tensor::size(int64_t d) const {
 Device Tensor::device() const { return storage_ ? storage_->device() : Device::cpu(); }
 
 void* Tensor::raw_data() {
-  TINYDDP_CHECK(defined(), "use of an undefined tensor; hint: create it with Tensor::empty or Tensor::zeros");
+  TINYDDP_CHECK(defined(), "use of an undefined tensor", hint("create it with Tensor::empty or Tensor::zeros"));
   return static_cast<char*>(storage_->data()) + offset_ * int64_t(element_size());
 }
 
@@ -72,7 +72,7 @@ const void* Tensor::raw_data() const { return const_cast<Tensor*>(this)->raw_dat
 
 void Tensor::check_type(DType requested) const {
   TINYDDP_CHECK(requested == dtype_, "tensor ", describe(), " was accessed as ", dtype_name(requested),
-                "; hint: read it with the C++ type of its dtype");
+                hint("read it with the C++ type of its dtype"));
 }
 
 Tensor Tensor::view(int64_t element_offset, const Shape& shape) const {
@@ -150,9 +150,9 @@ void convert_elements(const From* in, To* out, int64_t n, const Tensor& source) 
       const double whole = std::trunc(double(in[i]));
       const bool fits = std::isfinite(whole) && whole >= double(std::numeric_limits<To>::min()) &&
                         whole < double(std::numeric_limits<To>::max()) + 1.0;
-      TINYDDP_CHECK(fits, "Tensor::to(", dtype_name(dtype_of<To>()), "): element ", i, " of ", source.describe(), " is ",
-                    double(in[i]), ", which ", dtype_name(dtype_of<To>()), " cannot hold",
-                    "; hint: clamp or clean the values before converting, or convert to a floating type");
+      TINYDDP_CHECK(fits, "Tensor::to(", dtype_name(dtype_of<To>()), "): element ", i, " of ", source.describe(),
+                    " is ", double(in[i]), ", which ", dtype_name(dtype_of<To>()), " cannot hold",
+                    hint("clamp or clean the values before converting, or convert to a floating type"));
     }
     out[i] = static_cast<To>(in[i]);
   }
@@ -161,7 +161,7 @@ void convert_elements(const From* in, To* out, int64_t n, const Tensor& source) 
 }  // namespace
 
 Tensor Tensor::to(DType target) const {
-  TINYDDP_CHECK(defined(), "to(", dtype_name(target), ") of an undefined tensor; hint: create it first");
+  TINYDDP_CHECK(defined(), "to(", dtype_name(target), ") of an undefined tensor", hint("create it first"));
   if (target == dtype_) return *this;
   // Converted on the CPU; a device tensor goes there and back.
   const Tensor host = to(Device::cpu());
@@ -178,7 +178,7 @@ Tensor Tensor::to(DType target) const {
 
 void Tensor::copy_from(const Tensor& src) {
   TINYDDP_CHECK(src.numel() == numel_ && src.dtype() == dtype_, "copy_from: cannot copy ", src.describe(), " into ",
-                describe(), "; hint: the element count and dtype must match");
+                describe(), hint("the element count and dtype must match"));
   if (nbytes() == 0 || (shares_storage_with(src) && offset_ == src.offset_)) return;
   if (device().is_cpu() && src.device().is_cpu()) std::memmove(raw_data(), src.raw_data(), nbytes());
   else cuda_memcpy(raw_data(), device(), src.raw_data(), src.device(), nbytes());

@@ -77,7 +77,7 @@ class Tensor {
   // Reads one element of a CPU tensor, by flat index (for tests and small reads).
   template <typename T>
   T item(int64_t flat_index = 0) const {
-    TINYDDP_CHECK(device().is_cpu(), "item() reads CPU tensors; hint: call .to(Device::cpu()) first");
+    TINYDDP_CHECK(device().is_cpu(), "item() reads CPU tensors", hint("call .to(Device::cpu()) first"));
     TINYDDP_CHECK(flat_index >= 0 && flat_index < numel_, "item(", flat_index, ") is outside a tensor of ", numel_, " elements");
     return data<T>()[flat_index];
   }

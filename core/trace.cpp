@@ -121,7 +121,8 @@ std::string flush() {
   for (const json& e : r.events) events.push_back(e);
   std::string file = r.path + ".rank" + std::to_string(r.rank);
   std::ofstream out(file);
-  TINYDDP_CHECK(out.good(), "cannot write the trace file ", file, "; hint: check that TINYDDP_TRACE names a writable path");
+  TINYDDP_CHECK(out.good(), "cannot write the trace file ", file,
+                hint("check that TINYDDP_TRACE names a writable path"));
   out << json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump();
   return file;
 }
@@ -143,7 +144,8 @@ std::string merge(const std::string& path, int world) {
     std::ofstream out(file);
     out << text;
     out.close();
-    TINYDDP_CHECK(out.good(), "cannot write the trace file ", file, "; hint: check that the directory exists and is writable");
+    TINYDDP_CHECK(out.good(), "cannot write the trace file ", file,
+                  hint("check that the directory exists and is writable"));
   });
   // The per-rank files were only the way there: the merged file holds every event.
   std::error_code ignored;

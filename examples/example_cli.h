@@ -119,11 +119,11 @@ void use_init_method(const CLI::App& app, const ExampleOptions& options, MultiDe
 // workers (2 when it is 0).
 inline std::vector<Device> choose_devices(const std::string& kind, int world_size) {
   int gpus = kind == "cpu" ? 0 : cuda_device_count();
-  TINYDDP_CHECK(kind != "cuda" || gpus > 0, "--device cuda: no CUDA device is usable (", cuda_unavailable_reason(),
-                "); hint: use --device cpu");
+  TINYDDP_CHECK(kind != "cuda" || gpus > 0, "--device cuda: no CUDA device is usable (", cuda_unavailable_reason(), ")",
+                hint("use --device cpu"));
   if (gpus == 0) return std::vector<Device>(size_t(world_size > 0 ? world_size : 2), Device::cpu());
-  TINYDDP_CHECK(world_size <= gpus, "--world-size ", world_size, " but only ", gpus,
-                " GPUs are visible; hint: ask for at most ", gpus, ", or use --device cpu");
+  TINYDDP_CHECK(world_size <= gpus, "--world-size ", world_size, " but only ", gpus, " GPUs are visible",
+                hint("ask for at most ", gpus, ", or use --device cpu"));
   std::vector<Device> devices;
   for (int i = 0; i < (world_size > 0 ? world_size : gpus); ++i) devices.push_back(Device::cuda(i));
   return devices;

@@ -8,10 +8,10 @@ namespace tinyddp::nn {
 namespace {
 
 void check_backward(const Tensor& saved_input, const Tensor& grad_output, const std::string& layer) {
-  TINYDDP_CHECK(saved_input.defined(), layer, ".backward called before forward; hint: run forward first");
-  TINYDDP_CHECK(grad_output.shape() == saved_input.shape(), layer, ".backward: grad_output is ",
-                grad_output.describe(), " but the forward input was ", saved_input.describe(),
-                "; hint: pass the gradient of this layer's forward output");
+  TINYDDP_CHECK(saved_input.defined(), layer, ".backward called before forward", hint("run forward first"));
+  TINYDDP_CHECK(grad_output.shape() == saved_input.shape(), layer, ".backward: grad_output is ", grad_output.describe(),
+                " but the forward input was ", saved_input.describe(),
+                hint("pass the gradient of this layer's forward output"));
 }
 
 }  // namespace

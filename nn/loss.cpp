@@ -7,7 +7,7 @@ namespace tinyddp::nn {
 
 Tensor Loss::backward() const {
   TINYDDP_CHECK(grad_output_.defined(), describe(), ".backward called before forward",
-                "; hint: compute the loss with forward(output, target) first");
+                hint("compute the loss with forward(output, target) first"));
   return grad_output_;
 }
 

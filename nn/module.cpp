@@ -32,8 +32,8 @@ Parameter& Module::parameter(const std::string& name) {
     if (named.name == name) return *named.parameter;
     names << (names.tellp() > 0 ? ", " : "") << named.name;
   }
-  TINYDDP_FAIL("no parameter called '", name, "' in ", describe(), " (it has: ", names.str(),
-               "); hint: names follow PyTorch's state_dict keys, such as '0.weight'");
+  TINYDDP_FAIL("no parameter called '", name, "' in ", describe(), " (it has: ", names.str(), ")",
+               hint("names follow PyTorch's state_dict keys, such as '0.weight'"));
 }
 
 void Module::to(Device device) {
@@ -50,12 +50,12 @@ void Module::zero_grad(bool set_to_none) {
 
 Parameter& Module::register_parameter(const std::string& name, Tensor value) {
   TINYDDP_CHECK(value.defined(), "register_parameter('", name, "'): the value is an undefined tensor",
-                "; hint: create it with Tensor::empty or Tensor::zeros first");
+                hint("create it with Tensor::empty or Tensor::zeros first"));
   TINYDDP_CHECK(value.dtype() == DType::f32, "register_parameter('", name, "'): parameters are f32, got ",
-                value.describe(), "; hint: create the tensor with DType::f32");
+                value.describe(), hint("create the tensor with DType::f32"));
   for (auto& [existing, p] : own_parameters_)
     TINYDDP_CHECK(existing != name, "register_parameter: '", name, "' is already registered in this module",
-                  "; hint: give every parameter of a module its own name");
+                  hint("give every parameter of a module its own name"));
   auto parameter = std::make_unique<Parameter>();
   parameter->grad = Tensor::zeros(value.shape(), value.dtype(), value.device());
   parameter->value = std::move(value);

@@ -17,7 +17,7 @@ std::string span_name(const char* pass, size_t index, const Module& child) {
 }  // namespace
 
 Module& Sequential::append(std::unique_ptr<Module> child) {
-  TINYDDP_CHECK(child != nullptr, "Sequential::append: the module is null; hint: pass std::make_unique<Layer>(...)");
+  TINYDDP_CHECK(child != nullptr, "Sequential::append: the module is null", hint("pass std::make_unique<Layer>(...)"));
   // One device per model: a child built on the CPU joins a model already moved elsewhere.
   if (!children_.empty() && child->device() != device_) child->to(device_);
   if (children_.empty()) device_ = child->device();
@@ -76,14 +76,14 @@ void Sequential::to(Device device) {
 }
 
 Module& Sequential::operator[](size_t index) {
-  TINYDDP_CHECK(index < children_.size(), "Sequential[", index, "]: the model has ", children_.size(),
-                " children; hint: indices start at 0");
+  TINYDDP_CHECK(index < children_.size(), "Sequential[", index, "]: the model has ", children_.size(), " children",
+                hint("indices start at 0"));
   return *children_[index];
 }
 
 const Module& Sequential::operator[](size_t index) const {
-  TINYDDP_CHECK(index < children_.size(), "Sequential[", index, "]: the model has ", children_.size(),
-                " children; hint: indices start at 0");
+  TINYDDP_CHECK(index < children_.size(), "Sequential[", index, "]: the model has ", children_.size(), " children",
+                hint("indices start at 0"));
   return *children_[index];
 }
 

@@ -36,8 +36,8 @@ RankFlightRecord read_record(const std::filesystem::path& path) {
   try {
     in >> j;
   } catch (const nlohmann::json::exception& e) {
-    TINYDDP_FAIL("flight record ", path.string(), " is not valid JSON (", e.what(),
-                 "); hint: it may be a partial file from another tool; remove it and read the others");
+    TINYDDP_FAIL("flight record ", path.string(), " is not valid JSON (", e.what(), ")",
+                 hint("it may be a partial file from another tool; remove it and read the others"));
   }
   RankFlightRecord r;
   r.present = true;
@@ -94,8 +94,8 @@ void judge(FlightExplanation& x) {
 
 FlightExplanation explain_flight_records(const std::string& dir, const std::string& group) {
   std::error_code ec;
-  TINYDDP_CHECK(std::filesystem::is_directory(dir, ec), "--explain ", dir,
-                ": no such directory; hint: give the directory TINYDDP_FLIGHT_RECORDER named");
+  TINYDDP_CHECK(std::filesystem::is_directory(dir, ec), "--explain ", dir, ": no such directory",
+                hint("give the directory TINYDDP_FLIGHT_RECORDER named"));
   std::vector<RankFlightRecord> found;
   const std::string suffix = group == "default" ? ".json" : "." + group + ".json";
   for (const auto& file : std::filesystem::directory_iterator(dir)) {
@@ -104,8 +104,10 @@ FlightExplanation explain_flight_records(const std::string& dir, const std::stri
     if (group == "default" && name.find('.') != name.size() - 5) continue;  // another group's file
     found.push_back(read_record(file.path()));
   }
-  TINYDDP_CHECK(!found.empty(), "--explain ", dir, ": no flight records (rank-<r>.json) there; hint: records are "
-                "written on a collective's failure or on SIGUSR1, when TINYDDP_FLIGHT_RECORDER names this directory");
+  TINYDDP_CHECK(
+      !found.empty(), "--explain ", dir, ": no flight records (rank-<r>.json) there",
+      hint("records are "
+           "written on a collective's failure or on SIGUSR1, when TINYDDP_FLIGHT_RECORDER names this directory"));
   FlightExplanation x;
   for (const auto& r : found) x.restart_count = std::max(x.restart_count, r.restart_count);
   std::erase_if(found, [&x](const RankFlightRecord& r) {

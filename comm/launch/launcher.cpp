@@ -64,11 +64,11 @@ std::string signal_name(int signal) {
 // Finds program[0] the way a shell would, before any fork: after fork only async-signal-safe calls
 // are allowed, and searching PATH is not one.
 std::string resolve_program(const std::string& name) {
-  TINYDDP_CHECK(!name.empty(), "tinyddp-run: no program to run; hint: tinyddp-run -n 2 -- ./my_program args...");
+  TINYDDP_CHECK(!name.empty(), "tinyddp-run: no program to run", hint("tinyddp-run -n 2 -- ./my_program args..."));
   auto executable = [](const std::string& path) { return access(path.c_str(), X_OK) == 0; };
   if (name.find('/') != std::string::npos) {
-    TINYDDP_CHECK(executable(name), "tinyddp-run: '", name, "' is not an executable file (", std::strerror(errno),
-                  "); hint: check the path and its permissions");
+    TINYDDP_CHECK(executable(name), "tinyddp-run: '", name, "' is not an executable file (", std::strerror(errno), ")",
+                  hint("check the path and its permissions"));
     return name;
   }
   const char* path = std::getenv("PATH");
@@ -77,7 +77,7 @@ std::string resolve_program(const std::string& name) {
     std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
     if (executable(candidate)) return candidate;
   }
-  TINYDDP_FAIL("tinyddp-run: program '", name, "' was not found on PATH; hint: give its path (./", name, ")");
+  TINYDDP_FAIL("tinyddp-run: program '", name, "' was not found on PATH", hint("give its path (./", name, ")"));
 }
 
 std::string encode_failure(const WorkerFailure& f) {
@@ -194,7 +194,7 @@ struct Launcher::Job {
       std::string theirs = store->compare_set(what, "", mine);
       TINYDDP_CHECK(theirs == mine, "tinyddp-run (node ", o.node_rank, "): this node has ", flag, " ", mine,
                     " but the node that registered first has ", theirs,
-                    "; hint: run the same tinyddp-run command line on every node");
+                    hint("run the same tinyddp-run command line on every node"));
     };
     agree("nnodes", std::to_string(o.nnodes), "--nnodes");
     agree("nproc_per_node", std::to_string(o.nproc_per_node), "--nproc-per-node");
@@ -204,8 +204,8 @@ struct Launcher::Job {
     std::string me = std::string(host) + " pid " + std::to_string(getpid()) + " #" + random_hex(4);
     std::string holder = store->compare_set("node/" + std::to_string(o.node_rank), "", me);
     TINYDDP_CHECK(holder == me, "tinyddp-run: node rank ", o.node_rank, " is claimed twice: by ",
-                  holder.substr(0, holder.rfind(" #")), " and by this launcher (", me.substr(0, me.rfind(" #")),
-                  "); hint: give every node its own --node-rank, 0 to ", o.nnodes - 1);
+                  holder.substr(0, holder.rfind(" #")), " and by this launcher (", me.substr(0, me.rfind(" #")), ")",
+                  hint("give every node its own --node-rank, 0 to ", o.nnodes - 1));
   }
 
   // Every node starts attempt k together. Like StoreBarrier, but watching for a stop request while it
@@ -226,8 +226,8 @@ struct Launcher::Job {
           if (!came.count(n)) missing += (missing.empty() ? "" : ", ") + std::to_string(n);
         TINYDDP_FAIL("tinyddp-run: ", came.size(), "/", o.nnodes, " nodes arrived for attempt ", attempt, " after ",
                      o.rendezvous_timeout.count() / 1000.0, " s; missing: node ", missing,
-                     "; hint: start the same tinyddp-run command on every node, with --master-addr/--master-port "
-                     "naming node 0");
+                     hint("start the same tinyddp-run command on every node, with --master-addr/--master-port "
+                          "naming node 0"));
       }
       pump_output(kStorePollInterval);
     }
@@ -280,8 +280,8 @@ struct Launcher::Job {
       };
       if (!records_dir.empty()) env["TINYDDP_FLIGHT_RECORDER"] = records_dir;
       int out[2], err[2];
-      TINYDDP_CHECK(pipe2(out, O_CLOEXEC) == 0 && pipe2(err, O_CLOEXEC) == 0, "tinyddp-run: pipe failed: ",
-                    std::strerror(errno), "; hint: raise the open-file limit (ulimit -n)");
+      TINYDDP_CHECK(pipe2(out, O_CLOEXEC) == 0 && pipe2(err, O_CLOEXEC) == 0,
+                    "tinyddp-run: pipe failed: ", std::strerror(errno), hint("raise the open-file limit (ulimit -n)"));
       w.fds[0] = out[0];
       w.fds[1] = err[0];
       ChildCommand command{program_path, o.program, environment_with(env), true, out[1], err[1]};
@@ -318,7 +318,8 @@ struct Launcher::Job {
         }
       // A pidfd wakes the poll the moment the worker dies, so the launcher sees the first death
       // before the peers' own failures follow it (they come milliseconds later).
-      int pidfd = children.pidfd(size_t(&w - workers.data()));
+      const size_t child = size_t(&w - workers.data());  // fewer children when a start failed
+      int pidfd = child < children.size() ? children.pidfd(child) : -1;
       if (pidfd >= 0) {
         fds.push_back({pidfd, POLLIN, 0});
         owners.push_back({&w, kEnded});
@@ -361,7 +362,7 @@ struct Launcher::Job {
   }
 
   void sync_with_children() {
-    for (size_t i = 0; i < workers.size(); ++i) {
+    for (size_t i = 0; i < workers.size() && i < children.size(); ++i) {
       workers[i].running = children.running(i);
       workers[i].status = children.status(i);
     }
@@ -582,23 +583,24 @@ struct Launcher::Job {
 
 Launcher::Launcher(LauncherOptions options) : options_(std::move(options)) {
   TINYDDP_CHECK(pipe2(wake_pipe_, O_CLOEXEC | O_NONBLOCK) == 0, "tinyddp-run: pipe failed: ", std::strerror(errno),
-                "; hint: raise the open-file limit (ulimit -n)");
+                hint("raise the open-file limit (ulimit -n)"));
   auto& o = options_;
   if (!o.log) o.log = stderr_log_sink("tinyddp-run");
   if (o.run_id.empty()) {
     o.run_id = env::text("TINYDDP_RUN_ID").value_or("default");
   }
-  TINYDDP_CHECK(!o.program.empty(), "tinyddp-run: no program to run; hint: tinyddp-run -n 2 -- ./my_program args...");
-  TINYDDP_CHECK(o.nproc_per_node >= 1, "tinyddp-run: --nproc-per-node ", o.nproc_per_node,
-                " must be at least 1; hint: one worker per device is usual");
+  TINYDDP_CHECK(!o.program.empty(), "tinyddp-run: no program to run", hint("tinyddp-run -n 2 -- ./my_program args..."));
+  TINYDDP_CHECK(o.nproc_per_node >= 1, "tinyddp-run: --nproc-per-node ", o.nproc_per_node, " must be at least 1",
+                hint("one worker per device is usual"));
   TINYDDP_CHECK(o.nnodes >= 1 && o.node_rank >= 0 && o.node_rank < o.nnodes, "tinyddp-run: --node-rank ", o.node_rank,
-                " with --nnodes ", o.nnodes, "; hint: node ranks run from 0 to nnodes - 1");
-  TINYDDP_CHECK(o.max_restarts >= 0, "tinyddp-run: --max-restarts ", o.max_restarts, " is negative; hint: 0 or more");
+                " with --nnodes ", o.nnodes, hint("node ranks run from 0 to nnodes - 1"));
+  TINYDDP_CHECK(o.max_restarts >= 0, "tinyddp-run: --max-restarts ", o.max_restarts, " is negative", hint("0 or more"));
   TINYDDP_CHECK(o.nnodes == 1 || o.master_port > 0, "tinyddp-run: --nnodes ", o.nnodes,
-                " needs --master-port (and --master-addr): every node must find the same store; hint: pick a free "
-                "port on node 0, e.g. --master-port 29500");
+                " needs --master-port (and --master-addr): every node must find the same store",
+                hint("pick a free "
+                     "port on node 0, e.g. --master-port 29500"));
   TINYDDP_CHECK(o.master_port >= 0 && o.master_port <= 65535, "tinyddp-run: --master-port ", o.master_port,
-                " is not a port; hint: 1..65535, or leave it out on one node");
+                " is not a port", hint("1..65535, or leave it out on one node"));
 }
 
 Launcher::~Launcher() {

@@ -31,7 +31,7 @@ std::vector<std::string> split_top_level(const std::string& text, const std::str
     if (c == '[') depth++;
     if (c == ']') depth--;
     TINYDDP_CHECK(depth >= 0 && depth <= 1, "hostlist '", whole, "': unbalanced or nested brackets",
-                  "; hint: Slurm writes lists as prefix[1-3,7]suffix");
+                  hint("Slurm writes lists as prefix[1-3,7]suffix"));
     if (c == ',' && depth == 0) {
       parts.push_back(current);
       current.clear();
@@ -39,7 +39,8 @@ std::vector<std::string> split_top_level(const std::string& text, const std::str
       current += c;
     }
   }
-  TINYDDP_CHECK(depth == 0, "hostlist '", whole, "': a '[' is never closed; hint: Slurm writes lists as prefix[1-3,7]");
+  TINYDDP_CHECK(depth == 0, "hostlist '", whole, "': a '[' is never closed",
+                hint("Slurm writes lists as prefix[1-3,7]"));
   parts.push_back(current);
   return parts;
 }
@@ -51,8 +52,8 @@ std::vector<std::string> expand_ranges(const std::string& ranges, const std::str
     auto dash = range.find('-');
     std::string low = range.substr(0, dash), high = dash == std::string::npos ? low : range.substr(dash + 1);
     auto from = parse_number(low), to = parse_number(high);
-    TINYDDP_CHECK(from && to && *from >= 0 && *from <= *to && *to - *from < 1000000, "hostlist '", whole,
-                  "': '", range, "' is not a range of numbers; hint: write it as low-high with low <= high, e.g. 01-16");
+    TINYDDP_CHECK(from && to && *from >= 0 && *from <= *to && *to - *from < 1000000, "hostlist '", whole, "': '", range,
+                  "' is not a range of numbers", hint("write it as low-high with low <= high, e.g. 01-16"));
     for (long long v = *from; v <= *to; ++v) {
       char digits[32];
       std::snprintf(digits, sizeof digits, "%0*lld", int(low.size()), v);
@@ -129,7 +130,7 @@ std::vector<std::string> expand_hostlist(const std::string& hostlist) {
     if (item.empty()) continue;
     for (std::string& host : expand_item(item, hostlist)) hosts.push_back(std::move(host));
   }
-  TINYDDP_CHECK(!hosts.empty(), "hostlist '", hostlist, "' names no host; hint: check SLURM_JOB_NODELIST");
+  TINYDDP_CHECK(!hosts.empty(), "hostlist '", hostlist, "' names no host", hint("check SLURM_JOB_NODELIST"));
   return hosts;
 }
 
@@ -142,7 +143,8 @@ std::vector<int> expand_tasks_per_node(const std::string& text) {
                                             : parse_number(item.substr(open + 2, item.size() - open - 3));
     TINYDDP_CHECK(count && repeat && *count >= 0 && *repeat >= 1 && *repeat <= 1000000 &&
                       (open == std::string::npos || item.back() == ')'),
-                  "SLURM_TASKS_PER_NODE='", text, "': '", item, "' is neither N nor N(xM); hint: Slurm writes e.g. 2(x3),1");
+                  "SLURM_TASKS_PER_NODE='", text, "': '", item, "' is neither N nor N(xM)",
+                  hint("Slurm writes e.g. 2(x3),1"));
     tasks.insert(tasks.end(), size_t(*repeat), int(*count));
   }
   return tasks;

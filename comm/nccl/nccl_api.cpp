@@ -13,9 +13,11 @@ std::atomic<NcclApi& (*)()> g_stand_in{nullptr};
 
 #ifndef TINYDDP_WITH_NCCL
 [[noreturn]] void not_built() {
-  TINYDDP_FAIL("the nccl backend is not in this build (NCCL was not found when it was configured); hint: install "
-               "NCCL (libnccl-dev, or set NCCL_HOME) and reconfigure with -DTINYDDP_NCCL=ON, or use the host backend, "
-               "which stages CUDA tensors through host memory");
+  TINYDDP_FAIL(
+      "the nccl backend is not in this build (NCCL was not found when it was configured)",
+      hint("install "
+           "NCCL (libnccl-dev, or set NCCL_HOME) and reconfigure with -DTINYDDP_NCCL=ON, or use the host backend, "
+           "which stages CUDA tensors through host memory"));
 }
 #endif
 
@@ -44,15 +46,17 @@ bool nccl_available() {
 NcclApi& nccl_api() {
   if (cuda_devices_are_fake()) {
     NcclApi& (*stand_in)() = g_stand_in.load(std::memory_order_acquire);
-    TINYDDP_CHECK(stand_in != nullptr, "the nccl backend was asked for on fake CUDA devices, but this program has no "
-                  "fake NCCL; hint: link it with the test-support library (tinyddp_fakes), as the tests are");
+    TINYDDP_CHECK(stand_in != nullptr,
+                  "the nccl backend was asked for on fake CUDA devices, but this program has no "
+                  "fake NCCL",
+                  hint("link it with the test-support library (tinyddp_fakes), as the tests are"));
     return stand_in();
   }
 #ifndef TINYDDP_WITH_NCCL
   not_built();
 #endif
   TINYDDP_CHECK(cuda_device_count() > 0, "the nccl backend needs a CUDA device, but ", cuda_unavailable_reason(),
-                "; hint: use the host backend on machines without GPUs");
+                hint("use the host backend on machines without GPUs"));
   return nccl_half();
 }
 

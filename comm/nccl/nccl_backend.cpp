@@ -156,7 +156,7 @@ class NcclBackend final : public ProcessGroup {
   WorkPtr launch(Fingerprint f, const CallOptions& call, std::vector<Tensor> tensors, const Enqueue& enqueue);
   void check_locked(NcclResult result, const std::string& what);
   void settle_locked(NcclResult issued, Clock::time_point deadline, const std::string& what);
-  [[noreturn]] void fail_locked(const std::string& reason, const char* hint);
+  [[noreturn]] void fail_locked(const std::string& reason, const char* advice);
   void abort_locked(const std::string& reason);
   void check_fingerprints(const Fingerprint& mine, Clock::time_point deadline);
   bool complete_finished();
@@ -200,9 +200,9 @@ NcclBackend::NcclBackend(std::shared_ptr<Store> store, int rank, int size, const
     : ProcessGroup(rank, size), store_(std::move(store)), options_(options),
       debug_detail_(options.debug_detail.value_or(debug_detail_from_environment())), cuda_(cuda), nccl_(nccl),
       recorder_(rank, size, options.group_name, FlightRecorder::capacity_from_environment()) {
-  TINYDDP_CHECK(store_ != nullptr, "nccl backend: no store was given; hint: pass the TcpStore the ranks share");
+  TINYDDP_CHECK(store_ != nullptr, "nccl backend: no store was given", hint("pass the TcpStore the ranks share"));
   TINYDDP_CHECK(size >= 1 && rank >= 0 && rank < size, "nccl backend: rank ", rank, " of world size ", size,
-                " is impossible; hint: ranks go from 0 to world size - 1");
+                " is impossible", hint("ranks go from 0 to world size - 1"));
   device_ = options.device >= 0 ? options.device : default_cuda_device(local_rank_from_environment(), rank, cuda_device_count());
   require_device(Device::cuda(device_));
   cuda_.set_device(device_);  // NCCL's device is the calling thread's current one
@@ -237,13 +237,13 @@ void NcclBackend::bootstrap(NcclUniqueId& id) {
   if (rank() == 0) {
     NcclResult made = nccl_.get_unique_id(&id);
     TINYDDP_CHECK(made == NcclResult::success, "nccl backend: ncclGetUniqueId failed: ", nccl_.error_string(made), " (",
-                  nccl_.last_error(nullptr), "); hint: NCCL_DEBUG=WARN shows NCCL's own log");
+                  nccl_.last_error(nullptr), ")", hint("NCCL_DEBUG=WARN shows NCCL's own log"));
     store_->set(prefix_ + "unique_id", std::string(id.data(), id.size()));
   }
   store_->wait({prefix_ + "unique_id"}, options_.timeout);
   std::string bytes = store_->get(prefix_ + "unique_id");
-  TINYDDP_CHECK(bytes.size() == id.size(), "nccl backend: the unique id in the store has ", bytes.size(), " bytes, not ",
-                id.size(), "; hint: every rank must run the same build of tinyddp and NCCL");
+  TINYDDP_CHECK(bytes.size() == id.size(), "nccl backend: the unique id in the store has ", bytes.size(),
+                " bytes, not ", id.size(), hint("every rank must run the same build of tinyddp and NCCL"));
   std::memcpy(id.data(), bytes.data(), id.size());
 }
 
@@ -315,8 +315,9 @@ void NcclBackend::teardown() {
 
 void NcclBackend::check_device(const Tensor& t, const char* collective) const {
   TINYDDP_CHECK(t.device() == Device::cuda(device_), "nccl backend: ", collective, ": ", t.describe(),
-                " is not on this rank's device cuda:", device_, " (NCCL reads and writes only its communicator's device); "
-                "hint: move it with .to(Device::cuda(", device_, ")), or use the host backend for CPU tensors");
+                " is not on this rank's device cuda:", device_,
+                " (NCCL reads and writes only its communicator's device)",
+                hint("move it with .to(Device::cuda(", device_, ")), or use the host backend for CPU tensors"));
 }
 
 WorkPtr NcclBackend::launch(Fingerprint f, const CallOptions& call, std::vector<Tensor> tensors, const Enqueue& enqueue) {
@@ -327,7 +328,7 @@ WorkPtr NcclBackend::launch(Fingerprint f, const CallOptions& call, std::vector<
     std::lock_guard<std::mutex> state(state_mutex_);
     TINYDDP_CHECK(aborted_.empty(), "nccl backend: rank ", rank(), " cannot launch ", name,
                   ": the group was aborted by an earlier failure: ", aborted_,
-                  "; hint: handle that failure, then create a new process group on every rank");
+                  hint("handle that failure, then create a new process group on every rank"));
   }
   f.sequence = sequence_++;
   const auto timeout = call.timeout.count() > 0 ? call.timeout : options_.timeout;
@@ -343,8 +344,9 @@ WorkPtr NcclBackend::launch(Fingerprint f, const CallOptions& call, std::vector<
   cuda_.stream_wait_event(stream_, inputs_ready_);
   {
     std::lock_guard<std::mutex> lock(nccl_mutex_);
-    TINYDDP_CHECK(comm_ != nullptr, "nccl backend: rank ", rank(), ": the communicator was aborted; hint: create a new "
-                  "process group on every rank");
+    TINYDDP_CHECK(comm_ != nullptr, "nccl backend: rank ", rank(), ": the communicator was aborted",
+                  hint("create a new "
+                       "process group on every rank"));
     NcclResult queued = NcclResult::success, issued = NcclResult::success;
     {
       GroupScope group(nccl_);
@@ -374,7 +376,7 @@ WorkPtr NcclBackend::launch(Fingerprint f, const CallOptions& call, std::vector<
 void NcclBackend::check_locked(NcclResult result, const std::string& what) {
   if (accepted(result)) return;
   fail_locked(what + ": NCCL failed: " + nccl_.error_string(result) + " (" + nccl_.last_error(comm_) + ")",
-              "; hint: NCCL_DEBUG=WARN shows NCCL's own log");
+              "NCCL_DEBUG=WARN shows NCCL's own log");
 }
 
 // A non-blocking communicator answers in_progress until the call has been taken in.
@@ -386,16 +388,16 @@ void NcclBackend::settle_locked(NcclResult issued, Clock::time_point deadline, c
     if (state == NcclResult::success) return;
     if (state != NcclResult::in_progress)
       fail_locked(what + ": NCCL failed: " + nccl_.error_string(state) + " (" + nccl_.last_error(comm_) + ")",
-                  "; hint: NCCL_DEBUG=WARN shows NCCL's own log");
+                  "NCCL_DEBUG=WARN shows NCCL's own log");
     if (Clock::now() > deadline)
       fail_locked(what + ": timed out after " + std::to_string(options_.timeout.count()) + " ms",
-                  "; hint: every rank must make the same calls; raise the timeout if the job is just slow");
+                  "every rank must make the same calls; raise the timeout if the job is just slow");
   }
 }
 
-void NcclBackend::fail_locked(const std::string& reason, const char* hint) {
+void NcclBackend::fail_locked(const std::string& reason, const char* advice) {
   abort_locked(reason);
-  TINYDDP_FAIL("nccl backend: rank ", rank(), ": ", reason, culprits(), hint);
+  TINYDDP_FAIL("nccl backend: rank ", rank(), ": ", reason, culprits(), hint(advice));
 }
 
 // Aborts the communicator (NCCL's kernels stop spinning) and tells the others why.
@@ -540,9 +542,9 @@ void NcclBackend::fail_pending(const std::string& reason, bool timed_out) {
   for (Pending& p : failed) recorder_.finished(p.sequence, false);
   const std::string record = record_failure(reason + named, timed_out);
   for (Pending& p : failed) {
-    p.work->mark_failed(std::make_exception_ptr(Error("nccl backend: rank " + std::to_string(rank()) + ": " + reason + named + record +
-                                                          "; hint: look at the named ranks' output; every rank must make the same calls",
-                                                      "", __FILE__, __LINE__)));
+    p.work->mark_failed(std::make_exception_ptr(
+        Error("nccl backend: rank " + std::to_string(rank()) + ": " + reason + named + record,
+              hint("look at the named ranks' output; every rank must make the same calls"), "", __FILE__, __LINE__)));
     try {
       cuda_.destroy_event(p.done);
     } catch (const std::exception&) {
@@ -594,7 +596,7 @@ WorkPtr NcclBackend::all_reduce_into(const Tensor& out, const Tensor& in, Reduce
 }
 
 WorkPtr NcclBackend::all_reduce_coalesced(const std::vector<Tensor>& tensors, ReduceOp op, const CallOptions& call) {
-  TINYDDP_CHECK(!tensors.empty(), "all_reduce_coalesced: no tensors were given; hint: pass at least one tensor");
+  TINYDDP_CHECK(!tensors.empty(), "all_reduce_coalesced: no tensors were given", hint("pass at least one tensor"));
   int64_t total = 0;
   for (const Tensor& t : tensors) {
     check_tensor(t, "all_reduce_coalesced", "tensor");
@@ -624,7 +626,7 @@ WorkPtr NcclBackend::all_gather(const Tensor& out, const Tensor& in, const CallO
   check_tensor(out, "all_gather", "output");
   check_tensor(in, "all_gather", "input");
   TINYDDP_CHECK(out.dtype() == in.dtype() && out.numel() == in.numel() * size(), "all_gather: output ", out.describe(),
-                " must hold world size (", size(), ") x input ", in.describe(), "; hint: size the output accordingly");
+                " must hold world size (", size(), ") x input ", in.describe(), hint("size the output accordingly"));
   return launch(make_fingerprint(CollectiveKind::all_gather, in, in.numel(), std::nullopt), call, {out, in},
                 [=, this](NcclComm c, CudaStream s) {
                   return nccl_.all_gather(ptr(in), ptr(out), size_t(in.numel()), in.dtype(), c, s);
@@ -634,8 +636,9 @@ WorkPtr NcclBackend::all_gather(const Tensor& out, const Tensor& in, const CallO
 WorkPtr NcclBackend::reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op, const CallOptions& call) {
   check_tensor(out, "reduce_scatter", "output");
   check_tensor(in, "reduce_scatter", "input");
-  TINYDDP_CHECK(out.dtype() == in.dtype() && in.numel() == out.numel() * size(), "reduce_scatter: input ", in.describe(),
-                " must hold world size (", size(), ") x output ", out.describe(), "; hint: size the input accordingly");
+  TINYDDP_CHECK(out.dtype() == in.dtype() && in.numel() == out.numel() * size(), "reduce_scatter: input ",
+                in.describe(), " must hold world size (", size(), ") x output ", out.describe(),
+                hint("size the input accordingly"));
   return launch(make_fingerprint(CollectiveKind::reduce_scatter, out, out.numel(), op), call, {out, in},
                 [=, this](NcclComm c, CudaStream s) {
                   return nccl_.reduce_scatter(ptr(in), ptr(out), size_t(out.numel()), in.dtype(), op, c, s);

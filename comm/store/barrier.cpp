@@ -19,7 +19,7 @@ std::string describe_ranks(const std::vector<int>& ranks) {
 StoreBarrier::StoreBarrier(Store& store, int rank, int world_size, std::string name)
     : store_(store), rank_(rank), world_size_(world_size), name_(std::move(name)), progress_interval_(progress_interval()) {
   TINYDDP_CHECK(world_size > 0 && rank >= 0 && rank < world_size, "StoreBarrier '", name_, "': rank ", rank,
-                " with world size ", world_size, "; hint: ranks run from 0 to world_size - 1");
+                " with world size ", world_size, hint("ranks run from 0 to world_size - 1"));
 }
 
 void StoreBarrier::arrive_and_wait(Store::Duration timeout) {
@@ -48,8 +48,9 @@ void StoreBarrier::arrive_and_wait(Store::Duration timeout) {
       // Say who is missing, which is what the person reading this needs.
       if (last_slice)
         TINYDDP_FAIL("barrier '", name_, "' (generation ", g, "): ", status,
-                     "; hint: those ranks failed, are stuck earlier in the program, or take a different path through "
-                     "it; ", timeout_hint(timeout));
+                     hint("those ranks failed, are stuck earlier in the program, or take a different path through "
+                          "it; ",
+                          timeout_hint(timeout)));
       log_line(LogLevel::warn, "barrier", "rank " + std::to_string(rank_) + ": barrier '" + name_ + "' (generation " +
                                               std::to_string(g) + "): " + status);
     }

@@ -27,8 +27,8 @@ int64_t HashStore::add(const std::string& key, int64_t delta) {
       try {
         value = std::stoll(it->second);
       } catch (const std::exception&) {
-        TINYDDP_FAIL("HashStore::add: key '", key, "' holds '", it->second,
-                     "', which is not an integer; hint: use a key that only add() writes");
+        TINYDDP_FAIL("HashStore::add: key '", key, "' holds '", it->second, "', which is not an integer",
+                     hint("use a key that only add() writes"));
       }
     }
     value += delta;
@@ -81,7 +81,7 @@ void HashStore::wait_locked(std::unique_lock<std::mutex>& lock, const std::vecto
   for (const auto& key : keys)
     if (!data_.count(key)) missing += (missing.empty() ? "'" : ", '") + key + "'";
   TINYDDP_FAIL("HashStore: timed out after ", timeout.count(), " ms waiting for key(s) ", missing,
-               "; hint: another rank did not reach the same point (it failed or is stuck), or the timeout is too short");
+               hint("another rank did not reach the same point (it failed or is stuck), or the timeout is too short"));
 }
 
 bool HashStore::delete_key(const std::string& key) {
@@ -113,7 +113,7 @@ std::vector<std::string> HashStore::multi_get(const std::vector<std::string>& ke
 
 void HashStore::multi_set(const std::vector<std::string>& keys, const std::vector<std::string>& values) {
   TINYDDP_CHECK(keys.size() == values.size(), "HashStore::multi_set: ", keys.size(), " keys but ", values.size(),
-                " values; hint: pass one value per key");
+                " values", hint("pass one value per key"));
   {
     std::lock_guard<std::mutex> lock(mutex_);
     for (size_t i = 0; i < keys.size(); ++i) data_[keys[i]] = values[i];

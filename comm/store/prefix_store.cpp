@@ -6,7 +6,7 @@ namespace tinyddp::comm {
 
 PrefixStore::PrefixStore(std::shared_ptr<Store> store, std::string prefix)
     : owned_(std::move(store)), store_(owned_.get()), prefix_(std::move(prefix)) {
-  TINYDDP_CHECK(store_ != nullptr, "PrefixStore '", prefix_, "': the store is null; hint: pass a connected store");
+  TINYDDP_CHECK(store_ != nullptr, "PrefixStore '", prefix_, "': the store is null", hint("pass a connected store"));
   timeout_ = store_->timeout();
 }
 

@@ -69,27 +69,27 @@ InitMethod InitMethod::parse(const std::string& text) {
   InitMethod method;
   if (text == "env://") return method;
   const std::string scheme = "tcp://";
-  TINYDDP_CHECK(text.rfind(scheme, 0) == 0, "init_method '", text,
-                "' is not understood; hint: use \"tcp://host:port\" (rank 0 hosts the store there) or \"env://\" "
-                "(MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE from the environment)");
+  TINYDDP_CHECK(text.rfind(scheme, 0) == 0, "init_method '", text, "' is not understood",
+                hint("use \"tcp://host:port\" (rank 0 hosts the store there) or \"env://\" "
+                     "(MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE from the environment)"));
   std::string rest = text.substr(scheme.size());
   std::string host, port;
   if (!rest.empty() && rest[0] == '[') {  // [v6 address]:port
     auto close = rest.find(']');
     TINYDDP_CHECK(close != std::string::npos && close + 1 < rest.size() && rest[close + 1] == ':', "init_method '",
-                  text, "': an IPv6 address needs its port after the brackets; hint: tcp://[::1]:29500");
+                  text, "': an IPv6 address needs its port after the brackets", hint("tcp://[::1]:29500"));
     host = rest.substr(1, close - 1);
     port = rest.substr(close + 2);
   } else {
     auto colon = rest.rfind(':');
-    TINYDDP_CHECK(colon != std::string::npos && colon > 0, "init_method '", text,
-                  "' names no port; hint: write it as tcp://host:port, e.g. tcp://localhost:12355");
+    TINYDDP_CHECK(colon != std::string::npos && colon > 0, "init_method '", text, "' names no port",
+                  hint("write it as tcp://host:port, e.g. tcp://localhost:12355"));
     host = rest.substr(0, colon);
     port = rest.substr(colon + 1);
   }
   auto number = parse_int(port);
   TINYDDP_CHECK(number && *number >= 1 && *number <= 65535, "init_method '", text, "': port '", port,
-                "' is not a port number 1..65535; hint: every rank must be given the same fixed port");
+                "' is not a port number 1..65535", hint("every rank must be given the same fixed port"));
   method.kind = Kind::tcp;
   method.host = host;
   method.port = *number;
@@ -107,8 +107,8 @@ std::optional<int> read_integer(const EnvironmentLookup& lookup, const char* nam
   auto text = lookup(name);
   if (!text) return std::nullopt;
   auto value = parse_int(*text);
-  TINYDDP_CHECK(value && *value >= minimum, "environment variable ", name, "='", *text, "' is not an integer >= ",
-                minimum, "; hint: check the launcher's settings (or unset it)");
+  TINYDDP_CHECK(value && *value >= minimum, "environment variable ", name, "='", *text,
+                "' is not an integer >= ", minimum, hint("check the launcher's settings (or unset it)"));
   return value;
 }
 
@@ -121,7 +121,7 @@ std::optional<int> slurm_local_world_size(const EnvironmentLookup& lookup) {
   if (per_node && node) {
     std::vector<int> tasks = expand_tasks_per_node(*per_node);
     TINYDDP_CHECK(size_t(*node) < tasks.size(), "SLURM_NODEID=", *node, " but SLURM_TASKS_PER_NODE='", *per_node,
-                  "' lists ", tasks.size(), " nodes; hint: run the program with srun inside the allocation");
+                  "' lists ", tasks.size(), " nodes", hint("run the program with srun inside the allocation"));
     return tasks[size_t(*node)];
   }
   if (auto text = lookup("SLURM_NTASKS_PER_NODE")) return parse_int(text->substr(0, text->find('(')));
@@ -134,10 +134,10 @@ void read_ranks(const EnvironmentLookup& lookup, LaunchEnvironment& env) {
     auto rank = read_integer(lookup, family.rank, 0);
     if (!rank) continue;
     auto world_size = read_integer(lookup, family.world_size, 1);
-    TINYDDP_CHECK(world_size, family.rank, " is set but ", family.world_size, " is not; hint: set both (found via ",
-                  family.name, ")");
+    TINYDDP_CHECK(world_size, family.rank, " is set but ", family.world_size, " is not",
+                  hint("set both (found via ", family.name, ")"));
     TINYDDP_CHECK(*rank < *world_size, family.rank, "=", *rank, " is not below ", family.world_size, "=", *world_size,
-                  "; hint: ranks run from 0 to world size - 1");
+                  hint("ranks run from 0 to world size - 1"));
     env.rank = *rank;
     env.world_size = *world_size;
     env.source = family.name;
@@ -147,8 +147,8 @@ void read_ranks(const EnvironmentLookup& lookup, LaunchEnvironment& env) {
     env.local_world_size = local_size.value_or(env.world_size);  // absent: one node
     env.local_rank = read_integer(lookup, family.local_rank, 0).value_or(env.rank);
     TINYDDP_CHECK(env.local_rank < env.local_world_size, "local rank ", env.local_rank,
-                  " is not below the local world size ", env.local_world_size, " (from ", family.name, "); hint: check ",
-                  family.local_rank, " and ", family.local_world_size);
+                  " is not below the local world size ", env.local_world_size, " (from ", family.name, ")",
+                  hint("check ", family.local_rank, " and ", family.local_world_size));
     return;
   }
 }
@@ -157,7 +157,7 @@ void read_ranks(const EnvironmentLookup& lookup, LaunchEnvironment& env) {
 void read_store_address(const EnvironmentLookup& lookup, LaunchEnvironment& env) {
   if (auto addr = lookup("MASTER_ADDR"); addr && !addr->empty()) env.master_addr = *addr;
   if (auto port = read_integer(lookup, "MASTER_PORT", 1)) {
-    TINYDDP_CHECK(*port <= 65535, "MASTER_PORT=", *port, " is not a port; hint: use 1..65535");
+    TINYDDP_CHECK(*port <= 65535, "MASTER_PORT=", *port, " is not a port", hint("use 1..65535"));
     env.master_port = *port;
   }
   if (!env.master_addr.empty() && env.master_port > 0) {
@@ -188,8 +188,10 @@ void require_store_address(const LaunchEnvironment& env) {
   if (env.family == "ompi") how += " (mpirun -x MASTER_ADDR=<host> -x MASTER_PORT=<port> ...)";
   TINYDDP_FAIL("env://: MASTER_ADDR and MASTER_PORT must name the store (MASTER_ADDR='", env.master_addr,
                "', MASTER_PORT=", env.master_port, ")",
-               env.address_problem.empty() ? "" : "; they could not be derived from " + env.source + ": " + env.address_problem,
-               "; hint: ", how);
+               env.address_problem.empty()
+                   ? ""
+                   : "; they could not be derived from " + env.source + ": " + env.address_problem,
+               hint(how));
 }
 
 // Whether `host` (a name or an address) is one of this machine's addresses: only there can a socket
@@ -215,10 +217,12 @@ void require_this_host(const std::string& host, const LaunchEnvironment& env) {
   if (is_this_host(host)) return;
   char name[256] = {0};
   gethostname(name, sizeof name - 1);
-  TINYDDP_FAIL("env://: the store's address was derived from ", env.address_source, " as ", host, ":",
-               env.master_port, ", but rank 0 runs on ", name, ", which is not that host (the launcher placed rank 0 "
-               "elsewhere); hint: export MASTER_ADDR=<rank 0's host> MASTER_PORT=<a free port there> on every rank",
-               env.family == "ompi" ? " (mpirun -x MASTER_ADDR=... -x MASTER_PORT=...)" : "");
+  TINYDDP_FAIL("env://: the store's address was derived from ", env.address_source, " as ", host, ":", env.master_port,
+               ", but rank 0 runs on ", name,
+               ", which is not that host (the launcher placed rank 0 "
+               "elsewhere)",
+               hint("export MASTER_ADDR=<rank 0's host> MASTER_PORT=<a free port there> on every rank",
+                    env.family == "ompi" ? " (mpirun -x MASTER_ADDR=... -x MASTER_PORT=...)" : ""));
 }
 
 enum class StoreKind { host, join, torch_agent };
@@ -290,10 +294,11 @@ Rendezvous place_this_process(const InitMethod& method, const LaunchEnvironment&
   r.rank = options.rank >= 0 ? options.rank : env.rank;
   r.world_size = options.world_size >= 1 ? options.world_size : env.world_size;
   TINYDDP_CHECK(r.rank >= 0 && r.world_size >= 1, init_method, ": this process's rank and world size are unknown",
-                "; hint: ", method.kind == InitMethod::Kind::tcp ? "pass rank and world_size" :
-                "start it with tinyddp-run, srun or mpirun, or set RANK and WORLD_SIZE");
+                hint(method.kind == InitMethod::Kind::tcp
+                         ? "pass rank and world_size"
+                         : "start it with tinyddp-run, srun or mpirun, or set RANK and WORLD_SIZE"));
   TINYDDP_CHECK(r.rank < r.world_size, init_method, ": rank ", r.rank, " is not below the world size ", r.world_size,
-                "; hint: ranks run from 0 to world size - 1");
+                hint("ranks run from 0 to world size - 1"));
   bool same_family = options.rank < 0 && options.world_size < 1;
   r.local_rank = same_family && env.local_rank >= 0 ? env.local_rank : r.rank;
   r.local_world_size = same_family && env.local_world_size >= 1 ? env.local_world_size : r.world_size;
@@ -323,8 +328,8 @@ void agree_on_world_size(PrefixStore& rdzv, const Rendezvous& r, const Joining& 
                     ", but " + (setter.empty() ? "the ranks that joined first" : setter) + " has WORLD_SIZE=" + agreed;
   refuse(rdzv, why);
   TINYDDP_FAIL("rendezvous at ", j.where, ": world size mismatch: ", why,
-               "; hint: every process must be started with the same WORLD_SIZE (check the launcher's -n/--nnodes, "
-               "or srun's task count)");
+               hint("every process must be started with the same WORLD_SIZE (check the launcher's -n/--nnodes, "
+                    "or srun's task count)"));
 }
 
 // 2. One process per rank: claim ours; if someone already holds it, say who.
@@ -335,7 +340,7 @@ void claim_rank(PrefixStore& rdzv, const Rendezvous& r, const Joining& j) {
                       " joined first, and " + person_readable(j.me) + " also says it is rank " + std::to_string(r.rank);
     refuse(rdzv, why);
     TINYDDP_FAIL("rendezvous at ", j.where, ": ", why,
-                 "; hint: every process needs its own RANK (a launcher started twice, or a wrong rank in a script?)");
+                 hint("every process needs its own RANK (a launcher started twice, or a wrong rank in a script?)"));
   }
   rdzv.append("joined", std::to_string(r.rank) + ",");
 }
@@ -396,11 +401,12 @@ void wait_for_everyone(PrefixStore& rdzv, const Rendezvous& r, const Joining& j)
         TINYDDP_FAIL("rendezvous at ", j.where, ": ", failure.message());
       }
       TINYDDP_CHECK(refused.empty(), "rendezvous at ", j.where, ": a process was refused: ", refused,
-                    "; hint: start every process of the job with the same WORLD_SIZE and its own RANK");
+                    hint("start every process of the job with the same WORLD_SIZE and its own RANK"));
       if (slice_end == deadline || Clock::now() >= deadline)
         TINYDDP_FAIL("rendezvous at ", j.where, ": ", joining_status(came, r, j),
-                     "; hint: those processes did not start, crashed before joining, or use another address/port; if "
-                     "they are only slow, raise the timeout: ", timeout_hint(std::chrono::duration_cast<Store::Duration>(j.timeout)));
+                     hint("those processes did not start, crashed before joining, or use another address/port; if "
+                          "they are only slow, raise the timeout: ",
+                          timeout_hint(std::chrono::duration_cast<Store::Duration>(j.timeout))));
       if (Clock::now() >= next_report) {
         next_report += interval;
         log_line(LogLevel::warn, "rendezvous", "rank " + std::to_string(r.rank) + ": " + joining_status(came, r, j) +

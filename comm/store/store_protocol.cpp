@@ -55,8 +55,8 @@ class Reader {
 
   std::string str(uint64_t max_bytes, const char* field) {
     uint32_t n = u32();
-    TINYDDP_CHECK(n <= max_bytes, what_, ": ", field, " of ", n, " bytes is over the limit of ", max_bytes,
-                  " bytes; hint: keys are short names and values are bounded by the store's max value size");
+    TINYDDP_CHECK(n <= max_bytes, what_, ": ", field, " of ", n, " bytes is over the limit of ", max_bytes, " bytes",
+                  hint("keys are short names and values are bounded by the store's max value size"));
     need(n, field);
     std::string s(in_.substr(at_, n));
     at_ += n;
@@ -65,10 +65,10 @@ class Reader {
   std::vector<std::string> list(uint32_t max_count, uint64_t max_bytes, const char* field) {
     uint32_t count = u32();
     TINYDDP_CHECK(count <= max_count, what_, ": a list of ", count, " ", field, "s is over the limit of ", max_count,
-                  "; hint: split the call into smaller ones");
+                  hint("split the call into smaller ones"));
     // Each entry needs at least its 4-byte length: a count the remaining bytes cannot hold is a lie.
-    TINYDDP_CHECK(uint64_t(count) * 4 <= remaining(), what_, ": claims ", count, " ", field, "s but only ",
-                  remaining(), " bytes follow; hint: the frame is truncated or corrupt");
+    TINYDDP_CHECK(uint64_t(count) * 4 <= remaining(), what_, ": claims ", count, " ", field, "s but only ", remaining(),
+                  " bytes follow", hint("the frame is truncated or corrupt"));
     std::vector<std::string> items;
     items.reserve(count);
     for (uint32_t i = 0; i < count; ++i) items.push_back(str(max_bytes, field));
@@ -76,14 +76,14 @@ class Reader {
   }
   size_t remaining() const { return in_.size() - at_; }
   void expect_end() {
-    TINYDDP_CHECK(remaining() == 0, what_, ": ", remaining(),
-                  " unexpected bytes after the last field; hint: client and server disagree on the format");
+    TINYDDP_CHECK(remaining() == 0, what_, ": ", remaining(), " unexpected bytes after the last field",
+                  hint("client and server disagree on the format"));
   }
 
  private:
   void need(uint64_t n, const char* field) {
-    TINYDDP_CHECK(n <= remaining(), what_, ": ", field, " needs ", n, " bytes but only ", remaining(),
-                  " remain; hint: the frame is truncated or corrupt");
+    TINYDDP_CHECK(n <= remaining(), what_, ": ", field, " needs ", n, " bytes but only ", remaining(), " remain",
+                  hint("the frame is truncated or corrupt"));
   }
   uint64_t integer(int bytes) {
     need(bytes, "an integer");
@@ -99,7 +99,7 @@ class Reader {
 
 Command checked_command(uint8_t byte) {
   TINYDDP_CHECK(byte >= uint8_t(Command::set) && byte <= uint8_t(Command::multi_set), "request: unknown command 0x",
-                std::hex, int(byte), "; hint: the peer speaks another protocol version or is not a tinyddp client");
+                std::hex, int(byte), hint("the peer speaks another protocol version or is not a tinyddp client"));
   return Command(byte);
 }
 
@@ -214,13 +214,13 @@ std::string encode_response(Command command, const Response& r) {
 uint32_t decode_hello_head(std::string_view head, uint16_t& version) {
   Reader r(head, "hello");
   uint32_t magic = r.u32();
-  TINYDDP_CHECK(magic == kMagic, "hello: wrong magic number 0x", std::hex, magic, " (expected 0x", kMagic,
-                "); hint: the peer is not a tinyddp store client (a port scanner, or another service on this port)");
+  TINYDDP_CHECK(magic == kMagic, "hello: wrong magic number 0x", std::hex, magic, " (expected 0x", kMagic, ")",
+                hint("the peer is not a tinyddp store client (a port scanner, or another service on this port)"));
   version = r.u16();
   r.u16();  // reserved
   uint32_t token_bytes = r.u32();
   TINYDDP_CHECK(token_bytes <= kMaxTokenBytes, "hello: token of ", token_bytes, " bytes is over the limit of ",
-                kMaxTokenBytes, "; hint: TINYDDP_TOKEN should be a short random string");
+                kMaxTokenBytes, hint("TINYDDP_TOKEN should be a short random string"));
   return token_bytes;
 }
 
@@ -228,14 +228,14 @@ uint32_t decode_hello_reply_head(std::string_view head, HelloReply& reply) {
   Reader r(head, "hello reply");
   uint32_t magic = r.u32();
   TINYDDP_CHECK(magic == kMagic, "hello reply: wrong magic number 0x", std::hex, magic,
-                "; hint: the address is not a tinyddp store (check MASTER_ADDR/MASTER_PORT)");
+                hint("the address is not a tinyddp store (check MASTER_ADDR/MASTER_PORT)"));
   reply.version = r.u16();
   reply.status = HelloStatus(r.u16());
   reply.max_key_bytes = r.u32();
   reply.max_value_bytes = r.u64();
   uint32_t message_bytes = r.u32();
   TINYDDP_CHECK(message_bytes <= kMaxMessageBytes, "hello reply: message of ", message_bytes,
-                " bytes is over the limit of ", kMaxMessageBytes, "; hint: the peer is not a tinyddp store");
+                " bytes is over the limit of ", kMaxMessageBytes, hint("the peer is not a tinyddp store"));
   return message_bytes;
 }
 
@@ -244,7 +244,7 @@ uint32_t decode_frame_length(std::string_view prefix, const Limits& limits) {
   uint32_t length = r.u32();
   TINYDDP_CHECK(length >= 1 && length <= limits.max_frame_bytes(), "frame: claimed length of ", length,
                 " bytes is outside 1..", limits.max_frame_bytes(),
-                "; hint: values are limited to max_value_bytes (TINYDDP_STORE_MAX_VALUE_BYTES on the server)");
+                hint("values are limited to max_value_bytes (TINYDDP_STORE_MAX_VALUE_BYTES on the server)"));
   return length;
 }
 
@@ -286,7 +286,7 @@ Request decode_request(std::string_view body, const Limits& limits) {
       q.keys = keys();
       q.values = r.list(limits.max_keys_per_request, limits.max_value_bytes, "value");
       TINYDDP_CHECK(q.keys.size() == q.values.size(), "request: multi_set with ", q.keys.size(), " keys but ",
-                    q.values.size(), " values; hint: pass one value per key");
+                    q.values.size(), " values", hint("pass one value per key"));
       break;
   }
   r.expect_end();
@@ -298,7 +298,7 @@ Response decode_response(Command command, std::string_view body, const Limits& l
   Response p;
   uint8_t status = r.u8();
   TINYDDP_CHECK(status <= uint8_t(Status::error), "response: unknown status ", int(status),
-                "; hint: client and server versions differ");
+                hint("client and server versions differ"));
   p.status = Status(status);
   auto value = [&] { return r.str(limits.max_value_bytes, "value"); };
   if (p.status == Status::timeout) {
@@ -314,8 +314,9 @@ Response decode_response(Command command, std::string_view body, const Limits& l
       case Command::check:
       case Command::delete_key: {
         uint8_t flag = r.u8();
-        TINYDDP_CHECK(flag <= 1, "response: boolean byte ", int(flag), " is neither 0 nor 1; hint: the peer is not a "
-                      "tinyddp store of this version");
+        TINYDDP_CHECK(flag <= 1, "response: boolean byte ", int(flag), " is neither 0 nor 1",
+                      hint("the peer is not a "
+                           "tinyddp store of this version"));
         p.number = flag;
         break;
       }
@@ -334,24 +335,24 @@ void check_request_fits(const Request& request, const Limits& limits) {
   const char* name = command_name(request.command);
   TINYDDP_CHECK(request.keys.size() <= limits.max_keys_per_request, "store ", name, ": ", request.keys.size(),
                 " keys in one call, over the limit of ", limits.max_keys_per_request,
-                "; hint: split the call into smaller ones");
+                hint("split the call into smaller ones"));
   for (const auto& key : request.keys)
     TINYDDP_CHECK(key.size() <= limits.max_key_bytes, "store ", name, ": key '", key.substr(0, 64), "...' is ",
-                  key.size(), " bytes, over the limit of ", limits.max_key_bytes,
-                  " bytes; hint: keys are names, put the data in the value");
+                  key.size(), " bytes, over the limit of ", limits.max_key_bytes, " bytes",
+                  hint("keys are names, put the data in the value"));
   uint64_t total = 64;
   for (const auto& key : request.keys) total += key.size() + 4;
   for (size_t i = 0; i < request.values.size(); ++i) {
     const auto& v = request.values[i];
     TINYDDP_CHECK(v.size() <= limits.max_value_bytes, "store ", name, ": value for key '",
                   request.keys.empty() ? "" : request.keys[std::min(i, request.keys.size() - 1)], "' is ", v.size(),
-                  " bytes, over the store's limit of ", limits.max_value_bytes,
-                  " bytes; hint: split the value, or raise the limit on the server (--max-value-bytes)");
+                  " bytes, over the store's limit of ", limits.max_value_bytes, " bytes",
+                  hint("split the value, or raise the limit on the server (--max-value-bytes)"));
     total += v.size() + 4;
   }
   TINYDDP_CHECK(total <= limits.max_frame_bytes(), "store ", name, ": the request is ", total,
-                " bytes in all, over the frame limit of ", limits.max_frame_bytes(),
-                " bytes; hint: split it into several calls");
+                " bytes in all, over the frame limit of ", limits.max_frame_bytes(), " bytes",
+                hint("split it into several calls"));
 }
 
 }  // namespace tinyddp::comm::protocol

@@ -563,7 +563,7 @@ StoreServer::StoreServer(StoreServerOptions options) : state_(std::make_unique<d
   s.limited_log = std::make_unique<LogRateLimiter>(s.options.log, s.options.log_limit);
   const std::string& host = s.options.host;
   TINYDDP_CHECK(s.options.port >= 0 && s.options.port <= 65535, "store server: port ", s.options.port,
-                " is out of range; hint: use 1..65535, or 0 to let the system pick a free one");
+                " is out of range", hint("use 1..65535, or 0 to let the system pick a free one"));
   asio::error_code ec;
   tcp::endpoint endpoint;
   auto address = asio::ip::make_address(host, ec);
@@ -572,12 +572,12 @@ StoreServer::StoreServer(StoreServerOptions options) : state_(std::make_unique<d
   } else {
     tcp::resolver resolver(s.io);
     auto results = resolver.resolve(host, std::to_string(s.options.port), ec);
-    TINYDDP_CHECK(!ec && !results.empty(), "store server: cannot resolve the listen address '", host, "': ",
-                  ec.message(), "; hint: use an IP address of this host, or 0.0.0.0 for all of them");
+    TINYDDP_CHECK(!ec && !results.empty(), "store server: cannot resolve the listen address '", host,
+                  "': ", ec.message(), hint("use an IP address of this host, or 0.0.0.0 for all of them"));
     endpoint = *results.begin();
   }
   s.acceptor.open(endpoint.protocol(), ec);
-  TINYDDP_CHECK(!ec, "store server: cannot open a socket: ", ec.message(), "; hint: check the open-file limit");
+  TINYDDP_CHECK(!ec, "store server: cannot open a socket: ", ec.message(), hint("check the open-file limit"));
   // Lets a restarted job rebind at once while old connections linger in TIME_WAIT. On Linux this
   // still refuses a port that another process is *listening* on, which is the error we want.
   s.acceptor.set_option(tcp::acceptor::reuse_address(true));
@@ -586,14 +586,15 @@ StoreServer::StoreServer(StoreServerOptions options) : state_(std::make_unique<d
     const std::string owner = port_owner(s.options.port);
     TINYDDP_FAIL("store server: port ", s.options.port, " on ", host, " is already in use",
                  owner.empty() ? " (another job, or an earlier run that is still exiting, holds it)" : " by " + owner,
-                 "; hint: pick another port (MASTER_PORT, --master-port, or tcp://host:PORT), or 0 to let the system "
-                 "choose; `ss -ltnp 'sport = :", s.options.port, "'` shows who holds it");
+                 hint("pick another port (MASTER_PORT, --master-port, or tcp://host:PORT), or 0 to let the system "
+                      "choose; `ss -ltnp 'sport = :",
+                      s.options.port, "'` shows who holds it"));
   }
   TINYDDP_CHECK(!ec, "store server: cannot listen on ", host, ":", s.options.port, ": ", ec.message(),
-                "; hint: the address must belong to this host (or use 0.0.0.0)");
+                hint("the address must belong to this host (or use 0.0.0.0)"));
   s.acceptor.listen(asio::socket_base::max_listen_connections, ec);
   TINYDDP_CHECK(!ec, "store server: listen on ", host, ":", s.options.port, " failed: ", ec.message(),
-                "; hint: try another port");
+                hint("try another port"));
   s.bound_host = host;
   s.bound_port = s.acceptor.local_endpoint().port();
   if (s.options.token.empty() && !s.acceptor.local_endpoint().address().is_loopback())

@@ -92,11 +92,12 @@ class TcpStore::Connection {
       std::this_thread::sleep_for(pause);
       backoff = std::min<Clock::duration>(backoff * 2, kMaxBackoff);
     }
-    TINYDDP_FAIL("could not connect to the store at ", address(), ": gave up after ", seconds_text(Clock::now() - start),
-                 " and ", attempts, " attempts (last error: ", last_error,
-                 "); hint: check that the store's host (rank 0, tinyddp-run or tinyddp-store) is running and listening "
-                 "there, that MASTER_ADDR/MASTER_PORT (or tcp://host:port) name it, and that no firewall blocks the port; ",
-                 timeout_hint(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - start)));
+    TINYDDP_FAIL(
+        "could not connect to the store at ", address(), ": gave up after ", seconds_text(Clock::now() - start),
+        " and ", attempts, " attempts (last error: ", last_error, ")",
+        hint("check that the store's host (rank 0, tinyddp-run or tinyddp-store) is running and listening "
+             "there, that MASTER_ADDR/MASTER_PORT (or tcp://host:port) name it, and that no firewall blocks the port; ",
+             timeout_hint(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - start))));
   }
 
   void disconnect() {
@@ -144,13 +145,13 @@ class TcpStore::Connection {
     if (!wait_for(deadline, done)) {
       disconnect();
       TINYDDP_FAIL("store ", what, " at ", address(), ": no answer from the store within the deadline",
-                   "; hint: the store's host may be overloaded or stuck; the next call reconnects");
+                   hint("the store's host may be overloaded or stuck; the next call reconnects"));
     }
     if (ec) {
       disconnect();
-      TINYDDP_FAIL("store ", what, " at ", address(), ": lost the connection (", ec.message(),
-                   "); hint: the process hosting the store (rank 0, tinyddp-run or tinyddp-store) has probably "
-                   "exited, or its token does not match TINYDDP_TOKEN");
+      TINYDDP_FAIL("store ", what, " at ", address(), ": lost the connection (", ec.message(), ")",
+                   hint("the process hosting the store (rank 0, tinyddp-run or tinyddp-store) has probably "
+                        "exited, or its token does not match TINYDDP_TOKEN"));
     }
   }
 
@@ -243,10 +244,11 @@ std::string TcpStore::token_from_environment() {
 
 TcpStore::TcpStore(std::string host, int port, bool is_master, TcpStoreOptions options)
     : host_(std::move(host)), port_(port) {
-  TINYDDP_CHECK(port >= 0 && port <= 65535, "TcpStore: port ", port, " is out of range; hint: use 1..65535",
-                is_master ? ", or 0 to let the system pick a free one" : "");
-  TINYDDP_CHECK(is_master || port != 0, "TcpStore: a client needs the server's port, got 0; hint: port 0 only "
-                "makes sense for the master, which then reports the port it got through port()");
+  TINYDDP_CHECK(port >= 0 && port <= 65535, "TcpStore: port ", port, " is out of range",
+                hint("use 1..65535", is_master ? ", or 0 to let the system pick a free one" : ""));
+  TINYDDP_CHECK(is_master || port != 0, "TcpStore: a client needs the server's port, got 0",
+                hint("port 0 only "
+                     "makes sense for the master, which then reports the port it got through port()"));
   timeout_ = options.timeout;
   std::string token = options.token ? *options.token : token_from_environment();
   if (is_master) {
@@ -299,8 +301,8 @@ Response TcpStore::call(const Request& request, Duration wait_timeout) {
   if (response.status == Status::timeout)
     TINYDDP_FAIL("store ", what, " at ", connection_->address(), " timed out after ", seconds_text(wait_timeout),
                  "; still missing: ", quoted_list(response.values),
-                 "; hint: the process that should set them may have failed or be slow; if it is only slow, raise the "
-                 "timeout: TINYDDP_TIMEOUT=<seconds> (or the examples' --timeout, Store::set_timeout)");
+                 hint("the process that should set them may have failed or be slow; if it is only slow, raise the "
+                      "timeout: TINYDDP_TIMEOUT=<seconds> (or the examples' --timeout, Store::set_timeout)"));
   return response;
 }
 
@@ -357,7 +359,7 @@ std::vector<std::string> TcpStore::multi_get(const std::vector<std::string>& key
 
 void TcpStore::multi_set(const std::vector<std::string>& keys, const std::vector<std::string>& values) {
   TINYDDP_CHECK(keys.size() == values.size(), "TcpStore::multi_set: ", keys.size(), " keys but ", values.size(),
-                " values; hint: pass one value per key");
+                " values", hint("pass one value per key"));
   call(make(Command::multi_set, keys, values), {});
 }
 

@@ -127,8 +127,8 @@ const char* torch_store_dialect_name(TorchStoreDialect dialect) {
 
 TorchTcpStore::TorchTcpStore(std::string host, int port, TorchTcpStoreOptions options)
     : host_(std::move(host)), port_(port), options_(options) {
-  TINYDDP_CHECK(port >= 1 && port <= 65535, "TorchTcpStore: port ", port,
-                " is not a port; hint: MASTER_PORT must name the port torchrun's agent listens on");
+  TINYDDP_CHECK(port >= 1 && port <= 65535, "TorchTcpStore: port ", port, " is not a port",
+                hint("MASTER_PORT must name the port torchrun's agent listens on"));
   timeout_ = options.timeout;
   dialect_ = options.dialect != TorchStoreDialect::unknown ? options.dialect : dialect_from_environment();
   std::lock_guard<std::mutex> lock(mutex_);
@@ -241,9 +241,10 @@ void TorchTcpStore::connect_until(Clock::time_point deadline) {
       return;
     }
     if (Clock::now() + backoff >= deadline)
-      TINYDDP_FAIL("cannot reach the ", address(), " after ", seconds(std::chrono::duration_cast<Duration>(Clock::now() - start)),
-                   " s: ", why, "; hint: under torchrun, MASTER_ADDR/MASTER_PORT name its agent's store; is the agent "
-                   "still running, and is the address reachable from this host?");
+      TINYDDP_FAIL("cannot reach the ", address(), " after ",
+                   seconds(std::chrono::duration_cast<Duration>(Clock::now() - start)), " s: ", why,
+                   hint("under torchrun, MASTER_ADDR/MASTER_PORT name its agent's store; is the agent "
+                        "still running, and is the address reachable from this host?"));
     std::this_thread::sleep_for(backoff);
     backoff = std::min<std::chrono::milliseconds>(backoff * 2, std::chrono::seconds(1));
   }
@@ -259,7 +260,7 @@ std::string TorchTcpStore::exchange(const std::string& bytes, size_t reply_bytes
   auto fail = [&](Io io) {
     disconnect();
     TINYDDP_FAIL(what, " at the ", address(), ": ", describe(io),
-                 "; hint: the process hosting the store (torchrun's agent) may have exited or restarted the job");
+                 hint("the process hosting the store (torchrun's agent) may have exited or restarted the job"));
   };
   if (Io sent = send_all(fd_, bytes, deadline); sent != Io::ok) fail(sent);
   std::string reply;
@@ -269,8 +270,8 @@ std::string TorchTcpStore::exchange(const std::string& bytes, size_t reply_bytes
     uint64_t length = read_u64(reply);
     if (length > kMaxValueBytes) {
       disconnect();
-      TINYDDP_FAIL(what, " at the ", address(), ": the reply claims ", length, " bytes, more than any value; hint: "
-                   "is MASTER_PORT really the port of torchrun's store?");
+      TINYDDP_FAIL(what, " at the ", address(), ": the reply claims ", length, " bytes, more than any value",
+                   hint("is MASTER_PORT really the port of torchrun's store?"));
     }
     reply_bytes = size_t(length);
   }
@@ -304,17 +305,17 @@ bool TorchTcpStore::check_locked(const std::vector<std::string>& keys, Clock::ti
 std::string TorchTcpStore::get_locked(const std::string& key, Clock::time_point deadline) {
   // The server answers get only for a key that exists (it hangs up otherwise): wait for it first.
   if (!wait_locked({key}, deadline, "get('" + key + "')"))
-    TINYDDP_FAIL("get('", key, "') at the ", address(), ": the key did not appear within ", seconds(timeout_),
-                 " s; hint: the rank that sets it has not come, or failed before setting it");
+    TINYDDP_FAIL("get('", key, "') at the ", address(), ": the key did not appear within ", seconds(timeout_), " s",
+                 hint("the rank that sets it has not come, or failed before setting it"));
   std::string bytes = request(Op::get);
   put_string(bytes, key);
   return exchange(bytes, kStringReply, deadline, "get('" + key + "')");
 }
 
 void TorchTcpStore::set(const std::string& key, const std::string& value) {
-  TINYDDP_CHECK(key.size() <= kMaxKeyBytes && value.size() <= kMaxValueBytes, "set('", key.substr(0, 64), "'): ",
-                key.size(), "-byte key, ", value.size(), "-byte value: over the limits of PyTorch's store (",
-                kMaxKeyBytes, " and ", kMaxValueBytes, "); hint: split the value over several keys");
+  TINYDDP_CHECK(key.size() <= kMaxKeyBytes && value.size() <= kMaxValueBytes, "set('", key.substr(0, 64),
+                "'): ", key.size(), "-byte key, ", value.size(), "-byte value: over the limits of PyTorch's store (",
+                kMaxKeyBytes, " and ", kMaxValueBytes, ")", hint("split the value over several keys"));
   std::lock_guard<std::mutex> lock(mutex_);
   auto deadline = Clock::now() + timeout_;
   std::string bytes = request(Op::set);
@@ -372,8 +373,8 @@ void TorchTcpStore::wait(const std::vector<std::string>& keys, Duration timeout)
   auto deadline = Clock::now() + std::min<Duration>(timeout_, std::chrono::seconds(10));
   for (const auto& key : keys)
     if (!check_locked({key}, deadline)) missing.push_back(key);
-  TINYDDP_FAIL("wait at the ", address(), ": timed out after ", seconds(timeout), " s; still missing: ", quoted(missing),
-               "; hint: the ranks that set them have not come, or failed first");
+  TINYDDP_FAIL("wait at the ", address(), ": timed out after ", seconds(timeout),
+               " s; still missing: ", quoted(missing), hint("the ranks that set them have not come, or failed first"));
 }
 
 bool TorchTcpStore::delete_key(const std::string& key) {
@@ -406,8 +407,8 @@ void TorchTcpStore::append(const std::string& key, const std::string& value) {
     std::string before = check_locked({key}, deadline) ? get_locked(key, deadline) : "";
     if (compare_set_locked(key, before, before + value) == before + value) return;
   }
-  TINYDDP_FAIL("append('", key, "') at the ", address(), ": other clients kept changing the key for ", seconds(timeout_),
-               " s; hint: raise the store timeout");
+  TINYDDP_FAIL("append('", key, "') at the ", address(), ": other clients kept changing the key for ",
+               seconds(timeout_), " s", hint("raise the store timeout"));
 }
 
 std::vector<std::string> TorchTcpStore::multi_get(const std::vector<std::string>& keys) {
@@ -419,8 +420,8 @@ std::vector<std::string> TorchTcpStore::multi_get(const std::vector<std::string>
 }
 
 void TorchTcpStore::multi_set(const std::vector<std::string>& keys, const std::vector<std::string>& values) {
-  TINYDDP_CHECK(keys.size() == values.size(), "multi_set: ", keys.size(), " keys but ", values.size(),
-                " values; hint: give one value per key");
+  TINYDDP_CHECK(keys.size() == values.size(), "multi_set: ", keys.size(), " keys but ", values.size(), " values",
+                hint("give one value per key"));
   for (size_t i = 0; i < keys.size(); ++i) set(keys[i], values[i]);
 }
 

@@ -89,8 +89,8 @@ std::string peer_facing_address(const std::string& advertise_address, const std:
   if (auto ifname = env::text("TINYDDP_IFNAME")) {
     for (const Interface& i : ipv4_interfaces())
       if (i.name == *ifname) return i.address;
-    TINYDDP_FAIL("tcp transport: TINYDDP_IFNAME='", *ifname,
-                 "' names no network interface with an IPv4 address; hint: pick one that `ip -4 addr` lists, or unset it");
+    TINYDDP_FAIL("tcp transport: TINYDDP_IFNAME='", *ifname, "' names no network interface with an IPv4 address",
+                 hint("pick one that `ip -4 addr` lists, or unset it"));
   }
   if (!route_to.empty())
     if (std::string address = route_source(route_to); !address.empty() && !is_loopback(address)) return address;

@@ -193,7 +193,7 @@ void listen_and_publish(Mesh& mesh, Store& store) {
   const MeshSpec& spec = mesh.spec;
   mesh.listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);  // non-blocking: see Knock::accept
   TINYDDP_CHECK(mesh.listener >= 0, "tcp transport: socket() failed: ", errno_text(errno),
-                "; hint: check the open-file limit (ulimit -n)");
+                hint("check the open-file limit (ulimit -n)"));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = 0;
@@ -201,15 +201,15 @@ void listen_and_publish(Mesh& mesh, Store& store) {
     addr.sin_addr.s_addr = htonl(INADDR_ANY);
   } else {
     TINYDDP_CHECK(::inet_pton(AF_INET, spec.listen_on.c_str(), &addr.sin_addr) == 1, "tcp transport: rank ", spec.rank,
-                  " would listen on '", spec.listen_on, "', which is not an IPv4 address; hint: set TINYDDP_SOCKET_ADDR ",
-                  "to this host's IPv4 address (or TINYDDP_IFNAME to its interface)");
+                  " would listen on '", spec.listen_on, "', which is not an IPv4 address",
+                  hint("set TINYDDP_SOCKET_ADDR ", "to this host's IPv4 address (or TINYDDP_IFNAME to its interface)"));
   }
   socklen_t len = sizeof addr;
   if (::bind(mesh.listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(mesh.listener, 128) != 0 ||
       ::getsockname(mesh.listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
     TINYDDP_FAIL("tcp transport: rank ", spec.rank, " could not listen on ",
                  spec.bind_all ? std::string("every address") : spec.listen_on, ": ", errno_text(errno),
-                 "; hint: the address must belong to this host (TINYDDP_SOCKET_ADDR / TINYDDP_IFNAME pick it)");
+                 hint("the address must belong to this host (TINYDDP_SOCKET_ADDR / TINYDDP_IFNAME pick it)"));
   mesh.advertised = spec.listen_on + ":" + std::to_string(ntohs(addr.sin_port));
   store.set(spec.prefix + "tcp/" + mesh.rank_text(), mesh.advertised);
 }
@@ -222,8 +222,9 @@ int dial(const Mesh& mesh, const sockaddr_in& to, int peer, const std::string& w
     int err = errno;
     ::close(fd);
     TINYDDP_CHECK(Clock::now() < mesh.deadline, "tcp transport: rank ", mesh.spec.rank, " could not connect to rank ",
-                  peer, " at ", where, ": ", errno_text(err), "; hint: check that the hosts reach each other on that ",
-                  "address (TINYDDP_SOCKET_ADDR picks it) and that no firewall blocks it");
+                  peer, " at ", where, ": ", errno_text(err),
+                  hint("check that the hosts reach each other on that ",
+                       "address (TINYDDP_SOCKET_ADDR picks it) and that no firewall blocks it"));
     std::this_thread::sleep_for(std::chrono::milliseconds(std::min(100, 1 << std::min(attempt, 6))));
   }
 }
@@ -241,8 +242,8 @@ void connect_to_lower_ranks(Mesh& mesh, Store& store) {
     to.sin_family = AF_INET;
     to.sin_port = htons(uint16_t(std::stoi(where.substr(where.rfind(':') + 1))));
     TINYDDP_CHECK(::inet_pton(AF_INET, host.c_str(), &to.sin_addr) == 1, "tcp transport: rank ", p,
-                  " published the address '", where, "', which is not IPv4 host:port; hint: set TINYDDP_SOCKET_ADDR ",
-                  "to this host's IPv4 address");
+                  " published the address '", where, "', which is not IPv4 host:port",
+                  hint("set TINYDDP_SOCKET_ADDR ", "to this host's IPv4 address"));
     for (uint8_t channel : {kUpward, kDownward}) {
       int fd = dial(mesh, to, p, where);
       Handshake hello{kMagic, kVersion, kHello, channel, spec.rank, p, mesh.group, mesh.token};
@@ -252,8 +253,9 @@ void connect_to_lower_ranks(Mesh& mesh, Store& store) {
       if (!ok || reply.magic != kMagic || reply.kind != kAccepted || reply.from != p || reply.channel != channel) {
         ::close(fd);
         TINYDDP_FAIL("tcp transport: rank ", p, " at ", where, " refused or did not answer rank ", spec.rank,
-                     "'s handshake; hint: every rank needs the same TINYDDP_TOKEN and the same tinyddp version, and the "
-                     "address must belong to this job (its log says why it refused)");
+                     "'s handshake",
+                     hint("every rank needs the same TINYDDP_TOKEN and the same tinyddp version, and the "
+                          "address must belong to this job (its log says why it refused)"));
       }
       mesh.add(p, channel, fd);
     }
@@ -314,8 +316,8 @@ struct Knocks {
   for (int p : mesh.spec.peers)
     if (p > mesh.spec.rank && !mesh.connected(p)) missing += (missing.empty() ? "" : ", ") + std::to_string(p);
   TINYDDP_FAIL("tcp transport: rank ", mesh.spec.rank, " timed out after ", mesh.spec.timeout.count(),
-               " ms waiting for rank(s) ", missing, " to connect; hint: those ranks did not start, failed earlier, or ",
-               "cannot reach ", mesh.advertised);
+               " ms waiting for rank(s) ", missing, " to connect",
+               hint("those ranks did not start, failed earlier, or ", "cannot reach ", mesh.advertised));
 }
 
 // Step 3: accept every higher rank (two sockets each). Anything else that knocks is refused with a

@@ -245,7 +245,8 @@ TcpTransport::TcpTransport(Store& store, const std::string& prefix, int rank, co
                            std::chrono::milliseconds timeout, TcpTransportOptions options)
     : rank_(rank), local_pids_(host_ids.size(), 0), connections_(host_ids.size()),
       wakeup_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
-  TINYDDP_CHECK(wakeup_fd_ >= 0, "tcp transport: eventfd failed: ", errno_text(errno), "; hint: check the open-file limit");
+  TINYDDP_CHECK(wakeup_fd_ >= 0, "tcp transport: eventfd failed: ", errno_text(errno),
+                hint("check the open-file limit"));
   bool any_remote = false;
   for (int p : peers) {
     any_remote |= host_ids[p] != host_ids[rank];
@@ -346,8 +347,9 @@ void TcpTransport::check_peers(std::chrono::milliseconds stalled_for) {
   std::string dead = dead_local_peers(/*skip_unread=*/true);
   if (!dead.empty())
     TINYDDP_FAIL("tcp transport: rank(s) ", dead, " died (the process is gone) while rank ", rank_,
-                 " waited in a collective with them; hint: look at rank ", dead.substr(0, dead.find(',')),
-                 "'s output and exit status (killed by a signal? out of memory?)");
+                 " waited in a collective with them",
+                 hint("look at rank ", dead.substr(0, dead.find(',')),
+                      "'s output and exit status (killed by a signal? out of memory?)"));
   std::lock_guard<std::mutex> lock(hangups_mutex_);
   const HangUp* first = nullptr;
   for (const HangUp& h : hangups_)
@@ -356,10 +358,9 @@ void TcpTransport::check_peers(std::chrono::milliseconds stalled_for) {
       break;
     }
   if (!first || Clock::now() - first->when < kHangupGrace) return;
-  TINYDDP_FAIL("tcp transport: rank ", first->rank,
-               " closed its connections (its process died or aborted) and rank ", rank_,
-               " has made no progress since; ranks that hung up, first first: ", hangup_summary(),
-               "; hint: look at rank ", first->rank, "'s own output for the first error");
+  TINYDDP_FAIL("tcp transport: rank ", first->rank, " closed its connections (its process died or aborted) and rank ",
+               rank_, " has made no progress since; ranks that hung up, first first: ", hangup_summary(),
+               hint("look at rank ", first->rank, "'s own output for the first error"));
 }
 
 void TcpTransport::fail_connection(int peer, const std::string& what) {
@@ -377,7 +378,7 @@ void TcpTransport::fail_connection(int peer, const std::string& what) {
   TINYDDP_FAIL("tcp transport: connection from rank ", rank_, " to rank ", peer, " broke: ", what,
                dead.empty() ? std::string() : "; rank(s) " + dead + " died (the process is gone)",
                closed.empty() ? std::string() : "; rank(s) " + closed + " closed their connections",
-               "; hint: look at rank ", first, "'s own output and exit status for the first error");
+               hint("look at rank ", first, "'s own output and exit status for the first error"));
 }
 
 void TcpTransport::abort(const std::string& /*reason*/) {

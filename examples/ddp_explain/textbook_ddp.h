@@ -55,7 +55,7 @@ class TextbookDdp {
   // The model's own backward: the all-reduce starts inside it, when the last gradient is ready.
   void backward(const Tensor& grad_output) { model_.backward(grad_output, /*want_input_grad=*/false); }
   void wait_for_gradients() {  // 4
-    TINYDDP_CHECK(work_ != nullptr, "TextbookDdp: no all-reduce to wait for; hint: forward, then backward");
+    TINYDDP_CHECK(work_ != nullptr, "TextbookDdp: no all-reduce to wait for", hint("forward, then backward"));
     work_->wait();
     work_ = nullptr;
   }

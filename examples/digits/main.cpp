@@ -81,10 +81,10 @@ std::vector<int64_t> parse_widths(const std::string& text) {
     char* end = nullptr;
     long long width = std::strtoll(part.c_str(), &end, 10);
     TINYDDP_CHECK(!part.empty() && *end == '\0' && width > 0, "--hidden ", text, ": \"", part,
-                  "\" is not a positive layer width; hint: write the widths separated by commas, e.g. 256,128");
+                  "\" is not a positive layer width", hint("write the widths separated by commas, e.g. 256,128"));
     widths.push_back(width);
   }
-  TINYDDP_CHECK(!widths.empty(), "--hidden is empty; hint: give at least one width, e.g. 128");
+  TINYDDP_CHECK(!widths.empty(), "--hidden is empty", hint("give at least one width, e.g. 128"));
   return widths;
 }
 
@@ -173,13 +173,15 @@ int main(int argc, char** argv) {
   // Every failure prints its message once and exits 1 (core/run_main.h).
   return run_main([&] {
     examples::check_inputs(options);  // before the data and the training: a typo should not wait for them
-    TINYDDP_CHECK(std::filesystem::exists(data_path), "--data ", data_path, " does not exist; hint: ",
-                  data_path == "data/digits.csv.gz" ? "run `make data` in the source tree (it writes data/digits.csv.gz)"
-                                                    : "check the path, or run `make data` for data/digits.csv.gz");
+    TINYDDP_CHECK(std::filesystem::exists(data_path), "--data ", data_path, " does not exist",
+                  hint(data_path == "data/digits.csv.gz"
+                           ? "run `make data` in the source tree (it writes data/digits.csv.gz)"
+                           : "check the path, or run `make data` for data/digits.csv.gz"));
     nn::TensorDataset all = nn::read_csv(data_path, {.feature_scale = 1.f / 16, .num_classes = 10});
     const int64_t n = all.size(), n_test = int64_t(double(n) * test_fraction), n_train = n - n_test;
     TINYDDP_CHECK(n_train > 0 && all.features().size(1) == 64, data_path, ": ", n, " rows of ", all.features().size(1),
-                  " features leave ", n_train, " for training; hint: the file should hold the 8x8 digits (64 features)");
+                  " features leave ", n_train, " for training",
+                  hint("the file should hold the 8x8 digits (64 features)"));
     auto train_set = rows(all, 0, n_train), test_set = rows(all, n_train, n);
     if (augment == "on") train_set = with_shifted_copies(*train_set);
     nn::DataLoader loader(train_set, {.batch_size = options.batch_size, .shuffle = options.shuffle == "on", .seed = options.seed});

@@ -82,8 +82,8 @@ int main(int argc, char** argv) {
         ++batch_number;
         // What the Trainer does (NonFiniteLoss::stop): a NaN stepped into the weights is a NaN model.
         TINYDDP_CHECK(std::isfinite(loss), "the loss is ", loss, " at epoch ", epoch + 1, ", batch ", batch_number,
-                      "; stopped before the optimizer step; hint: look for NaN or huge values in --load'ed weights,",
-                      " or lower --lr");
+                      "; stopped before the optimizer step",
+                      hint("look for NaN or huge values in --load'ed weights,", " or lower --lr"));
         model.backward(loss_fn.backward(), /*want_input_grad=*/false);
         optimizer.step();
         if (step_on == "batch") scheduler.step();

@@ -37,13 +37,14 @@ std::string read_text(const std::string& path, uint64_t max_bytes) {
   std::error_code not_there;
   if (std::filesystem::is_directory(path, not_there)) {
     const std::string found = csv_files_in(path);
-    TINYDDP_FAIL(path, " is a directory, not a CSV file; hint: ",
-                 found.empty() ? "name the .csv or .csv.gz file to read (there is none in it)" : "name the file to read: " + found);
+    TINYDDP_FAIL(path, " is a directory, not a CSV file",
+                 hint(found.empty() ? "name the .csv or .csv.gz file to read (there is none in it)"
+                                    : "name the file to read: " + found));
   }
   errno = 0;
   gzFile file = gzopen(path.c_str(), "rb");
   TINYDDP_CHECK(file != nullptr, "cannot open ", path, ": ", errno ? std::strerror(errno) : "out of memory",
-                "; hint: check the path and the file's permissions");
+                hint("check the path and the file's permissions"));
   struct Closer {
     gzFile file;
     ~Closer() { gzclose(file); }
@@ -55,7 +56,7 @@ std::string read_text(const std::string& path, uint64_t max_bytes) {
     int n = gzread(file, chunk.data(), unsigned(chunk.size()));
     if (n <= 0) break;
     TINYDDP_CHECK(text.size() + size_t(n) <= max_bytes, path, " holds more than ", max_bytes,
-                  " bytes of text (after decompression); hint: raise CsvOptions::max_bytes if the file is right");
+                  " bytes of text (after decompression)", hint("raise CsvOptions::max_bytes if the file is right"));
     text.append(chunk.data(), size_t(n));
   }
   // A read error, corrupt gzip data, or a gzip stream cut short ("unexpected end of file").
@@ -63,8 +64,8 @@ std::string read_text(const std::string& path, uint64_t max_bytes) {
   const char* message = gzerror(file, &code);
   // Z_ERRNO: the system could not read it (an I/O error); anything else: zlib found the data bad.
   TINYDDP_CHECK(code == Z_OK, "reading ", path, " failed: ", code == Z_ERRNO ? std::strerror(errno) : message,
-                code == Z_ERRNO ? "; hint: the disk or file system failed to read it (dmesg may say why)"
-                                : "; hint: the file is damaged or truncated (test it with gzip -t)");
+                hint(code == Z_ERRNO ? "the disk or file system failed to read it (dmesg may say why)"
+                                     : "the file is damaged or truncated (test it with gzip -t)"));
   return text;
 }
 
@@ -108,12 +109,12 @@ float parse_value(std::string_view field, const Where& at, bool first_row_withou
   float value = 0;
   std::errc error = parse_number(field, value);
   TINYDDP_CHECK(error != std::errc::result_out_of_range, at, ": the number ", shown(field),
-                " does not fit in a 32-bit float; hint: rescale the column");
+                " does not fit in a 32-bit float", hint("rescale the column"));
   TINYDDP_CHECK(error == std::errc(), at, ": expected a number, found ", shown(field),
-                first_row_without_header ? "; hint: if this line holds column names, set CsvOptions::has_header"
-                                         : "; hint: every field must be a number");
+                hint(first_row_without_header ? "if this line holds column names, set CsvOptions::has_header"
+                                              : "every field must be a number"));
   TINYDDP_CHECK(std::isfinite(value), at, ": expected a finite number, found ", shown(field),
-                "; hint: fill in or drop the missing values before training");
+                hint("fill in or drop the missing values before training"));
   return value;
 }
 
@@ -121,7 +122,7 @@ float parse_value(std::string_view field, const Where& at, bool first_row_withou
 float scaled(float value, const Where& at, const CsvOptions& options) {
   const float result = value * options.feature_scale;
   TINYDDP_CHECK(std::isfinite(result), at, ": ", value, " times feature_scale ", options.feature_scale,
-                " overflows a 32-bit float; hint: use a smaller feature_scale");
+                " overflows a 32-bit float", hint("use a smaller feature_scale"));
   return result;
 }
 
@@ -131,17 +132,18 @@ int64_t parse_class_label(std::string_view field, const Where& at, bool first_ro
     // Not written as an integer: accept a whole number written as a float ("3.0"), refuse the rest.
     double value = 0;
     TINYDDP_CHECK(parse_number(field, value) == std::errc(), at, ": expected a class label, found ", shown(field),
-                  first_row_without_header ? "; hint: if this line holds column names, set CsvOptions::has_header"
-                                           : "; hint: class labels are whole numbers 0, 1, 2, ...");
-    TINYDDP_CHECK(std::isfinite(value) && value == std::floor(value) && std::fabs(value) < 9.0e15, at,
-                  ": the label ", shown(field), " is not an integer; hint: class labels are whole numbers 0, 1, 2, ...",
-                  " (set CsvOptions::class_labels = false for real-valued targets)");
+                  hint(first_row_without_header ? "if this line holds column names, set CsvOptions::has_header"
+                                                : "class labels are whole numbers 0, 1, 2, ..."));
+    TINYDDP_CHECK(std::isfinite(value) && value == std::floor(value) && std::fabs(value) < 9.0e15, at, ": the label ",
+                  shown(field), " is not an integer",
+                  hint("class labels are whole numbers 0, 1, 2, ...",
+                       " (set CsvOptions::class_labels = false for real-valued targets)"));
     label = int64_t(value);
   }
-  TINYDDP_CHECK(label >= 0, at, ": the label ", label, " is negative; hint: class labels count from 0");
+  TINYDDP_CHECK(label >= 0, at, ": the label ", label, " is negative", hint("class labels count from 0"));
   TINYDDP_CHECK(num_classes == 0 || label < num_classes, at, ": the label ", label, " is not a class of this model (",
-                num_classes, " classes: 0 to ", num_classes - 1, "); hint: fix the line, or check that the label is",
-                " the column CsvOptions::label_column names");
+                num_classes, " classes: 0 to ", num_classes - 1, ")",
+                hint("fix the line, or check that the label is", " the column CsvOptions::label_column names"));
   return label;
 }
 
@@ -149,14 +151,14 @@ void check_options(const CsvOptions& options) {
   const char d = options.delimiter;
   TINYDDP_CHECK(!(d >= '0' && d <= '9') && std::strchr(".+-eE\n\r\"", d) == nullptr && d != '\0',
                 "read_csv: the delimiter '", d, "' can be part of a number or a line break",
-                "; hint: use ',', ';', '\\t' or ' '");
+                hint("use ',', ';', '\\t' or ' '"));
   TINYDDP_CHECK(std::isfinite(options.feature_scale), "read_csv: feature_scale ", options.feature_scale,
-                " is not finite; hint: pass for example 1.f / 16");
+                " is not finite", hint("pass for example 1.f / 16"));
   TINYDDP_CHECK(options.num_classes >= 0, "read_csv: num_classes is ", options.num_classes,
-                "; hint: pass the model's number of classes, or 0 for no upper bound");
+                hint("pass the model's number of classes, or 0 for no upper bound"));
   TINYDDP_CHECK(options.max_columns >= 2 && options.max_line_bytes > 0 && options.max_bytes > 0 && options.max_rows > 0,
                 "read_csv: the size limits must be positive (max_columns at least 2)",
-                "; hint: leave CsvOptions' limits at their defaults or raise them");
+                hint("leave CsvOptions' limits at their defaults or raise them"));
 }
 
 }  // namespace
@@ -164,7 +166,7 @@ void check_options(const CsvOptions& options) {
 TensorDataset parse_csv(const std::string& text, const std::string& source, const CsvOptions& options) {
   check_options(options);
   TINYDDP_CHECK(text.size() <= options.max_bytes, source, " holds ", text.size(), " bytes of text, over the limit of ",
-                options.max_bytes, "; hint: raise CsvOptions::max_bytes if the file is right");
+                options.max_bytes, hint("raise CsvOptions::max_bytes if the file is right"));
   std::vector<float> features, value_labels;
   std::vector<int64_t> class_labels;
   std::vector<std::string_view> fields;
@@ -179,7 +181,7 @@ TensorDataset parse_csv(const std::string& text, const std::string& source, cons
     ++line_number;
     TINYDDP_CHECK(line.size() <= options.max_line_bytes, source, ":", line_number, ": the line is ", line.size(),
                   " bytes long, over the limit of ", options.max_line_bytes,
-                  "; hint: raise CsvOptions::max_line_bytes if the file is right");
+                  hint("raise CsvOptions::max_line_bytes if the file is right"));
     if (trim(line, options.delimiter).empty()) continue;  // blank lines (a trailing newline, spacing) carry no row
 
     fields.clear();
@@ -188,7 +190,7 @@ TensorDataset parse_csv(const std::string& text, const std::string& source, cons
       fields.push_back(trim(line.substr(begin, end == std::string_view::npos ? std::string_view::npos : end - begin),
                             options.delimiter));
       TINYDDP_CHECK(int64_t(fields.size()) <= options.max_columns, source, ":", line_number, ": more than ",
-                    options.max_columns, " columns; hint: check the delimiter, or raise CsvOptions::max_columns");
+                    options.max_columns, " columns", hint("check the delimiter, or raise CsvOptions::max_columns"));
       if (end == std::string_view::npos) break;
       begin = end + 1;
     }
@@ -197,23 +199,23 @@ TensorDataset parse_csv(const std::string& text, const std::string& source, cons
       columns = int64_t(fields.size());
       first_line = line_number;
       TINYDDP_CHECK(columns >= 2, source, ":", line_number, ": found a single column, but a row needs at least one",
-                    " feature and a label; hint: check CsvOptions::delimiter (it is '", options.delimiter, "')");
+                    " feature and a label", hint("check CsvOptions::delimiter (it is '", options.delimiter, "')"));
       label_column = options.label_column < 0 ? columns + options.label_column : options.label_column;
       TINYDDP_CHECK(label_column >= 0 && label_column < columns, source, ":", line_number, ": label_column ",
-                    options.label_column, " is outside the ", columns,
-                    " columns of this row; hint: use 0..columns-1, or -1 for the last column");
+                    options.label_column, " is outside the ", columns, " columns of this row",
+                    hint("use 0..columns-1, or -1 for the last column"));
     } else {
       TINYDDP_CHECK(int64_t(fields.size()) == columns, source, ":", line_number, ": found ", fields.size(),
                     " columns, but line ", first_line, " has ", columns,
-                    "; hint: every row needs the same number of columns (a missing or extra delimiter?)");
+                    hint("every row needs the same number of columns (a missing or extra delimiter?)"));
     }
     if (header_pending) {
       header_pending = false;
       continue;
     }
 
-    TINYDDP_CHECK(rows < options.max_rows, source, ":", line_number, ": more than ", options.max_rows,
-                  " data rows; hint: raise CsvOptions::max_rows if the file is right");
+    TINYDDP_CHECK(rows < options.max_rows, source, ":", line_number, ": more than ", options.max_rows, " data rows",
+                  hint("raise CsvOptions::max_rows if the file is right"));
     const bool first_row_without_header = !options.has_header && line_number == first_line;
     for (int64_t column = 0; column < columns; ++column) {
       const std::string_view field = fields[size_t(column)];
@@ -225,8 +227,11 @@ TensorDataset parse_csv(const std::string& text, const std::string& source, cons
     ++rows;
   }
 
-  TINYDDP_CHECK(rows > 0, source, text.empty() ? " is empty" : columns == 0 ? " holds only blank lines" : " holds a header but no data rows",
-                "; hint: a CSV dataset needs at least one row of numbers");
+  TINYDDP_CHECK(rows > 0, source,
+                text.empty()   ? " is empty"
+                : columns == 0 ? " holds only blank lines"
+                               : " holds a header but no data rows",
+                hint("a CSV dataset needs at least one row of numbers"));
   Tensor inputs = Tensor::from_vector(features, {rows, columns - 1});
   Tensor targets = options.class_labels ? Tensor::from_vector(class_labels, {rows}) : Tensor::from_vector(value_labels, {rows});
   return TensorDataset(std::move(inputs), std::move(targets));

@@ -110,11 +110,12 @@ class DataLoader::Pass {
 DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions options,
                        std::shared_ptr<Sampler> sampler)
     : dataset_(std::move(dataset)), options_(options), sampler_(std::move(sampler)) {
-  TINYDDP_CHECK(dataset_ != nullptr, "DataLoader: the dataset is null; hint: pass std::make_shared<TensorDataset>(...)");
-  TINYDDP_CHECK(options_.batch_size >= 1, "DataLoader: batch_size ", options_.batch_size,
-                " must be at least 1; hint: set DataLoaderOptions::batch_size");
+  TINYDDP_CHECK(dataset_ != nullptr, "DataLoader: the dataset is null",
+                hint("pass std::make_shared<TensorDataset>(...)"));
+  TINYDDP_CHECK(options_.batch_size >= 1, "DataLoader: batch_size ", options_.batch_size, " must be at least 1",
+                hint("set DataLoaderOptions::batch_size"));
   TINYDDP_CHECK(!(sampler_ && options_.shuffle), "DataLoader: a sampler and shuffle = true were both given",
-                "; hint: the sampler decides the order, so leave shuffle false (a DistributedSampler shuffles itself)");
+                hint("the sampler decides the order, so leave shuffle false (a DistributedSampler shuffles itself)"));
   if (!sampler_) {
     if (options_.shuffle) sampler_ = std::make_shared<RandomSampler>(dataset_->size(), options_.seed);
     else sampler_ = std::make_shared<SequentialSampler>(dataset_->size());
@@ -129,7 +130,7 @@ int64_t DataLoader::size() const {
 DataLoader::Iterator DataLoader::begin() {
   std::vector<int64_t> order = sampler_->indices();
   TINYDDP_CHECK(int64_t(order.size()) == sampler_->size(), "DataLoader: the sampler returned ", order.size(),
-                " indices but its size() is ", sampler_->size(), "; hint: a Sampler's indices() and size() must agree");
+                " indices but its size() is ", sampler_->size(), hint("a Sampler's indices() and size() must agree"));
   const size_t batch_size = size_t(options_.batch_size);
   std::vector<std::vector<int64_t>> batches;
   for (size_t begin = 0; begin < order.size(); begin += batch_size) {
@@ -144,13 +145,13 @@ DataLoader::Iterator::Iterator(std::shared_ptr<Pass> pass) : pass_(std::move(pas
 
 const Batch& DataLoader::Iterator::operator*() const {
   TINYDDP_CHECK(pass_ != nullptr, "DataLoader: dereferencing an iterator past the last batch",
-                "; hint: compare it with loader.end() first");
+                hint("compare it with loader.end() first"));
   return current_;
 }
 
 DataLoader::Iterator& DataLoader::Iterator::operator++() {
   TINYDDP_CHECK(pass_ != nullptr, "DataLoader: advancing an iterator past the last batch",
-                "; hint: compare it with loader.end() first");
+                hint("compare it with loader.end() first"));
   std::shared_ptr<Pass> pass = pass_;
   pass_ = nullptr;  // stays at the end if next() finds no more batches or throws
   current_ = Batch{};

@@ -11,11 +11,11 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, int num_replicas, i
                                        DistributedSamplerOptions options)
     : dataset_size_(dataset_size), num_replicas_(num_replicas), rank_(rank), options_(options) {
   TINYDDP_CHECK(dataset_size >= 0, "DistributedSampler: negative data set size ", dataset_size,
-                "; hint: pass the dataset's size()");
+                hint("pass the dataset's size()"));
   TINYDDP_CHECK(num_replicas >= 1, "DistributedSampler: num_replicas is ", num_replicas,
-                "; hint: pass the world size (the process group's size())");
+                hint("pass the world size (the process group's size())"));
   TINYDDP_CHECK(rank >= 0 && rank < num_replicas, "DistributedSampler: rank ", rank, " is outside [0, ", num_replicas,
-                "); hint: pass this process's rank, from 0 to num_replicas - 1");
+                ")", hint("pass this process's rank, from 0 to num_replicas - 1"));
   // PyTorch: drop_last and an uneven split -> ceil((n - W) / W), which is floor(n / W); otherwise ceil(n / W).
   num_samples_ = options.drop_last ? dataset_size / num_replicas : (dataset_size + num_replicas - 1) / num_replicas;
 }

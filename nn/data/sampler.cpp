@@ -8,7 +8,7 @@
 namespace tinyddp::nn {
 
 SequentialSampler::SequentialSampler(int64_t n) : n_(n) {
-  TINYDDP_CHECK(n >= 0, "SequentialSampler: negative size ", n, "; hint: pass the dataset's size()");
+  TINYDDP_CHECK(n >= 0, "SequentialSampler: negative size ", n, hint("pass the dataset's size()"));
 }
 
 std::vector<int64_t> SequentialSampler::indices() const {
@@ -18,7 +18,7 @@ std::vector<int64_t> SequentialSampler::indices() const {
 }
 
 RandomSampler::RandomSampler(int64_t n, uint64_t seed) : n_(n), seed_(seed) {
-  TINYDDP_CHECK(n >= 0, "RandomSampler: negative size ", n, "; hint: pass the dataset's size()");
+  TINYDDP_CHECK(n >= 0, "RandomSampler: negative size ", n, hint("pass the dataset's size()"));
 }
 
 std::vector<int64_t> RandomSampler::indices() const {

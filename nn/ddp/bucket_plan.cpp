@@ -10,16 +10,17 @@ namespace tinyddp::nn {
 std::vector<BucketSpec> plan_buckets(std::span<const size_t> order, std::span<const size_t> parameter_bytes,
                                      size_t first_bucket_bytes, size_t bucket_cap_bytes) {
   TINYDDP_CHECK(first_bucket_bytes > 0 && bucket_cap_bytes > 0, "plan_buckets: the first bucket limit (",
-                first_bucket_bytes, " bytes) and the bucket cap (", bucket_cap_bytes,
-                " bytes) must be positive; hint: pass a bucket_cap_mb above zero");
+                first_bucket_bytes, " bytes) and the bucket cap (", bucket_cap_bytes, " bytes) must be positive",
+                hint("pass a bucket_cap_mb above zero"));
   TINYDDP_CHECK(order.size() == parameter_bytes.size(), "plan_buckets: the order lists ", order.size(),
-                " parameters but there are ", parameter_bytes.size(), "; hint: list every parameter exactly once");
+                " parameters but there are ", parameter_bytes.size(), hint("list every parameter exactly once"));
   std::vector<bool> seen(parameter_bytes.size(), false);
   for (size_t index : order) {
     TINYDDP_CHECK(index < parameter_bytes.size() && !seen[index], "plan_buckets: parameter index ", index,
                   index < parameter_bytes.size() ? " appears twice" : " is out of range", " in the order of ",
-                  parameter_bytes.size(), " parameters; hint: the order must be a permutation of 0..",
-                  parameter_bytes.size() == 0 ? 0 : parameter_bytes.size() - 1);
+                  parameter_bytes.size(), " parameters",
+                  hint("the order must be a permutation of 0..",
+                       parameter_bytes.size() == 0 ? 0 : parameter_bytes.size() - 1));
     seen[index] = true;
   }
 

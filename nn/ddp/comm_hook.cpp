@@ -9,13 +9,15 @@ namespace tinyddp::nn {
 
 CommHookFuture::CommHookFuture(comm::WorkPtr work, std::function<void()> then)
     : work_(std::move(work)), then_(std::move(then)) {
-  TINYDDP_CHECK(work_ != nullptr, "CommHookFuture: the work is null; hint: return the Work of the collective the "
-                "hook started (e.g. group.all_reduce(...)), or comm::Work::completed(...) when it needed none");
+  TINYDDP_CHECK(work_ != nullptr, "CommHookFuture: the work is null",
+                hint("return the Work of the collective the "
+                     "hook started (e.g. group.all_reduce(...)), or comm::Work::completed(...) when it needed none"));
 }
 
 void CommHookFuture::wait() {
-  TINYDDP_CHECK(work_ != nullptr, "CommHookFuture::wait: this future holds no work; hint: a comm hook must return "
-                "CommHookFuture(work), not a default-constructed one");
+  TINYDDP_CHECK(work_ != nullptr, "CommHookFuture::wait: this future holds no work",
+                hint("a comm hook must return "
+                     "CommHookFuture(work), not a default-constructed one"));
   work_->wait();
   if (then_) {
     // Cleared before it runs, so a second wait() (or a throwing `then`) never applies it twice.
@@ -94,7 +96,7 @@ CommHook by_name(const std::string& name) {
     if (name == h.name) return h.hook;
   std::string valid;
   for (const std::string& n : names()) valid += (valid.empty() ? "" : ", ") + n;
-  TINYDDP_FAIL("unknown comm hook '", name, "'; hint: use one of ", valid);
+  TINYDDP_FAIL("unknown comm hook '", name, "'", hint("use one of ", valid));
 }
 
 }  // namespace comm_hooks

@@ -16,7 +16,7 @@ namespace {
 
 size_t mebibytes_to_bytes(double mb, const char* option) {
   TINYDDP_CHECK(std::isfinite(mb) && mb > 0, "DistributedDataParallel: ", option, " is ", mb,
-                "; hint: pass a positive size in MiB (PyTorch's default bucket_cap_mb is 25)");
+                hint("pass a positive size in MiB (PyTorch's default bucket_cap_mb is 25)"));
   // int(mb * 1024 * 1024), as PyTorch turns bucket_cap_mb into bytes.
   return std::max<size_t>(1, size_t(mb * 1024.0 * 1024.0));
 }
@@ -71,15 +71,16 @@ DistributedDataParallel::DistributedDataParallel(Module& module, std::shared_ptr
 DistributedDataParallel::DistributedDataParallel(std::shared_ptr<Module> module,
                                                  std::shared_ptr<comm::ProcessGroup> group, DdpOptions options)
     : owned_(std::move(module)), module_(owned_.get()), group_(std::move(group)), options_(options) {
-  TINYDDP_CHECK(module_ != nullptr, "DistributedDataParallel: the module is null; hint: pass the model to wrap");
+  TINYDDP_CHECK(module_ != nullptr, "DistributedDataParallel: the module is null", hint("pass the model to wrap"));
   initialize();
 }
 
 DistributedDataParallel::~DistributedDataParallel() = default;
 
 void DistributedDataParallel::initialize() {
-  TINYDDP_CHECK(group_ != nullptr, "DistributedDataParallel: the process group is null; hint: create one with "
-                "comm::create_process_group (or rendezvous) before wrapping the model");
+  TINYDDP_CHECK(group_ != nullptr, "DistributedDataParallel: the process group is null",
+                hint("create one with "
+                     "comm::create_process_group (or rendezvous) before wrapping the model"));
   device_ = module_->device();
   ReducerOptions reducer_options;
   reducer_options.first_bucket_bytes = mebibytes_to_bytes(options_.first_bucket_mb, "first_bucket_mb");
@@ -87,8 +88,9 @@ void DistributedDataParallel::initialize() {
   reducer_options.find_unused_parameters = options_.find_unused_parameters;
   reducer_options.rebuild_buckets = options_.rebuild_buckets;
   TINYDDP_CHECK(!module_->named_parameters().empty(), "DistributedDataParallel: ", module_->describe(),
-                " has no parameters, so there are no gradients to synchronise; hint: DDP is only needed for "
-                "models with parameters");
+                " has no parameters, so there are no gradients to synchronise",
+                hint("DDP is only needed for "
+                     "models with parameters"));
   check_replicas_match();
   if (options_.broadcast_parameters) broadcast_parameters();
   reducer_ = std::make_unique<Reducer>(module_->named_parameters(), group_, reducer_options);
@@ -110,8 +112,9 @@ void DistributedDataParallel::check_replicas_match() {
       const std::string theirs = i < lines.size() ? lines[i] : "nothing (it has only " + std::to_string(lines.size()) + ")";
       const std::string ours = i < reference.size() ? reference[i] : "nothing (it has only " + std::to_string(reference.size()) + ")";
       TINYDDP_FAIL("DistributedDataParallel: the model on rank ", r, " differs from rank 0's: parameter #", i, " is ",
-                   theirs, " on rank ", r, " but ", ours, " on rank 0; hint: build the same model (same layers, "
-                   "sizes and order) on every rank before wrapping it");
+                   theirs, " on rank ", r, " but ", ours, " on rank 0",
+                   hint("build the same model (same layers, "
+                        "sizes and order) on every rank before wrapping it"));
     }
   }
 }
@@ -155,8 +158,9 @@ void DistributedDataParallel::register_comm_hook(std::shared_ptr<comm::ProcessGr
 }
 
 int DistributedDataParallel::add_forward_pre_hook(std::function<void()> hook) {
-  TINYDDP_CHECK(hook != nullptr, "DistributedDataParallel::add_forward_pre_hook: the hook is empty; hint: pass a "
-                "function to run before every forward");
+  TINYDDP_CHECK(hook != nullptr, "DistributedDataParallel::add_forward_pre_hook: the hook is empty",
+                hint("pass a "
+                     "function to run before every forward"));
   forward_pre_hooks_.emplace_back(next_hook_id_, std::move(hook));
   return next_hook_id_++;
 }
@@ -177,9 +181,11 @@ std::string DistributedDataParallel::describe() const {
 std::vector<NamedParameter> DistributedDataParallel::named_parameters() { return module_->named_parameters(); }
 
 void DistributedDataParallel::to(Device device) {
-  TINYDDP_FAIL("DistributedDataParallel::to(", device.str(), "): a wrapped model cannot move, its gradients are "
-               "views into the reducer's buckets; hint: call model.to(device) before wrapping it in "
-               "DistributedDataParallel");
+  TINYDDP_FAIL("DistributedDataParallel::to(", device.str(),
+               "): a wrapped model cannot move, its gradients are "
+               "views into the reducer's buckets",
+               hint("call model.to(device) before wrapping it in "
+                    "DistributedDataParallel"));
 }
 
 DistributedDataParallel::NoSyncGuard::NoSyncGuard(DistributedDataParallel& ddp)

@@ -39,27 +39,34 @@ std::string list_names(const std::vector<NamedParameter>& parameters, const std:
 Reducer::Reducer(std::vector<NamedParameter> parameters, std::shared_ptr<comm::ProcessGroup> group,
                  ReducerOptions options)
     : parameters_(std::move(parameters)), group_(std::move(group)), options_(options) {
-  TINYDDP_CHECK(group_ != nullptr, "Reducer: the process group is null; hint: create one with "
-                "comm::create_process_group (or rendezvous) first");
-  TINYDDP_CHECK(!parameters_.empty(), "Reducer: the model has no parameters, so there are no gradients to "
-                "synchronise; hint: DistributedDataParallel is only needed for models with parameters");
+  TINYDDP_CHECK(group_ != nullptr, "Reducer: the process group is null",
+                hint("create one with "
+                     "comm::create_process_group (or rendezvous) first"));
+  TINYDDP_CHECK(!parameters_.empty(),
+                "Reducer: the model has no parameters, so there are no gradients to "
+                "synchronise",
+                hint("DistributedDataParallel is only needed for models with parameters"));
   const Device device = parameters_[0].parameter->value.device();
   std::set<const Parameter*> distinct;
   for (const NamedParameter& named : parameters_) {
-    TINYDDP_CHECK(named.parameter != nullptr, "Reducer: parameter '", named.name, "' is null; hint: pass "
-                  "module.named_parameters()");
+    TINYDDP_CHECK(named.parameter != nullptr, "Reducer: parameter '", named.name, "' is null",
+                  hint("pass "
+                       "module.named_parameters()"));
     const Tensor& value = named.parameter->value;
     TINYDDP_CHECK(value.device() == device, "Reducer: parameter '", named.name, "' is on ", value.device().str(),
-                  " but '", parameters_[0].name, "' is on ", device.str(), "; hint: move the whole model to one device "
-                  "with model.to(device) before wrapping it in DistributedDataParallel");
+                  " but '", parameters_[0].name, "' is on ", device.str(),
+                  hint("move the whole model to one device "
+                       "with model.to(device) before wrapping it in DistributedDataParallel"));
     TINYDDP_CHECK(value.dtype() == DType::f32, "Reducer: parameter '", named.name, "' is ", value.describe(),
-                  "; hint: parameters must be f32");
-    TINYDDP_CHECK(distinct.insert(named.parameter).second, "Reducer: parameter '", named.name, "' is listed twice "
-                  "(a shared weight); hint: list every Parameter once, a shared one under a single name");
+                  hint("parameters must be f32"));
+    TINYDDP_CHECK(distinct.insert(named.parameter).second, "Reducer: parameter '", named.name,
+                  "' is listed twice "
+                  "(a shared weight)",
+                  hint("list every Parameter once, a shared one under a single name"));
     const Tensor& grad = named.parameter->grad;
     TINYDDP_CHECK(!grad.defined() || (grad.shape() == value.shape() && grad.dtype() == value.dtype()),
                   "Reducer: the gradient of '", named.name, "' is ", grad.describe(), " but the parameter is ",
-                  value.describe(), "; hint: gradients must have their parameter's shape and dtype");
+                  value.describe(), hint("gradients must have their parameter's shape and dtype"));
   }
 
   std::vector<size_t> bytes;
@@ -144,15 +151,19 @@ void Reducer::prepare_for_backward() {
 void Reducer::mark_ready(size_t index) {
   if (!armed_) return;  // no_sync(), or a backward that DDP's forward did not prepare
   TINYDDP_CHECK(index < parameters_.size(), "Reducer::mark_ready: parameter index ", index, " is outside the ",
-                parameters_.size(), " parameters; hint: mark_ready is called by the parameters' own hooks");
+                parameters_.size(), " parameters", hint("mark_ready is called by the parameters' own hooks"));
   mark(index, true);
 }
 
 void Reducer::mark(size_t index, bool observed) {
-  TINYDDP_CHECK(!marked_[index], "DistributedDataParallel: parameter '", name(index), "' was marked ready twice in "
-                "one backward pass on rank ", group_->rank(), "; its bucket may already be on the wire, so the second "
-                "gradient cannot be included; hint: use each layer once per forward pass, or run the extra "
-                "backward passes of gradient accumulation under no_sync()");
+  TINYDDP_CHECK(!marked_[index], "DistributedDataParallel: parameter '", name(index),
+                "' was marked ready twice in "
+                "one backward pass on rank ",
+                group_->rank(),
+                "; its bucket may already be on the wire, so the second "
+                "gradient cannot be included",
+                hint("use each layer once per forward pass, or run the extra "
+                     "backward passes of gradient accumulation under no_sync()"));
   marked_[index] = true;
   backward_seen_ = true;
   if (observed) ready_order_.push_back(index);
@@ -192,8 +203,9 @@ CommHookFuture Reducer::run_hook(size_t b) {
                  error ? error->message() : std::string(e.what()));
   }
   TINYDDP_CHECK(future.valid(), "DistributedDataParallel: the comm hook returned an empty future for bucket ", b,
-                " on rank ", group_->rank(), "; hint: return CommHookFuture(work) with the Work of the collective "
-                "the hook started");
+                " on rank ", group_->rank(),
+                hint("return CommHookFuture(work) with the Work of the collective "
+                     "the hook started"));
   return future;
 }
 
@@ -210,16 +222,21 @@ void Reducer::wait_for_bucket(size_t b) {
 }
 
 void Reducer::register_comm_hook(std::shared_ptr<comm::ProcessGroup> group, CommHook hook) {
-  TINYDDP_CHECK(hook != nullptr, "DistributedDataParallel::register_comm_hook: the hook is empty; hint: pass a "
-                "function (ProcessGroup&, GradBucket&) -> CommHookFuture, e.g. nn::comm_hooks::allreduce");
-  TINYDDP_CHECK(!custom_hook_, "DistributedDataParallel::register_comm_hook: a comm hook is already registered; "
-                "hint: register_comm_hook may be called only once (as in PyTorch); do everything in one hook");
-  TINYDDP_CHECK(!backward_seen_ && iterations_ == 0, "DistributedDataParallel::register_comm_hook: called after "
-                "a synchronised backward pass already ran; hint: register the hook right after wrapping the model, "
-                "before the first backward (every rank at the same point)");
-  TINYDDP_CHECK(!group || group->size() == group_->size(), "DistributedDataParallel::register_comm_hook: the hook's "
-                "process group has ", group ? group->size() : 0, " ranks but DDP's has ", group_->size(),
-                "; hint: pass nullptr to use DDP's own group");
+  TINYDDP_CHECK(hook != nullptr, "DistributedDataParallel::register_comm_hook: the hook is empty",
+                hint("pass a "
+                     "function (ProcessGroup&, GradBucket&) -> CommHookFuture, e.g. nn::comm_hooks::allreduce"));
+  TINYDDP_CHECK(!custom_hook_, "DistributedDataParallel::register_comm_hook: a comm hook is already registered",
+                hint("register_comm_hook may be called only once (as in PyTorch); do everything in one hook"));
+  TINYDDP_CHECK(!backward_seen_ && iterations_ == 0,
+                "DistributedDataParallel::register_comm_hook: called after "
+                "a synchronised backward pass already ran",
+                hint("register the hook right after wrapping the model, "
+                     "before the first backward (every rank at the same point)"));
+  TINYDDP_CHECK(!group || group->size() == group_->size(),
+                "DistributedDataParallel::register_comm_hook: the hook's "
+                "process group has ",
+                group ? group->size() : 0, " ranks but DDP's has ", group_->size(),
+                hint("pass nullptr to use DDP's own group"));
   hook_ = std::move(hook);
   hook_group_ = std::move(group);
   custom_hook_ = true;
@@ -233,10 +250,14 @@ void Reducer::finalize() {
   if (!missing.empty()) {
     if (!options_.find_unused_parameters) {
       abandon_iteration();
-      TINYDDP_FAIL("DistributedDataParallel: ", missing.size(), " parameter(s) got no gradient in this backward pass "
-                   "on rank ", group_->rank(), ": ", list_names(parameters_, missing), "; their buckets could not be "
-                   "all-reduced; hint: pass find_unused_parameters = true when some layers do not run in every "
-                   "iteration, or make every parameter take part in the loss");
+      TINYDDP_FAIL("DistributedDataParallel: ", missing.size(),
+                   " parameter(s) got no gradient in this backward pass "
+                   "on rank ",
+                   group_->rank(), ": ", list_names(parameters_, missing),
+                   "; their buckets could not be "
+                   "all-reduced",
+                   hint("pass find_unused_parameters = true when some layers do not run in every "
+                        "iteration, or make every parameter take part in the loss"));
     }
     // Unused here: this rank contributes what backward accumulated for them in this iteration, which
     // is nothing new; the all-reduce still runs, since other ranks may have used them. A parameter
@@ -253,7 +274,7 @@ void Reducer::finalize() {
     }
   }
   TINYDDP_CHECK(next_to_launch_ == buckets_.size(), "Reducer::finalize: only ", next_to_launch_, " of ",
-                buckets_.size(), " buckets started although every gradient is ready; hint: this is a bug in tinyddp");
+                buckets_.size(), " buckets started although every gradient is ready", hint("this is a bug in tinyddp"));
   for (size_t b = 0; b < buckets_.size(); ++b) {
     try {
       wait_for_bucket(b);
@@ -294,7 +315,7 @@ void Reducer::rebuild_from_observed_order() {
   // Every parameter was marked (finalize would have thrown otherwise), so the order is complete on
   // every rank and every rank takes part in the broadcast below.
   TINYDDP_CHECK(ready_order_.size() == parameters_.size(), "Reducer: the observed ready order lists ",
-                ready_order_.size(), " of ", parameters_.size(), " parameters; hint: this is a bug in tinyddp");
+                ready_order_.size(), " of ", parameters_.size(), " parameters", hint("this is a bug in tinyddp"));
   // Ranks may have seen slightly different orders; rank 0's is broadcast so that every rank lays out
   // the same buckets (otherwise the all-reduces would add up unrelated gradients).
   std::vector<int64_t> order(ready_order_.begin(), ready_order_.end());
@@ -321,8 +342,8 @@ std::string Reducer::describe_buckets() const {
 }
 
 const Tensor& Reducer::bucket_buffer(size_t b) const {
-  TINYDDP_CHECK(b < buckets_.size(), "Reducer::bucket_buffer(", b, "): there are ", buckets_.size(),
-                " buckets; hint: bucket indices start at 0");
+  TINYDDP_CHECK(b < buckets_.size(), "Reducer::bucket_buffer(", b, "): there are ", buckets_.size(), " buckets",
+                hint("bucket indices start at 0"));
   return buckets_[b].buffer;
 }
 

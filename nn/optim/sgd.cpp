@@ -12,11 +12,11 @@ SGD::SGD(std::vector<NamedParameter> params, double lr, double momentum, double 
       dampening_(dampening),
       weight_decay_(weight_decay),
       nesterov_(nesterov) {
-  TINYDDP_CHECK(momentum >= 0, "SGD: invalid momentum value: ", momentum, "; hint: use momentum >= 0");
-  TINYDDP_CHECK(weight_decay >= 0, "SGD: invalid weight_decay value: ", weight_decay, "; hint: use weight_decay >= 0");
+  TINYDDP_CHECK(momentum >= 0, "SGD: invalid momentum value: ", momentum, hint("use momentum >= 0"));
+  TINYDDP_CHECK(weight_decay >= 0, "SGD: invalid weight_decay value: ", weight_decay, hint("use weight_decay >= 0"));
   TINYDDP_CHECK(!nesterov || (momentum > 0 && dampening == 0), "SGD: Nesterov momentum requires a momentum and zero",
-                " dampening (got momentum ", momentum, ", dampening ", dampening,
-                "); hint: set momentum > 0 and dampening = 0, or nesterov = false");
+                " dampening (got momentum ", momentum, ", dampening ", dampening, ")",
+                hint("set momentum > 0 and dampening = 0, or nesterov = false"));
 }
 
 void SGD::create_state() {

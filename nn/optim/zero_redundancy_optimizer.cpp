@@ -25,8 +25,9 @@ std::unique_ptr<Optimizer> optimizer_like(const Optimizer& prototype, std::vecto
   if (const auto* sgd = dynamic_cast<const SGD*>(&prototype))
     return std::make_unique<SGD>(std::move(params), sgd->lr(), sgd->momentum(), sgd->dampening(), sgd->weight_decay(),
                                  sgd->nesterov());
-  TINYDDP_FAIL("ZeroRedundancyOptimizer: cannot shard a \"", prototype.kind(), "\" optimizer; hint: wrap an Adam, "
-               "AdamW or SGD (their updates are element by element, so a shard steps exactly like the whole)");
+  TINYDDP_FAIL("ZeroRedundancyOptimizer: cannot shard a \"", prototype.kind(), "\" optimizer",
+               hint("wrap an Adam, "
+                    "AdamW or SGD (their updates are element by element, so a shard steps exactly like the whole)"));
 }
 
 ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(DistributedDataParallel& ddp, const Optimizer& prototype)
@@ -35,9 +36,12 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(DistributedDataParallel& ddp, c
       group_(ddp.process_group_ptr()),
       prototype_(optimizer_like(prototype, ddp.named_parameters())),
       self_(std::make_shared<ZeroRedundancyOptimizer*>(this)) {
-  TINYDDP_CHECK(prototype.step_count() == 0, "ZeroRedundancyOptimizer: the ", prototype.kind(), " given has already "
-                "taken ", prototype.step_count(), " steps; hint: pass a fresh optimizer (only its settings are used); "
-                "to continue a run, load its checkpoint into the ZeroRedundancyOptimizer");
+  TINYDDP_CHECK(prototype.step_count() == 0, "ZeroRedundancyOptimizer: the ", prototype.kind(),
+                " given has already "
+                "taken ",
+                prototype.step_count(), " steps",
+                hint("pass a fresh optimizer (only its settings are used); "
+                     "to continue a run, load its checkpoint into the ZeroRedundancyOptimizer"));
   initial_lr_ = prototype.initial_lr();
   build_shards();
   ddp_.register_comm_hook(group_, make_comm_hook());
@@ -60,8 +64,10 @@ ZeroRedundancyOptimizer::~ZeroRedundancyOptimizer() {
 CommHook ZeroRedundancyOptimizer::make_comm_hook() {
   // The hook stays with DDP; through self_ it notices this object is gone instead of using it.
   return [self = self_](comm::ProcessGroup& group, GradBucket& bucket) {
-    TINYDDP_CHECK(*self != nullptr, "ZeroRedundancyOptimizer: DDP's comm hook belongs to a ZeroRedundancyOptimizer "
-                  "that was destroyed; hint: keep the ZeroRedundancyOptimizer alive as long as the model trains");
+    TINYDDP_CHECK(*self != nullptr,
+                  "ZeroRedundancyOptimizer: DDP's comm hook belongs to a ZeroRedundancyOptimizer "
+                  "that was destroyed",
+                  hint("keep the ZeroRedundancyOptimizer alive as long as the model trains"));
     return (*self)->reduce_scatter(group, bucket);
   };
 }
@@ -119,8 +125,10 @@ CommHookFuture ZeroRedundancyOptimizer::reduce_scatter(comm::ProcessGroup& group
     if (!shards_match_buckets()) follow_rebuilt_buckets();
   }
   TINYDDP_CHECK(bucket.index < shards_.size() && bucket.buffer.numel() == shards_[bucket.index].layout.count,
-                "ZeroRedundancyOptimizer: bucket ", bucket.index, " (", bucket.buffer.numel(), " elements) does not "
-                "match the shards laid out for DDP's buckets; hint: this is a bug in tinyddp");
+                "ZeroRedundancyOptimizer: bucket ", bucket.index, " (", bucket.buffer.numel(),
+                " elements) does not "
+                "match the shards laid out for DDP's buckets",
+                hint("this is a bug in tinyddp"));
   Shard& shard = shards_[bucket.index];
   pack_slots(shard.layout, bucket.buffer, shard.staging);
   gradients_reduced_ = true;
@@ -128,8 +136,10 @@ CommHookFuture ZeroRedundancyOptimizer::reduce_scatter(comm::ProcessGroup& group
 }
 
 double ZeroRedundancyOptimizer::global_sum_of_squares(const char* caller) {
-  TINYDDP_CHECK(gradients_reduced_, "ZeroRedundancyOptimizer::", caller, ": no synchronised backward ran since the "
-                "last step, so the shards hold no averaged gradients; hint: call it between backward and step");
+  TINYDDP_CHECK(gradients_reduced_, "ZeroRedundancyOptimizer::", caller,
+                ": no synchronised backward ran since the "
+                "last step, so the shards hold no averaged gradients",
+                hint("call it between backward and step"));
   double mine = 0;
   for (const Shard& shard : shards_) mine += kernels::sum_of_squares(shard.owned->grad);  // padding is zeros
   Tensor sum = Tensor::from_vector(std::vector<double>{mine});
@@ -140,7 +150,7 @@ double ZeroRedundancyOptimizer::global_sum_of_squares(const char* caller) {
 
 double ZeroRedundancyOptimizer::clip_grad_norm(double max_norm) {
   TINYDDP_CHECK(max_norm >= 0, "ZeroRedundancyOptimizer::clip_grad_norm: max_norm is ", max_norm,
-                "; hint: use a max_norm >= 0");
+                hint("use a max_norm >= 0"));
   const double total = std::sqrt(global_sum_of_squares("clip_grad_norm"));
   const double factor = max_norm / (total + 1e-6);  // clip.h's formula, PyTorch's
   if (factor < 1)
@@ -158,9 +168,11 @@ std::vector<Tensor> ZeroRedundancyOptimizer::parameter_values(const Shard& shard
 
 void ZeroRedundancyOptimizer::step() {
   wait_for_parameters();
-  TINYDDP_CHECK(gradients_reduced_, "ZeroRedundancyOptimizer::step: no synchronised backward ran since the last "
-                "step, so this rank has no averaged gradients for its shards; hint: run forward and backward "
-                "through the DistributedDataParallel (outside no_sync()) before each step");
+  TINYDDP_CHECK(gradients_reduced_,
+                "ZeroRedundancyOptimizer::step: no synchronised backward ran since the last "
+                "step, so this rank has no averaged gradients for its shards",
+                hint("run forward and backward "
+                     "through the DistributedDataParallel (outside no_sync()) before each step"));
   for (Shard& shard : shards_) {
     // The shard's weights are read from the parameters each step, so whatever wrote the parameters
     // (load_model, the broadcast of rank 0's weights) is what gets updated.
@@ -235,10 +247,10 @@ ZeroRedundancyOptimizer::FullState ZeroRedundancyOptimizer::gather_full_state() 
 void ZeroRedundancyOptimizer::scatter_full_state(const FullState& full) {
   auto local = shard_state();
   TINYDDP_CHECK(local.size() == full.size(), "ZeroRedundancyOptimizer: ", full.size(), " kinds of state given, the ",
-                inner_->kind(), " optimizer has ", local.size(), "; hint: load the state of the same optimizer kind");
+                inner_->kind(), " optimizer has ", local.size(), hint("load the state of the same optimizer kind"));
   for (size_t k = 0; k < local.size(); ++k) {
     TINYDDP_CHECK(local[k].first == full[k].first, "ZeroRedundancyOptimizer: state '", full[k].first, "' given where '",
-                  local[k].first, "' was expected; hint: load the state of the same optimizer kind");
+                  local[k].first, "' was expected", hint("load the state of the same optimizer kind"));
     for (size_t b = 0; b < shards_.size(); ++b) {
       std::vector<Tensor> sources;
       for (size_t index : shards_[b].places.parameters) sources.push_back(full[k].second[index]);
@@ -254,9 +266,12 @@ void ZeroRedundancyOptimizer::consolidate_state_dict() {
 
 std::vector<std::pair<std::string, Tensor>> ZeroRedundancyOptimizer::state_tensors() {
   if (consolidated_step_ != step_count_) {
-    TINYDDP_CHECK(step_count_ == 0, "ZeroRedundancyOptimizer::state_tensors: the state is sharded over the ranks and "
-                  "was not consolidated since step ", step_count_, "; hint: call consolidate_state_dict() on every "
-                  "rank first (save_checkpoint on rank 0 after it)");
+    TINYDDP_CHECK(step_count_ == 0,
+                  "ZeroRedundancyOptimizer::state_tensors: the state is sharded over the ranks and "
+                  "was not consolidated since step ",
+                  step_count_,
+                  hint("call consolidate_state_dict() on every "
+                       "rank first (save_checkpoint on rank 0 after it)"));
     // Before the first step every state is zero: no collective is needed to know it.
     consolidated_.clear();
     for (auto& [key, shard_tensors] : shard_state()) {
@@ -275,8 +290,10 @@ std::vector<std::pair<std::string, Tensor>> ZeroRedundancyOptimizer::state_tenso
 }
 
 void ZeroRedundancyOptimizer::state_loaded() {
-  TINYDDP_CHECK(!consolidated_.empty() || shard_state().empty(), "ZeroRedundancyOptimizer::state_loaded: no state "
-                "was handed out to load into; hint: load_checkpoint calls this after filling state_tensors()");
+  TINYDDP_CHECK(!consolidated_.empty() || shard_state().empty(),
+                "ZeroRedundancyOptimizer::state_loaded: no state "
+                "was handed out to load into",
+                hint("load_checkpoint calls this after filling state_tensors()"));
   scatter_full_state(consolidated_);
   consolidated_.clear();
   consolidated_step_ = -1;

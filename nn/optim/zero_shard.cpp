@@ -12,7 +12,7 @@ int64_t ShardLayout::chunk_length(int chunk) const { return int64_t(comm::chunk_
 
 ShardLayout shard_layout(int64_t count, int world, int rank) {
   TINYDDP_CHECK(world >= 1 && rank >= 0 && rank < world && count >= 0, "shard_layout: rank ", rank, " of ", world,
-                " for ", count, " elements; hint: 0 <= rank < world and a non-negative count");
+                " for ", count, " elements", hint("0 <= rank < world and a non-negative count"));
   ShardLayout layout;
   layout.count = count;
   layout.world = world;

@@ -52,7 +52,7 @@ class MetadataReader {
 
   const std::string& text(const std::string& name, const char* missing_hint) const {
     auto it = metadata_.find(name);
-    TINYDDP_CHECK(it != metadata_.end(), path_, ": the metadata has no \"", name, "\"; hint: ", missing_hint);
+    TINYDDP_CHECK(it != metadata_.end(), path_, ": the metadata has no \"", name, "\"", hint(missing_hint));
     return it->second;
   }
 
@@ -61,9 +61,9 @@ class MetadataReader {
     const std::string& value = text(name, "the file was not written by save_checkpoint, or was edited");
     T out{};
     auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), out);
-    TINYDDP_CHECK(error == std::errc() && end == value.data() + value.size() && !value.empty(), path_,
-                  ": metadata \"", name, "\" is \"", value, "\", not a number",
-                  "; hint: the file was edited or damaged; save the checkpoint again");
+    TINYDDP_CHECK(error == std::errc() && end == value.data() + value.size() && !value.empty(), path_, ": metadata \"",
+                  name, "\" is \"", value, "\", not a number",
+                  hint("the file was edited or damaged; save the checkpoint again"));
     return out;
   }
 
@@ -84,15 +84,17 @@ class RestorePlan {
     expected_.insert(name);
     auto it = in_file_.find(name);
     TINYDDP_CHECK(it != in_file_.end(), path_, ": missing tensor \"", name, "\" (", what, ", expected ",
-                  dtype_name(destination.dtype()), shape_str(destination.shape()), "); the file holds ", in_file_.size(),
-                  " tensors; hint: the file was saved from a different model or optimizer -- build the same ones");
+                  dtype_name(destination.dtype()), shape_str(destination.shape()), "); the file holds ",
+                  in_file_.size(), " tensors",
+                  hint("the file was saved from a different model or optimizer -- build the same ones"));
     const Tensor& found = *it->second;
     TINYDDP_CHECK(found.dtype() == destination.dtype(), path_, ": tensor \"", name, "\" (", what, ") is ",
-                  dtype_name(found.dtype()), " in the file but ", dtype_name(destination.dtype()),
-                  " here; hint: the file was not written for this model (convert it to ", dtype_name(destination.dtype()), ")");
+                  dtype_name(found.dtype()), " in the file but ", dtype_name(destination.dtype()), " here",
+                  hint("the file was not written for this model (convert it to ", dtype_name(destination.dtype()),
+                       ")"));
     TINYDDP_CHECK(found.shape() == destination.shape(), path_, ": tensor \"", name, "\" (", what, ") has shape ",
-                  shape_str(found.shape()), " in the file but ", shape_str(destination.shape()),
-                  " here; hint: the file was saved from a model of another size -- build the same architecture");
+                  shape_str(found.shape()), " in the file but ", shape_str(destination.shape()), " here",
+                  hint("the file was saved from a model of another size -- build the same architecture"));
     copies_.emplace_back(destination, &found);
   }
 
@@ -147,7 +149,7 @@ void save_checkpoint(const std::string& path, Module& model, Optimizer* optimize
     metadata[key::scheduler_base_lr] = exact_text(scheduler->base_lr());
   }
   for (const auto& [name, value] : info.extra) {
-    TINYDDP_CHECK(!name.empty(), "save_checkpoint: an extra metadata key is empty; hint: name every extra value");
+    TINYDDP_CHECK(!name.empty(), "save_checkpoint: an extra metadata key is empty", hint("name every extra value"));
     metadata[kExtraPrefix + name] = value;
   }
   save_safetensors(path, tensors, metadata);
@@ -162,11 +164,11 @@ CheckpointInfo load_checkpoint(const std::string& path, Module& model, Optimizer
     const std::string& version = metadata.text(key::version, "");
     TINYDDP_CHECK(version == kFormatVersion, path, ": checkpoint format version \"", version,
                   "\", but this tinyddp reads version ", kFormatVersion,
-                  "; hint: the file was written by another tinyddp version: load it with that one");
+                  hint("the file was written by another tinyddp version: load it with that one"));
   }
   TINYDDP_CHECK(is_checkpoint || (!optimizer && !scheduler), path,
                 " is a plain model file (no tinyddp.checkpoint metadata), so it holds no optimizer or scheduler state",
-                "; hint: load it with load_model, or pass nullptr for the optimizer and scheduler");
+                hint("load it with load_model, or pass nullptr for the optimizer and scheduler"));
 
   RestorePlan plan(file, path);
   for (const NamedParameter& p : model.named_parameters()) plan.expect(p.name, p.parameter->value, "model parameter");
@@ -178,19 +180,21 @@ CheckpointInfo load_checkpoint(const std::string& path, Module& model, Optimizer
     const std::string& kind =
         metadata.text(key::optimizer, "it was saved without an optimizer: pass nullptr for the optimizer");
     TINYDDP_CHECK(kind == optimizer->kind(), path, ": the checkpoint holds the state of a \"", kind,
-                  "\" optimizer but a \"", optimizer->kind(), "\" optimizer was given; hint: build the same optimizer",
-                  " as the run that saved it, or pass nullptr to load only the model");
+                  "\" optimizer but a \"", optimizer->kind(), "\" optimizer was given",
+                  hint("build the same optimizer",
+                       " as the run that saved it, or pass nullptr to load only the model"));
     lr = metadata.number<double>(key::optimizer_lr);
     optimizer_steps = metadata.number<int64_t>(key::optimizer_steps);
-    TINYDDP_CHECK(optimizer_steps >= 0, path, ": optimizer step count ", optimizer_steps,
-                  " is negative; hint: the file was edited or damaged");
+    TINYDDP_CHECK(optimizer_steps >= 0, path, ": optimizer step count ", optimizer_steps, " is negative",
+                  hint("the file was edited or damaged"));
     for (auto& [name, tensor] : optimizer->state_tensors()) plan.expect(kOptimizerPrefix + name, tensor, "optimizer state");
   }
   if (scheduler) {
     const std::string& kind =
         metadata.text(key::scheduler, "it was saved without a scheduler: pass nullptr for the scheduler");
     TINYDDP_CHECK(kind == scheduler->kind(), path, ": the checkpoint holds a \"", kind, "\" scheduler but a \"",
-                  scheduler->kind(), "\" scheduler was given; hint: build the same schedule as the run that saved it");
+                  scheduler->kind(), "\" scheduler was given",
+                  hint("build the same schedule as the run that saved it"));
     scheduler_last_step = metadata.number<int64_t>(key::scheduler_last_step);
   }
   if (is_checkpoint) {
@@ -205,9 +209,10 @@ CheckpointInfo load_checkpoint(const std::string& path, Module& model, Optimizer
   if (!unexpected.empty() && !options.allow_unexpected) {
     std::string names;
     for (size_t i = 0; i < unexpected.size() && i < 5; ++i) names += (i ? ", \"" : "\"") + unexpected[i] + "\"";
-    TINYDDP_FAIL(path, ": ", unexpected.size(), " unexpected tensor(s) that the model", optimizer ? " and optimizer" : "",
-                 " do not have: ", names, unexpected.size() > 5 ? ", ..." : "",
-                 "; hint: the file was saved from a different model; set CheckpointLoadOptions::allow_unexpected to ignore them");
+    TINYDDP_FAIL(
+        path, ": ", unexpected.size(), " unexpected tensor(s) that the model", optimizer ? " and optimizer" : "",
+        " do not have: ", names, unexpected.size() > 5 ? ", ..." : "",
+        hint("the file was saved from a different model; set CheckpointLoadOptions::allow_unexpected to ignore them"));
   }
 
   // Everything checked: from here on nothing can fail on the file's content.

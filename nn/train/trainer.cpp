@@ -40,13 +40,14 @@ Batch to_device(const Batch& batch, Device device) {
 Tensor stack_rows(const std::vector<Tensor>& parts) {
   if (parts.empty()) return {};
   Shape shape = parts[0].shape();
-  TINYDDP_CHECK(!shape.empty(), "inference: test_step returned a 0-D output; hint: return the model's output [batch, ...]");
+  TINYDDP_CHECK(!shape.empty(), "inference: test_step returned a 0-D output",
+                hint("return the model's output [batch, ...]"));
   int64_t rows = 0;
   for (const Tensor& t : parts) {
     bool same_row_shape = t.dim() == int64_t(shape.size()) && std::equal(shape.begin() + 1, shape.end(), t.shape().begin() + 1);
-    TINYDDP_CHECK(same_row_shape && t.dtype() == parts[0].dtype(), "inference: test_step outputs differ: ",
-                  parts[0].describe(), " and ", t.describe(),
-                  "; hint: every batch's output must have the same shape past the batch dimension, and one dtype");
+    TINYDDP_CHECK(same_row_shape && t.dtype() == parts[0].dtype(),
+                  "inference: test_step outputs differ: ", parts[0].describe(), " and ", t.describe(),
+                  hint("every batch's output must have the same shape past the batch dimension, and one dtype"));
     rows += t.size(0);
   }
   shape[0] = rows;
@@ -118,9 +119,10 @@ Trainer::Trainer(Module& model, std::vector<Device> devices, Optimizer& optimize
   // A program that trains ends a failure nobody catches with its message and exit code 1, not with
   // "terminate called after throwing" and SIGABRT (core/run_main.h).
   exit_on_uncaught_exception();
-  TINYDDP_CHECK(!devices_.empty(), "Trainer: the device list is empty; hint: pass {Device::cpu()} or the GPUs to use");
+  TINYDDP_CHECK(!devices_.empty(), "Trainer: the device list is empty",
+                hint("pass {Device::cpu()} or the GPUs to use"));
   TINYDDP_CHECK(options_.gradient_clip >= 0, "Trainer: gradient_clip is ", options_.gradient_clip,
-                "; hint: use a positive maximum norm, or 0 to turn clipping off");
+                hint("use a positive maximum norm, or 0 to turn clipping off"));
   TINYDDP_CHECK(scheduler_ == nullptr || &scheduler_->optimizer() == &optimizer_,
                 "Trainer: the scheduler drives another optimizer than the one given",
                 "; hint: build the scheduler on the same optimizer object");
@@ -146,7 +148,7 @@ void Trainer::set_device(Device device) {
 
 void Trainer::set_distributed(int rank, int world_size, std::shared_ptr<comm::ProcessGroup> group) {
   TINYDDP_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, "Trainer: rank ", rank, " of world size ",
-                world_size, " is impossible; hint: 0 <= rank < world_size");
+                world_size, " is impossible", hint("0 <= rank < world_size"));
   rank_ = rank;
   world_size_ = world_size;
   group_ = std::move(group);
@@ -164,7 +166,7 @@ void Trainer::backward(const Tensor& output_grad) {
 }
 
 void Trainer::run(int64_t n_epoch, DataLoader& loader, DataLoader* valid_loader) {
-  TINYDDP_CHECK(n_epoch >= 0, "Trainer::run: n_epoch is ", n_epoch, "; hint: pass the number of epochs to train");
+  TINYDDP_CHECK(n_epoch >= 0, "Trainer::run: n_epoch is ", n_epoch, hint("pass the number of epochs to train"));
   // Before on_run_begin: a checkpoint restored there sets the schedule's step, which needs its length.
   fit_schedule_to_run(n_epoch, loader.size(), world_size_);
   on_run_begin(n_epoch);  // an add-on may restore a checkpoint here, so epochs_done() is read after it
@@ -218,7 +220,7 @@ Tensor Trainer::predict(DataLoader& loader) {
 
 Tensor Trainer::predict(const Tensor& inputs, int64_t batch_size) {
   TINYDDP_CHECK(inputs.defined() && inputs.dim() >= 1, "Trainer::predict: the inputs are ", inputs.describe(),
-                "; hint: pass the inputs with the samples along the first dimension, [samples, features]");
+                hint("pass the inputs with the samples along the first dimension, [samples, features]"));
   TINYDDP_CHECK(batch_size >= 1, "Trainer::predict: batch_size is ", batch_size,
                 "; hint: pass the number of rows to run through the model at once, at least 1");
   PrecisionScope precision(options_.precision);
@@ -274,7 +276,7 @@ void Trainer::train_batch(const Batch& batch, int64_t epoch, int64_t batch_index
       step = train_step(batch);
     }
     TINYDDP_CHECK(step.output_grad.defined(), "Trainer: train_step returned no output_grad",
-                  "; hint: return {.loss = loss, .output_grad = loss_fn.backward()} so the backward pass can run");
+                  hint("return {.loss = loss, .output_grad = loss_fn.backward()} so the backward pass can run"));
     check_loss(step.loss, epoch, batch_index, step);
     if (loss_scaler_) loss_scaler_->scale_loss_gradient(step.output_grad);
     trace::Span span("backward pass", "compute");
@@ -322,8 +324,9 @@ void Trainer::check_loss(float loss, int64_t epoch, int64_t batch_index, StepOut
   }
   TINYDDP_FAIL("Trainer: the loss is ", loss, " at epoch ", epoch + 1, ", batch ", batch_index + 1, " (step ",
                global_step_ + 1, ", rank ", rank_, "); stopped before the optimizer step wrote it into the weights",
-               "; hint: look for NaN or huge values in the inputs and in the weights it started from (a loaded model), lower the learning rate,",
-               " or set TrainerOptions::non_finite_loss = NonFiniteLoss::skip_step to skip such steps");
+               hint("look for NaN or huge values in the inputs and in the weights it started from (a loaded model), "
+                    "lower the learning rate,",
+                    " or set TrainerOptions::non_finite_loss = NonFiniteLoss::skip_step to skip such steps"));
 }
 
 bool Trainer::unscale_gradients() {
@@ -378,16 +381,16 @@ void Trainer::fit_schedule_to_run(int64_t n_epoch, int64_t batches_per_epoch, in
   // or past total_iters the learning rate climbs back up again.
   const int64_t total = cosine->total_iters();
   TINYDDP_CHECK(total >= steps, "Trainer::run: the cosine schedule has total_iters ", total, " but ", n_epoch,
-                " epochs of ", batches_per_epoch, " batches step it ", steps, " times; hint: build it with total_iters >= ",
-                steps, ", or with nn::length_of_run, or step it per epoch");
+                " epochs of ", batches_per_epoch, " batches step it ", steps, " times",
+                hint("build it with total_iters >= ", steps, ", or with nn::length_of_run, or step it per epoch"));
   // On several ranks each one steps through its share of the loader only: a length counted over the
   // whole loader is never reached, and the decay would stop part-way without a word.
   TINYDDP_CHECK(world_size == 1 || total == steps, "Trainer::run: the cosine schedule has total_iters ", total,
                 " but this run steps it ", steps, " times (", n_epoch, " epochs of ", batches_per_epoch,
                 " batches: each of the ", world_size, " ranks trains on its own share of the loader), so the ",
                 "learning rate would end at ", cosine->lr_at(steps), " instead of ", cosine->eta_min(),
-                "; hint: build the schedule with nn::length_of_run to let the run size it, or with total_iters = ",
-                steps);
+                hint("build the schedule with nn::length_of_run to let the run size it, or with total_iters = ",
+                     steps));
 }
 
 void Trainer::keep_if_best(const EpochRecord& record) {
@@ -407,12 +410,11 @@ void Trainer::keep_if_best(const EpochRecord& record) {
 
 void Trainer::apply_best_weights() {
   TINYDDP_CHECK(!best_weights_.empty(), "Trainer::apply_best_weights: there are no best weights yet",
-                "; hint: run at least one epoch first");
+                hint("run at least one epoch first"));
   for (const auto& [name, weights] : best_weights_) {
     Parameter& p = model_.parameter(name);
-    TINYDDP_CHECK(p.value.shape() == weights.shape(), "Trainer::apply_best_weights: ", name, " is ",
-                  p.value.describe(), " but the kept copy is ", weights.describe(),
-                  "; hint: the model changed shape after training");
+    TINYDDP_CHECK(p.value.shape() == weights.shape(), "Trainer::apply_best_weights: ", name, " is ", p.value.describe(),
+                  " but the kept copy is ", weights.describe(), hint("the model changed shape after training"));
     p.value.copy_from(weights);
   }
 }
@@ -437,7 +439,7 @@ Metadata Trainer::progress_metadata() const {
 
 void Trainer::restore_progress(const Metadata& metadata, int64_t epochs_done) {
   TINYDDP_CHECK(epochs_done >= 0, "Trainer::restore_progress: epochs_done is ", epochs_done,
-                "; hint: pass the number of finished epochs");
+                hint("pass the number of finished epochs"));
   std::vector<EpochRecord> history;
   int64_t global_step = 0;
   std::optional<int64_t> best_epoch;
@@ -465,7 +467,7 @@ void Trainer::restore_progress(const Metadata& metadata, int64_t epochs_done) {
   } catch (const std::exception& e) {
     TINYDDP_FAIL("Trainer::restore_progress: the saved progress (", key::history, ", ", key::best_epoch, ", ",
                  key::global_step, ", ", key::extra_state, ") does not parse: ", e.what(),
-                 "; hint: the checkpoint was edited or written by another program; start without it");
+                 hint("the checkpoint was edited or written by another program; start without it"));
   }
   history_ = std::move(history);
   epochs_done_ = epochs_done;

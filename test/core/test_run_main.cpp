@@ -31,7 +31,7 @@ size_t occurrences(const std::string& text, const std::string& part) {
 Error caught_error() {
   try {
     const int answer = 41;
-    TINYDDP_CHECK(answer == 42, "the answer is ", answer, "; hint: add one");
+    TINYDDP_CHECK(answer == 42, "the answer is ", answer, hint("add one"));
   } catch (const Error& e) {
     return e;
   }
@@ -47,6 +47,23 @@ TEST_CASE("Error: users read the message and its hint; the library's file and li
     const Error e = caught_error();
     CHECK(std::string(e.what()) == "tinyddp error: the answer is 41; hint: add one");
     CHECK(e.message() == "the answer is 41; hint: add one");
+    // The two parts are fields of their own: nobody takes the text apart to find them.
+    CHECK(e.problem() == "the answer is 41");
+    CHECK(e.hint() == "add one");
+    try {
+      TINYDDP_FAIL("no advice here, ", 2, " parts; hint text in a message stays message");
+    } catch (const Error& plain) {
+      CHECK(plain.hint().empty());
+      CHECK(plain.problem() == "no advice here, 2 parts; hint text in a message stays message");
+      CHECK(plain.message() == plain.problem());
+    }
+    try {
+      TINYDDP_FAIL("a hint in ", 2, " parts", hint("do ", 1, " thing"));
+    } catch (const Error& split) {
+      CHECK(split.problem() == "a hint in 2 parts");
+      CHECK(split.hint() == "do 1 thing");
+      CHECK(std::string(split.what()).starts_with("tinyddp error: a hint in 2 parts; hint: do 1 thing"));
+    }
     // Always there for whoever asks.
     const std::string where = "test_run_main.cpp:" + std::to_string(e.line());
     CHECK(e.location().starts_with("check `answer == 42` failed at "));
@@ -74,7 +91,7 @@ TEST_CASE("run_main: the body's exit code; a failure printed once with exit code
   CHECK(run_main([] {}) == 0);
   {
     CapturedStderr err;
-    CHECK(run_main([]() -> int { TINYDDP_FAIL("the disk is full; hint: free some space"); }) == 1);
+    CHECK(run_main([]() -> int { TINYDDP_FAIL("the disk is full", hint("free some space")); }) == 1);
     CHECK(err.text() == "tinyddp error: the disk is full; hint: free some space\n");
   }
   {
@@ -100,7 +117,7 @@ TEST_CASE("exit_on_uncaught_exception: an exception nobody catches ends the proc
                                     exit_on_uncaught_exception();
                                     exit_on_uncaught_exception();  // once is what counts
                                     // A thread's function has no caller to catch for it: std::terminate.
-                                    std::thread([] { TINYDDP_FAIL("nobody catches this; hint: none"); }).join();
+                                    std::thread([] { TINYDDP_FAIL("nobody catches this", hint("none")); }).join();
                                     return 0;
                                   }),
                                   std::chrono::seconds(30));

@@ -3,24 +3,18 @@
 // linked as a user links one (test_user_program), and finds them in this test binary, which links them.
 // test/library/consumers.cmake checks the installed tree the same way.
 #include <doctest/doctest.h>
-#include <sys/wait.h>
 
-#include <cstdio>
 #include <filesystem>
 #include <string>
 #include <vector>
+
+#include "test/examples/command_output.h"
 
 namespace {
 
 // `nm -C` of a file: its symbols, demangled.
 std::string symbols_of(const std::string& path) {
-  FILE* pipe = ::popen(("nm -C '" + path + "' 2>/dev/null").c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::string text;
-  char buffer[65536];
-  for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) text.append(buffer, n);
-  ::pclose(pipe);
-  return text;
+  return tinyddp::testing::command_output("nm -C '" + path + "'").output;
 }
 
 const char* const kFakeSymbols[] = {"tinyddp::FakeCuda", "tinyddp::comm::FakeNccl", "tinyddp::active_fake_cuda",

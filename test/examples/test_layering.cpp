@@ -1,31 +1,18 @@
 // The layering of the library folders (scripts/check_layering.sh): the tree keeps it, and a tree
 // that breaks it, in each way it can be broken, is refused with the offending line named.
 #include <doctest/doctest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
 
+#include "test/examples/command_output.h"
+
 namespace {
 
-struct ScriptRun {
-  int exit_code = -1;
-  std::string output;
-};
-
-ScriptRun check_layering(const std::string& root) {
-  const std::string command = std::string(TINYDDP_SOURCE_DIR) + "/scripts/check_layering.sh '" + root + "' 2>&1";
-  FILE* pipe = ::popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  ScriptRun run;
-  char buffer[4096];
-  for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) run.output.append(buffer, n);
-  const int status = ::pclose(pipe);
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return run;
+tinyddp::testing::CommandOutput check_layering(const std::string& root) {
+  return tinyddp::testing::command_output(std::string(TINYDDP_SOURCE_DIR) + "/scripts/check_layering.sh '" + root + "'");
 }
 
 void write(const std::filesystem::path& file, const std::string& text) {
@@ -36,7 +23,7 @@ void write(const std::filesystem::path& file, const std::string& text) {
 }  // namespace
 
 TEST_CASE("layering: core, kernels, comm and nn include only what the dependency rules allow") {
-  ScriptRun tree = check_layering(TINYDDP_SOURCE_DIR);
+  tinyddp::testing::CommandOutput tree = check_layering(TINYDDP_SOURCE_DIR);
   INFO(tree.output);
   CHECK(tree.exit_code == 0);
 
@@ -47,7 +34,7 @@ TEST_CASE("layering: core, kernels, comm and nn include only what the dependency
   write(root / "comm/c.cpp", "#include \"tinyddp/comm/work.h\"\n  #  include \"tinyddp/kernels/ops.h\"\n");
   write(root / "nn/d.cpp", "#include \"tinyddp/comm/process_group.h\"\n#include \"tinyddp/comm/chunks.h\"\n"
                            "#include \"tinyddp/comm/nccl/nccl_api.h\"\n#include \"tinyddp/comm/algorithms/engine.h\"\n");
-  ScriptRun broken = check_layering(root.string());
+  tinyddp::testing::CommandOutput broken = check_layering(root.string());
   std::filesystem::remove_all(root);
   INFO(broken.output);
   CHECK(broken.exit_code == 1);

@@ -55,7 +55,7 @@ struct FakeStream {
 
 FakeCuda::FakeCuda(FakeCudaOptions options)
     : options_(options), instance_(++g_instances), bytes_in_use_(size_t(std::max(0, options.devices)), 0) {
-  TINYDDP_CHECK(options.devices >= 1, "FakeCuda: ", options.devices, " devices; hint: ask for at least one");
+  TINYDDP_CHECK(options.devices >= 1, "FakeCuda: ", options.devices, " devices", hint("ask for at least one"));
 }
 
 FakeCuda::~FakeCuda() {
@@ -68,27 +68,29 @@ bool FakeCuda::thread_chose_device() const { return t_device.owner == instance_ 
 int FakeCuda::thread_device() const { return thread_chose_device() ? t_device.device : 0; }
 
 void FakeCuda::check_device(int device, const char* call) const {
-  TINYDDP_CHECK(device >= 0 && device < options_.devices, call, ": cuda:", device, " does not exist (", describe(),
-                "); hint: use cuda:0 to cuda:", options_.devices - 1);
+  TINYDDP_CHECK(device >= 0 && device < options_.devices, call, ": cuda:", device, " does not exist (", describe(), ")",
+                hint("use cuda:0 to cuda:", options_.devices - 1));
 }
 
 void FakeCuda::check_range(const void* ptr, size_t bytes, int device, const char* call, const char* role) const {
   if (bytes == 0) return;
   const int found = device_of(ptr, bytes);
-  TINYDDP_CHECK(found == device, call, ": the ", role, " (", bytes, " bytes at ", ptr, ") was passed as memory of cuda:", device,
-                " but is ", found < 0 ? std::string("not device memory") : "memory of cuda:" + std::to_string(found),
-                "; hint: a GPU would fault or corrupt memory here: pass memory of the device the call is for");
+  TINYDDP_CHECK(found == device, call, ": the ", role, " (", bytes, " bytes at ", ptr,
+                ") was passed as memory of cuda:", device, " but is ",
+                found < 0 ? std::string("not device memory") : "memory of cuda:" + std::to_string(found),
+                hint("a GPU would fault or corrupt memory here: pass memory of the device the call is for"));
 }
 
 void FakeCuda::touch_locked(int device, const std::string& operation) {
   if (contexts_.count(device)) return;
   if (options_.one_device_per_process && !contexts_.empty()) {
     const auto& [first, origin] = *contexts_.begin();
-    TINYDDP_FAIL("fake CUDA (one device per process): this process already has a context on cuda:", first, " (created by ",
-                 origin, "), and ", operation, " would create a second one on cuda:", device,
+    TINYDDP_FAIL("fake CUDA (one device per process): this process already has a context on cuda:", first,
+                 " (created by ", origin, "), and ", operation, " would create a second one on cuda:", device,
                  ". On a GPU that costs hundreds of MB of the other device's memory, and fails outright in "
-                 "exclusive-process mode; hint: select the rank's device on every thread before its first CUDA call, and "
-                 "touch no other device");
+                 "exclusive-process mode",
+                 hint("select the rank's device on every thread before its first CUDA call, and "
+                      "touch no other device"));
   }
   contexts_.emplace(device, operation + " on " + thread_name());
 }
@@ -131,7 +133,8 @@ void FakeCuda::free(void* ptr, int device) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = blocks_.find(static_cast<const char*>(ptr));
   TINYDDP_CHECK(it != blocks_.end() && it->second.device == device, "fake CUDA: cudaFree(", ptr, ") on cuda:", device,
-                ": not the start of an allocation of that device; hint: free what malloc returned, on its own device");
+                ": not the start of an allocation of that device",
+                hint("free what malloc returned, on its own device"));
   bytes_in_use_[size_t(device)] -= it->second.bytes;
   std::free(const_cast<char*>(it->first));
   blocks_.erase(it);
@@ -157,7 +160,8 @@ void FakeCuda::host_free_pinned(void* ptr) {
   touch_locked(device, chosen ? "cudaFreeHost" : "cudaFreeHost on a thread that never selected a device (CUDA then uses cuda:0)");
   auto it = blocks_.find(static_cast<const char*>(ptr));
   TINYDDP_CHECK(it != blocks_.end() && it->second.device == -1, "fake CUDA: cudaFreeHost(", ptr,
-                "): not pinned memory from cudaHostAlloc; hint: free pinned blocks with cudaFreeHost, device memory with cudaFree");
+                "): not pinned memory from cudaHostAlloc",
+                hint("free pinned blocks with cudaFreeHost, device memory with cudaFree"));
   std::free(const_cast<char*>(it->first));
   blocks_.erase(it);
 }
@@ -207,9 +211,10 @@ void FakeCuda::destroy_event(CudaEvent event) { delete static_cast<FakeEvent*>(e
 // event or a stream is used on the device it was made for.
 void FakeCuda::record_event(CudaEvent event, CudaStream stream) {
   const int device = stream ? static_cast<FakeStream*>(stream)->device : thread_device();
-  TINYDDP_CHECK(static_cast<FakeEvent*>(event)->device == device, "fake CUDA: cudaEventRecord: an event of cuda:",
-                static_cast<FakeEvent*>(event)->device, " recorded on a stream of cuda:", device,
-                "; hint: record events on streams of the device they were created on");
+  TINYDDP_CHECK(static_cast<FakeEvent*>(event)->device == device,
+                "fake CUDA: cudaEventRecord: an event of cuda:", static_cast<FakeEvent*>(event)->device,
+                " recorded on a stream of cuda:", device,
+                hint("record events on streams of the device they were created on"));
 }
 void FakeCuda::stream_wait_event(CudaStream, CudaEvent) {}
 int FakeCuda::stream_device(CudaStream stream) const { return stream ? static_cast<FakeStream*>(stream)->device : thread_device(); }
@@ -278,7 +283,7 @@ namespace {
 FakeCudaDevices::FakeCudaDevices(FakeCudaOptions options) : fake_(std::make_unique<FakeCuda>(options)) {
   FakeCuda* expected = nullptr;
   TINYDDP_CHECK(g_installed.compare_exchange_strong(expected, fake_.get()),
-                "FakeCudaDevices: fake devices are already installed; hint: one FakeCudaDevices at a time");
+                "FakeCudaDevices: fake devices are already installed", hint("one FakeCudaDevices at a time"));
   if (const char* previous = std::getenv(kEnvironment)) {
     had_environment_ = true;
     previous_environment_ = previous;

@@ -66,8 +66,9 @@ std::vector<std::pair<std::string, std::shared_ptr<TcpStore>>> g_roots;
 
 FakeCuda& fake_devices() {
   FakeCuda* fake = active_fake_cuda();
-  TINYDDP_CHECK(fake != nullptr, "fake NCCL needs fake CUDA devices; hint: set TINYDDP_FAKE_CUDA_DEVICES or create a "
-                "FakeCudaDevices in the test");
+  TINYDDP_CHECK(fake != nullptr, "fake NCCL needs fake CUDA devices",
+                hint("set TINYDDP_FAKE_CUDA_DEVICES or create a "
+                     "FakeCudaDevices in the test"));
   return *fake;
 }
 

@@ -210,17 +210,18 @@ bool is_loopback_host(const std::string& host) {
 
 int listen_for_relay(const std::string& host, int& port) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  TINYDDP_CHECK(fd >= 0, "tinyddp-store --log-ops: socket() failed; hint: check the open-file limit");
+  TINYDDP_CHECK(fd >= 0, "tinyddp-store --log-ops: socket() failed", tinyddp::hint("check the open-file limit"));
   int one = 1;
   ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_port = htons(uint16_t(port));
   TINYDDP_CHECK(::inet_pton(AF_INET, host.c_str(), &address.sin_addr) == 1, "tinyddp-store --log-ops: '", host,
-                "' is not an IPv4 address; hint: --log-ops listens on IPv4 addresses only (e.g. --host 127.0.0.1)");
+                "' is not an IPv4 address",
+                tinyddp::hint("--log-ops listens on IPv4 addresses only (e.g. --host 127.0.0.1)"));
   TINYDDP_CHECK(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 && ::listen(fd, 1024) == 0,
                 "tinyddp-store --log-ops: cannot listen on ", host, ":", port,
-                "; hint: another process holds the port (use --port 0 for a free one)");
+                tinyddp::hint("another process holds the port (use --port 0 for a free one)"));
   socklen_t length = sizeof address;
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
   port = ntohs(address.sin_port);

@@ -51,17 +51,18 @@ CheckpointDirLock::CheckpointDirLock(const std::string& directory) : path_(path_
   for (;;) {
     const int fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     TINYDDP_CHECK(fd >= 0, "StateManager: cannot create the lock file ", path_, ": ", std::strerror(errno),
-                  "; hint: the checkpoint directory must be writable");
+                  hint("the checkpoint directory must be writable"));
     if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
       const int error = errno;
       const std::string holder = read_all(fd);
       ::close(fd);
       TINYDDP_CHECK(error == EWOULDBLOCK, "StateManager: cannot lock ", path_, ": ", std::strerror(error),
-                    "; hint: the file system must support flock (local disks and NFS do)");
+                    hint("the file system must support flock (local disks and NFS do)"));
       TINYDDP_FAIL("StateManager: the checkpoint directory ", directory, " is in use by another job (",
                    holder.empty() ? "its holder has not written its name yet" : holder,
-                   "); two jobs in one directory would overwrite each other's checkpoints; hint: wait for that "
-                   "job to end, stop it, or give this one another directory");
+                   "); two jobs in one directory would overwrite each other's checkpoints",
+                   hint("wait for that "
+                        "job to end, stop it, or give this one another directory"));
     }
     if (!still_named(fd, path_)) {  // its holder removed it between our open and our flock: again
       ::close(fd);
@@ -73,7 +74,7 @@ CheckpointDirLock::CheckpointDirLock(const std::string& directory) : path_(path_
       ::unlink(path_.c_str());
       ::close(fd);
       TINYDDP_FAIL("StateManager: cannot write ", path_, ": ", std::strerror(error),
-                   "; hint: the checkpoint directory's file system is full or failing");
+                   hint("the checkpoint directory's file system is full or failing"));
     }
     fd_ = fd;
     removed_if_stopped_ = std::make_unique<RemoveOnStopSignal>(path_);

@@ -102,8 +102,8 @@ std::shared_ptr<const std::string> make_result_dir() {
   const std::filesystem::path tmp = std::filesystem::temp_directory_path();
   remove_stale_result_dirs(tmp);
   std::string pattern = (tmp / (std::string(kResultDirPrefix) + std::to_string(getpid()) + "_XXXXXX")).string();
-  TINYDDP_CHECK(mkdtemp(pattern.data()) != nullptr, "MultiDevice: cannot create a temporary directory from ",
-                pattern, ": ", std::strerror(errno), "; hint: set TMPDIR to a writable directory");
+  TINYDDP_CHECK(mkdtemp(pattern.data()) != nullptr, "MultiDevice: cannot create a temporary directory from ", pattern,
+                ": ", std::strerror(errno), hint("set TMPDIR to a writable directory"));
   return std::shared_ptr<const std::string>(new std::string(pattern), [](const std::string* dir) {
     std::error_code ignored;
     std::filesystem::remove_all(*dir, ignored);
@@ -118,11 +118,14 @@ int64_t wall_clock_us() {
       .count();
 }
 
-// What one rank reported through the store before it failed: when (wall clock, us) and its message.
+// What one rank reported through the store before it failed: when (wall clock, us), what failed and
+// its hint, stored as "<when> <problem>\x1f<hint>" (the unit separator is in no message).
 struct Report {
   int64_t when_us = 0;
-  std::string message;
+  std::string problem;
+  std::string hint;
 };
+constexpr char kHintSeparator = '\x1f';
 
 std::optional<Report> read_report(comm::TcpStore& store, int rank) {
   try {
@@ -130,7 +133,10 @@ std::optional<Report> read_report(comm::TcpStore& store, int rank) {
     if (!store.check({key})) return std::nullopt;
     const std::string text = store.get(key);
     const size_t space = text.find(' ');
-    return Report{std::atoll(text.substr(0, space).c_str()), space == std::string::npos ? "" : text.substr(space + 1)};
+    const std::string message = space == std::string::npos ? "" : text.substr(space + 1);
+    const size_t separator = message.find(kHintSeparator);
+    return Report{std::atoll(text.substr(0, space).c_str()), message.substr(0, separator),
+                  separator == std::string::npos ? "" : message.substr(separator + 1)};
   } catch (...) {
     return std::nullopt;  // the store is gone too: go by the exit statuses alone
   }
@@ -169,14 +175,14 @@ std::string failure_text(const std::vector<WorkerEnd>& failures, comm::TcpStore&
   } else if (!own) {
     text += "; hint: the worker's own output is above";
   } else {
-    // The worker's own message ends with its own hint, which is the one that helps.
-    text += ". Rank " + std::to_string(root.rank) + "'s error: " + own->message;
-    if (own->message.find("; hint: ") == std::string::npos) text += "; hint: the worker's own output is above";
+    // The worker's own hint is the one that helps.
+    text += ". Rank " + std::to_string(root.rank) + "'s error: " + own->problem +
+            "; hint: " + (own->hint.empty() ? "the worker's own output is above" : own->hint);
   }
   // Their hints are the root cause's, or beside the point: each line stops before its own.
   for (size_t rank = 0; rank < reports.size(); ++rank)
     if (reports[rank] && int(rank) != root.rank)
-      text += "\n  then rank " + std::to_string(rank) + ": " + reports[rank]->message.substr(0, reports[rank]->message.find("; hint: "));
+      text += "\n  then rank " + std::to_string(rank) + ": " + reports[rank]->problem;
   return text;
 }
 
@@ -203,7 +209,7 @@ ProcessRole detect_process_role(size_t device_count) {
 }
 
 std::vector<Device> all_devices(int cpu_workers) {
-  TINYDDP_CHECK(cpu_workers >= 1, "all_devices: cpu_workers is ", cpu_workers, "; hint: ask for at least one worker");
+  TINYDDP_CHECK(cpu_workers >= 1, "all_devices: cpu_workers is ", cpu_workers, hint("ask for at least one worker"));
   std::vector<Device> devices;
   for (int i = 0; i < cuda_device_count(); ++i) devices.push_back(Device::cuda(i));
   if (devices.empty()) devices.assign(size_t(cpu_workers), Device::cpu());
@@ -214,7 +220,7 @@ std::vector<std::string> this_program_command() {
   std::error_code error;
   std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", error);
   TINYDDP_CHECK(!error, "MultiDevice: cannot read /proc/self/exe: ", error.message(),
-                "; hint: spawning workers needs Linux's /proc; start the ranks with tinyddp-run instead");
+                hint("spawning workers needs Linux's /proc; start the ranks with tinyddp-run instead"));
   std::ifstream in("/proc/self/cmdline", std::ios::binary);
   std::string raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::vector<std::string> command{exe.string()};
@@ -271,12 +277,13 @@ void leave_job(const JoinedJob& job) {
   comm::StoreBarrier(*job.job_store, job.rank, job.world_size, "multi-device/leave").arrive_and_wait();
 }
 
-void report_failure(const JoinedJob& job, const std::string& message) {
+void report_failure(const JoinedJob& job, const std::string& problem, const std::string& advice) {
   // Under torchrun: its error file, naming the rank that failed first (comm/launch/failure_report.h).
+  const std::string message = advice.empty() ? problem : problem + "; hint: " + advice;
   comm::report_failure_to_launcher(job.job_store.get(), job.rank, message);
   if (job.result_dir.empty() || !job.store) return;
   try {
-    job.store->set(failure_key(job.rank), std::to_string(wall_clock_us()) + " " + message);
+    job.store->set(failure_key(job.rank), std::to_string(wall_clock_us()) + " " + problem + kHintSeparator + advice);
   } catch (...) {
     return;  // the store is gone too: the spawner will go by exit statuses alone, and this worker's own words count
   }
@@ -317,8 +324,9 @@ std::shared_ptr<const std::string> spawn_workers(const std::vector<Device>& devi
   SpawnedWorkers workers(command, environments);
   std::vector<WorkerEnd> failures = workers.wait(options.timeout, options.grace);
   if (!failures.empty()) TINYDDP_FAIL(failure_text(failures, *store, devices));
-  TINYDDP_CHECK(checkpoint_exists(*result_dir + "/" + kFinalState), "MultiDevice: every worker exited with 0, but rank 0 left no ",
-                kFinalState, "; hint: the worker program must call run() on the same trainer type as this one");
+  TINYDDP_CHECK(checkpoint_exists(*result_dir + "/" + kFinalState),
+                "MultiDevice: every worker exited with 0, but rank 0 left no ", kFinalState,
+                hint("the worker program must call run() on the same trainer type as this one"));
   return result_dir;
 }
 
@@ -326,7 +334,7 @@ std::unique_ptr<DataLoader> shard_loader(DataLoader& loader, int rank, int world
   if (dynamic_cast<DistributedSampler*>(&loader.sampler())) return nullptr;
   bool known = dynamic_cast<SequentialSampler*>(&loader.sampler()) || dynamic_cast<RandomSampler*>(&loader.sampler());
   TINYDDP_CHECK(known, "MultiDevice: the loader has a custom sampler, which cannot be split among ranks automatically",
-                "; hint: give the loader a DistributedSampler for this rank yourself");
+                hint("give the loader a DistributedSampler for this rank yourself"));
   DataLoaderOptions options = loader.options();
   DistributedSamplerOptions sharding{.shuffle = options.shuffle, .seed = options.seed, .drop_last = false};
   options.shuffle = false;  // the sampler decides the order now
@@ -344,15 +352,17 @@ int64_t batches_per_rank(DataLoader& loader, int world_size) {
 
 void check_zero_options(const MultiDeviceOptions& options, const TrainerOptions&) {
   TINYDDP_CHECK(options.zero_stage == 0 || options.zero_stage == 1, "MultiDevice: zero_stage is ", options.zero_stage,
-                "; hint: use 0 (plain DDP) or 1 (ZeRO-1: sharded optimizer state); stages 2 and 3 are not implemented");
+                hint("use 0 (plain DDP) or 1 (ZeRO-1: sharded optimizer state); stages 2 and 3 are not implemented"));
 }
 
 void check_comm_hook(const MultiDeviceOptions& options) {
   if (options.comm_hook.empty()) return;
   comm_hooks::by_name(options.comm_hook);  // throws for an unknown name, listing the valid ones
-  TINYDDP_CHECK(options.zero_stage == 0 || options.comm_hook == "allreduce", "MultiDevice: comm_hook ", options.comm_hook,
-                " with zero_stage ", options.zero_stage, ": ZeRO-1 reduces the buckets with its own hook (a "
-                "reduce-scatter), and DDP takes one hook; hint: use zero_stage 0 with a compressing hook");
+  TINYDDP_CHECK(options.zero_stage == 0 || options.comm_hook == "allreduce", "MultiDevice: comm_hook ",
+                options.comm_hook, " with zero_stage ", options.zero_stage,
+                ": ZeRO-1 reduces the buckets with its own hook (a "
+                "reduce-scatter), and DDP takes one hook",
+                hint("use zero_stage 0 with a compressing hook"));
 }
 
 void save_result(const std::string& dir, Trainer& trainer) {

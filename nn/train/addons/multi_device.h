@@ -121,10 +121,11 @@ JoinedJob join_job(const std::vector<Device>& devices, const MultiDeviceOptions&
 void leave_job(const JoinedJob& job);
 // A spawned worker whose run() throws tells the spawner why, with the time, through the store, so the
 // spawner can name the rank that failed first (the others then fail because it is gone) and quote
-// its message. Under torchrun it writes TORCHELASTIC_ERROR_FILE (comm/launch/failure_report.h).
-// Once the spawner has the message, the worker's stderr goes to /dev/null: the spawner prints the
-// root cause once, with each rank's line after it, instead of every rank printing its own.
-void report_failure(const JoinedJob& job, const std::string& message);
+// its message and hint (`problem` and `advice`, as an Error holds them). Under torchrun it writes
+// TORCHELASTIC_ERROR_FILE (comm/launch/failure_report.h). Once the spawner has the message, the
+// worker's stderr goes to /dev/null: the spawner prints the root cause once, with each rank's line
+// after it, instead of every rank printing its own.
+void report_failure(const JoinedJob& job, const std::string& problem, const std::string& advice);
 // Refuses a zero_stage other than 0 or 1.
 void check_zero_options(const MultiDeviceOptions& options, const TrainerOptions& trainer);
 // Refuses a comm hook name that is not a built-in one, and a compressing hook with ZeRO-1.
@@ -184,11 +185,10 @@ class MultiDevice : public Base {
       }
     } catch (const StoppedBySignal& stopped) {
       // The workers are gone; what the user can do next depends on the add-ons (StateManager: resume).
-      const std::string hint = this->resume_hint();
-      TINYDDP_FAIL(stopped.message(), "; hint: ",
-                   hint.empty() ? "nothing was saved; a trainer with StateManager and a checkpoint directory "
-                                  "resumes where it stopped"
-                                : hint);
+      const std::string resume = this->resume_hint();
+      TINYDDP_FAIL(stopped.message(), hint(resume.empty() ? "nothing was saved; a trainer with StateManager and a "
+                                                            "checkpoint directory resumes where it stopped"
+                                                          : resume));
     } catch (...) {
       throw;
     }
@@ -250,10 +250,10 @@ class MultiDevice : public Base {
     try {
       train_as_rank(job, n_epoch, loader, valid_loader);
     } catch (const Error& e) {
-      multi_device::report_failure(job, e.message());
+      multi_device::report_failure(job, e.problem(), e.hint());
       throw;
     } catch (const std::exception& e) {
-      multi_device::report_failure(job, e.what());
+      multi_device::report_failure(job, e.what(), "");
       throw;
     }
   }

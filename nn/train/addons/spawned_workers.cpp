@@ -65,8 +65,8 @@ std::string WorkerEnd::describe() const {
 
 SpawnedWorkers::SpawnedWorkers(const std::vector<std::string>& argv, const std::vector<Environment>& environments) {
   TINYDDP_CHECK(!argv.empty() && !argv[0].empty(), "MultiDevice: the worker command is empty",
-                "; hint: give the program to run as argv[0]");
-  TINYDDP_CHECK(!environments.empty(), "MultiDevice: no workers to start; hint: give one environment per rank");
+                hint("give the program to run as argv[0]"));
+  TINYDDP_CHECK(!environments.empty(), "MultiDevice: no workers to start", hint("give one environment per rank"));
   try {
     // The workers stay in this process's group: they share its terminal, and Ctrl-C reaches them too.
     for (const Environment& env : environments) pids_.push_back(children_.pid(children_.start({argv[0], argv, environment_with(env)})));

@@ -60,7 +60,7 @@ NamedTensors load_model_tensors(const std::string& path, Module& model) {
     const Tensor& saved = file.get(p.name);
     TINYDDP_CHECK(saved.shape() == p.parameter->value.shape() && saved.dtype() == p.parameter->value.dtype(), path,
                   ": ", p.name, " is ", saved.describe(), " but the model's is ", p.parameter->value.describe(),
-                  "; hint: the file was saved from a different model");
+                  hint("the file was saved from a different model"));
     out.emplace_back(p.name, saved);
   }
   return out;
@@ -74,12 +74,12 @@ void prepare_checkpoint_dir(const std::string& directory) {
   std::error_code not_there;
   TINYDDP_CHECK(std::filesystem::is_directory(directory) || !std::filesystem::exists(directory, not_there),
                 "StateManager: the checkpoint directory ", directory, " is a file, not a directory",
-                "; hint: give a directory (it is created when missing), or move the file away");
+                hint("give a directory (it is created when missing), or move the file away"));
   TINYDDP_CHECK(std::filesystem::is_directory(directory), "StateManager: cannot create the checkpoint directory ",
                 directory, (error ? ": " + error.message() : std::string()),
-                "; hint: choose a path under a writable directory");
+                hint("choose a path under a writable directory"));
   if (std::optional<Unwritable> unwritable = why_unwritable(directory))
-    TINYDDP_FAIL("StateManager: the checkpoint directory ", directory, " ", unwritable->why, "; hint: ", unwritable->hint);
+    TINYDDP_FAIL("StateManager: the checkpoint directory ", directory, " ", unwritable->why, hint(unwritable->hint));
 }
 
 bool checkpoint_exists(const std::string& path) {
@@ -91,7 +91,7 @@ int64_t checkpoint_epochs_done(const std::string& path) {
   SafetensorsFile file = load_safetensors(path);
   auto it = file.metadata.find("tinyddp.epoch");
   TINYDDP_CHECK(it != file.metadata.end(), path, " has no tinyddp.epoch metadata",
-                "; hint: it is not a training checkpoint (save_training_state writes those)");
+                hint("it is not a training checkpoint (save_training_state writes those)"));
   try {
     size_t used = 0;
     int64_t epochs = std::stoll(it->second, &used);
@@ -99,7 +99,7 @@ int64_t checkpoint_epochs_done(const std::string& path) {
   } catch (const std::exception&) {
   }
   TINYDDP_FAIL(path, ": tinyddp.epoch is \"", it->second, "\", not a number of epochs",
-               "; hint: the file was edited or damaged");
+               hint("the file was edited or damaged"));
 }
 
 void remove_stale_temporaries(const std::string& directory) {
@@ -144,16 +144,16 @@ std::string resume_hint_for(const std::string& last_checkpoint) {
 
 void check_same_resume_point(const std::vector<double>& sums, int64_t epochs_done, int64_t step,
                              const std::string& path) {
-  TINYDDP_CHECK(sums.size() == 5 && sums[0] >= 1, "StateManager: the resume check got ", sums.size(),
-                " sums; hint: this is a bug in tinyddp");
+  TINYDDP_CHECK(sums.size() == 5 && sums[0] >= 1, "StateManager: the resume check got ", sums.size(), " sums",
+                hint("this is a bug in tinyddp"));
   const double n = sums[0];
   // Cauchy-Schwarz: sum(x)^2 <= n * sum(x^2), with equality only when every x is the same. The values
   // are integers far below 2^26, so their squares and sums are exact in a double.
   const bool same_epoch = sums[1] * sums[1] == n * sums[2], same_step = sums[3] * sums[3] == n * sums[4];
-  TINYDDP_CHECK(same_epoch && same_step, "StateManager: the ", int64_t(n), " ranks did not resume from the same point (",
-                "this rank: ", epochs_done, " epochs, step ", step, "; the mean over the ranks: ", sums[1] / n,
-                " epochs, step ", sums[3] / n, ") after reading ", path,
-                "; hint: every rank must see the same checkpoint directory (a shared file system, or one machine)");
+  TINYDDP_CHECK(same_epoch && same_step, "StateManager: the ", int64_t(n),
+                " ranks did not resume from the same point (", "this rank: ", epochs_done, " epochs, step ", step,
+                "; the mean over the ranks: ", sums[1] / n, " epochs, step ", sums[3] / n, ") after reading ", path,
+                hint("every rank must see the same checkpoint directory (a shared file system, or one machine)"));
 }
 
 // One grad-ready hook per parameter, run after DDP's own (the hooks run in registration order).

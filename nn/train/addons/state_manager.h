@@ -216,9 +216,9 @@ class StateManager : public Base {
     }
     if (!checkpoint_exists(best_checkpoint_path())) return;
     const int64_t in_file = checkpoint_epochs_done(best_checkpoint_path());
-    TINYDDP_CHECK(in_file == *best + 1, best_checkpoint_path(), " holds the weights after epoch ", in_file,
-                  " but ", last_checkpoint_path(), " says the best epoch was ", *best + 1,
-                  "; hint: the two files come from different runs; remove best.safetensors to resume without it");
+    TINYDDP_CHECK(in_file == *best + 1, best_checkpoint_path(), " holds the weights after epoch ", in_file, " but ",
+                  last_checkpoint_path(), " says the best epoch was ", *best + 1,
+                  hint("the two files come from different runs; remove best.safetensors to resume without it"));
     this->set_best_weights(load_model_tensors(best_checkpoint_path(), this->model()));
   }
 

@@ -162,7 +162,7 @@ TEST_CASE("a wait that times out names the missing keys, and the connection stay
     CHECK(m.find("timed out after 0.2 s") != std::string::npos);
     CHECK(m.find("still missing: 'absent1', 'absent2';") != std::string::npos);
     CHECK(m.find("127.0.0.1:" + std::to_string(live.master.port())) != std::string::npos);
-    CHECK(m.find("; hint: ") != std::string::npos);
+    CHECK_FALSE(e.hint().empty());
   }
   // The timed-out waiter is gone from the server: setting its keys later sends no stray answer,
   // so the next answers on this connection are the right ones.

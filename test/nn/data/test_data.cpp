@@ -64,7 +64,7 @@ class ProbeDataset : public Dataset {
   explicit ProbeDataset(int64_t n, int64_t fail_at = -1, int delay_ms = 0) : n_(n), fail_at_(fail_at), delay_ms_(delay_ms) {}
   int64_t size() const override { return n_; }
   Batch get(int64_t i) const override {
-    TINYDDP_CHECK(i != fail_at_, "ProbeDataset: sample ", i, " is broken; hint: this is the test's planted fault");
+    TINYDDP_CHECK(i != fail_at_, "ProbeDataset: sample ", i, " is broken", hint("this is the test's planted fault"));
     return {Tensor::from_vector<float>({float(i), float(i) * 2, float(i) * 3}), Tensor::from_vector<int64_t>({i % 3}, {})};
   }
   Batch get_batch(const std::vector<int64_t>& indices) const override {

@@ -230,7 +230,7 @@ TEST_CASE("MultiDevice a worker that throws is named with its own error message"
    public:
     using MlpTrainer::MlpTrainer;
     nn::StepOutput train_step(const nn::Batch& batch) override {
-      if (rank() == 1 && global_step() == 3) TINYDDP_FAIL("injected failure in train_step; hint: none");
+      if (rank() == 1 && global_step() == 3) TINYDDP_FAIL("injected failure in train_step", hint("none"));
       return MlpTrainer::train_step(batch);
     }
   };
