@@ -44,7 +44,7 @@ Tensor Tensor::over(std::shared_ptr<Storage> storage, const Shape& shape, DType 
   t.dtype_ = dtype;
   TINYDDP_CHECK(size_t(t.numel_) * dtype_size(dtype) <= storage->nbytes(), "Tensor::over: ", shape_str(shape), " of ",
                 dtype_name(dtype), " needs ", size_t(t.numel_) * dtype_size(dtype), " bytes, the storage holds ",
-                storage->nbytes(), "; hint: allocate a storage large enough for the shape");
+                storage->nbytes(), hint("allocate a storage large enough for the shape"));
   t.storage_ = std::move(storage);
   return t;
 }

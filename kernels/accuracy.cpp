@@ -12,7 +12,7 @@ int64_t count_correct(const Tensor& logits, const Tensor& labels) {
   detail::check_logits_and_labels(op, logits, labels);
   const int64_t rows = logits.size(0), classes = logits.size(1);
   if (rows == 0) return 0;
-  TINYDDP_CHECK(classes > 0, op, ": `logits` ", logits.describe(), " has no classes; hint: logits need one column per class");
+  TINYDDP_CHECK(classes > 0, op, ": `logits` ", logits.describe(), " has no classes", hint("logits need one column per class"));
 
   if (const cuda::Kernels* gpu = cuda_kernels_for(logits)) {
     int64_t bad_row = -1;

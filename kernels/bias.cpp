@@ -18,7 +18,7 @@ void check_rows_and_bias(const char* op, const char* rows_arg, const Tensor& row
   detail::check_dim(op, bias_arg, bias, 1);
   detail::check_same_device(op, rows_arg, rows, bias_arg, bias);
   TINYDDP_CHECK(bias.size(0) == rows.size(1), op, ": `", bias_arg, "` is ", bias.describe(), " but `", rows_arg,
-                "` is ", rows.describe(), "; hint: the bias needs one entry per column (", rows.size(1), ")");
+                "` is ", rows.describe(), hint("the bias needs one entry per column (", rows.size(1), ")"));
 }
 }  // namespace
 

@@ -27,15 +27,15 @@ void convert_on_cpu(const Tensor& src, Tensor& dst) {
 void convert(const Tensor& src, Tensor& dst) {
   constexpr const char* op = "convert";
   TINYDDP_CHECK(src.defined() && dst.defined(), op, ": argument `", src.defined() ? "dst" : "src",
-                "` is an undefined tensor; hint: allocate it with Tensor::empty first");
+                "` is an undefined tensor", hint("allocate it with Tensor::empty first"));
   TINYDDP_CHECK(src.numel() == dst.numel(), op, ": `src` is ", src.describe(), " but `dst` is ", dst.describe(),
-                "; hint: they must hold the same number of elements");
+                hint("they must hold the same number of elements"));
   TINYDDP_CHECK(src.device() == dst.device(), op, ": `src` is on ", src.device().str(), " but `dst` is on ",
-                dst.device().str(), "; hint: move both to one device with .to(device)");
+                dst.device().str(), hint("move both to one device with .to(device)"));
   if (src.dtype() == dst.dtype()) return dst.copy_from(src);
   TINYDDP_CHECK(is_supported_pair(src.dtype(), dst.dtype()), op, ": ", dtype_name(src.dtype()), " -> ",
-                dtype_name(dst.dtype()), " is not supported; hint: convert between f32 and bf16 or f16 ",
-                "(Tensor::to converts between any two dtypes)");
+                dtype_name(dst.dtype()), " is not supported", hint("convert between f32 and bf16 or f16 ",
+                "(Tensor::to converts between any two dtypes)"));
   if (src.numel() == 0) return;
   if (const cuda::Kernels* gpu = cuda_kernels_for(src)) {
     gpu->convert(src.device().index, src.raw_data(), src.dtype(), dst.raw_data(), dst.dtype(), src.numel());

@@ -61,10 +61,10 @@ void check_available(CpuGemm gemm, const std::string& asked_by) {
 #ifdef TINYDDP_WITH_ONEDNN
   std::string why_not;
   TINYDDP_CHECK(detail::onednn_loadable(&why_not), asked_by, " asks for oneDNN, which this machine cannot load (",
-                why_not, "); hint: apt-get install libdnnl2, or use OpenBLAS");
+                why_not, ")", hint("apt-get install libdnnl2, or use OpenBLAS"));
 #else
   TINYDDP_FAIL(asked_by, " asks for oneDNN, which this build does not have (it has OpenBLAS only)",
-               "; hint: install libdnnl-dev (make deps) and configure with -DTINYDDP_ONEDNN=ON");
+               hint("install libdnnl-dev (make deps) and configure with -DTINYDDP_ONEDNN=ON"));
 #endif
 }
 
@@ -181,8 +181,8 @@ void set_cpu_gemm(CpuGemm gemm) {
 }
 
 void set_cpu_threads(int threads) {
-  TINYDDP_CHECK(threads >= 1, "set_cpu_threads(", threads, "): at least one thread is needed; hint: pass 1 to run "
-                "BLAS on the calling thread only");
+  TINYDDP_CHECK(threads >= 1, "set_cpu_threads(", threads, "): at least one thread is needed", hint("pass 1 to run "
+                "BLAS on the calling thread only"));
   // With several DDP processes on one host, each library spawning one thread per core would
   // oversubscribe the cores many times over; one thread per process is what torch.distributed users
   // set too. Both libraries are told, so a later set_cpu_gemm keeps the count.

@@ -122,13 +122,13 @@ void onednn_sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int6
                   int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   const OneDnn& dnnl = onednn();
   TINYDDP_CHECK(dnnl.error.empty(), "gemm: oneDNN was chosen but ", dnnl.error,
-                "; hint: apt-get install libdnnl2, or run with TINYDDP_CPU_GEMM=openblas");
+                hint("apt-get install libdnnl2, or run with TINYDDP_CPU_GEMM=openblas"));
   apply_thread_count(dnnl);
   // dnnl_sgemm is row-major, like the rest of tinyddp (unlike Fortran BLAS).
   dnnl_status_t status = dnnl.sgemm(transpose_a ? 'T' : 'N', transpose_b ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb,
                                     beta, c, ldc);
   TINYDDP_CHECK(status == dnnl_success, "gemm: oneDNN's dnnl_sgemm failed with status ", int(status), " for [", m,
-                ", ", k, "] x [", k, ", ", n, "]; hint: run with TINYDDP_CPU_GEMM=openblas to use OpenBLAS instead");
+                ", ", k, "] x [", k, ", ", n, "]", hint("run with TINYDDP_CPU_GEMM=openblas to use OpenBLAS instead"));
 }
 
 void onednn_set_threads(int threads) { requested_threads.store(threads); }

@@ -151,13 +151,13 @@ void onednn_bf16_gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, 
                       int64_t ldc) {
   const Matmul& dnnl = matmul();
   TINYDDP_CHECK(dnnl.error.empty(), "gemm: bf16 operands on oneDNN, but ", dnnl.error,
-                "; hint: run with --precision fp32, or let the bf16 operands be rounded f32 (kernels/mixed_gemm.h)");
+                hint("run with --precision fp32, or let the bf16 operands be rounded f32 (kernels/mixed_gemm.h)"));
   onednn_apply_threads();
   thread_local std::map<ProductKey, Product> products;
   thread_local dnnl_stream_t stream = nullptr;
   if (!stream)
     TINYDDP_CHECK(dnnl.stream_create(&stream, dnnl.engine, dnnl_stream_default_flags) == dnnl_success,
-                  "gemm: oneDNN could not create a CPU stream; hint: run with --precision fp32");
+                  "gemm: oneDNN could not create a CPU stream", hint("run with --precision fp32"));
   const ProductKey key{transpose_a, transpose_b, m, n, k, lda, ldb, ldc, alpha, beta};
   auto found = products.find(key);
   if (found == products.end()) {
@@ -166,11 +166,11 @@ void onednn_bf16_gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, 
     dnnl_primitive_desc_t pd = nullptr;
     const dnnl_status_t status = create_descriptor(dnnl, p, alpha, beta, &pd);
     TINYDDP_CHECK(status == dnnl_success, "gemm: oneDNN refused the bf16 matmul [", m, ", ", k, "] x [", k, ", ", n,
-                  "] (status ", int(status), "); hint: run with --precision fp32");
+                  "] (status ", int(status), ")", hint("run with --precision fp32"));
     const dnnl_status_t created = dnnl.primitive_create(&p.primitive, pd);
     dnnl.primitive_desc_destroy(pd);
     TINYDDP_CHECK(created == dnnl_success, "gemm: oneDNN could not create the bf16 matmul (status ", int(created),
-                  "); hint: run with --precision fp32");
+                  ")", hint("run with --precision fp32"));
     found = products.emplace(key, p).first;
   }
   Product& p = found->second;
@@ -185,7 +185,7 @@ void onednn_bf16_gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, 
   if (status == dnnl_success) status = dnnl.stream_wait(stream);
   for (dnnl_memory_t memory : memories) dnnl.memory_destroy(memory);
   TINYDDP_CHECK(status == dnnl_success, "gemm: oneDNN's bf16 matmul failed with status ", int(status), " for [", m,
-                ", ", k, "] x [", k, ", ", n, "]; hint: run with --precision fp32");
+                ", ", k, "] x [", k, ", ", n, "]", hint("run with --precision fp32"));
 }
 
 }  // namespace tinyddp::kernels::detail

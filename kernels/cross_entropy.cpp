@@ -45,8 +45,8 @@ float softmax_cross_entropy(const Tensor& logits, const Tensor& labels, Tensor* 
   }
   const int64_t rows = logits.size(0), classes = logits.size(1);
   TINYDDP_CHECK(rows > 0, op, ": `logits` ", logits.describe(), " has no rows, and the mean over an empty batch is "
-                "undefined; hint: skip empty batches");
-  TINYDDP_CHECK(classes > 0, op, ": `logits` ", logits.describe(), " has no classes; hint: logits need one column per class");
+                "undefined", hint("skip empty batches"));
+  TINYDDP_CHECK(classes > 0, op, ": `logits` ", logits.describe(), " has no classes", hint("logits need one column per class"));
   float* d = dlogits ? dlogits->data<float>() : nullptr;
 
   if (const cuda::Kernels* gpu = cuda_kernels_for(logits)) {

@@ -24,7 +24,7 @@ void gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, 
   const bool narrow = operands == DType::bf16 || operands == DType::f16;
   detail::check_tensor(op, "a", a, narrow ? operands : DType::f32);
   TINYDDP_CHECK(b.defined() && b.dtype() == operands, op, ": `a` is ", a.describe(), " but `b` is ", b.describe(),
-                "; hint: both operands f32, or both rounded to one narrow type (kernels::round_to)");
+                hint("both operands f32, or both rounded to one narrow type (kernels::round_to)"));
   detail::check_tensor(op, "c", c);
   detail::check_dim(op, "a", a, 2);
   detail::check_dim(op, "b", b, 2);
@@ -38,17 +38,17 @@ void gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, 
   const int64_t n = transpose_b ? b.size(0) : b.size(1);
   TINYDDP_CHECK(k == k_b, "gemm: inner dimensions differ: op(a) is [", m, ", ", k, "] (a is ", a.describe(),
                 transpose_a ? ", transposed" : "", ") but op(b) is [", k_b, ", ", n, "] (b is ", b.describe(),
-                transpose_b ? ", transposed" : "", "); hint: check the transpose flags and the operand order");
+                transpose_b ? ", transposed" : "", ")", hint("check the transpose flags and the operand order"));
   TINYDDP_CHECK(c.size(0) == m && c.size(1) == n, "gemm: the result op(a) @ op(b) is [", m, ", ", n, "] but `c` is ",
-                c.describe(), "; hint: allocate c as [", m, ", ", n, "]");
+                c.describe(), hint("allocate c as [", m, ", ", n, "]"));
   TINYDDP_CHECK(m <= INT_MAX && n <= INT_MAX && k <= INT_MAX, "gemm: dimensions [", m, ", ", n, ", ", k,
-                "] exceed what BLAS libraries index with 32-bit integers; hint: split the product into row blocks");
+                "] exceed what BLAS libraries index with 32-bit integers", hint("split the product into row blocks"));
   // BLAS reads a and b while it writes c: c overlapping either would read half-updated values.
   for (const auto& [name, operand] : {std::pair<const char*, const Tensor*>{"a", &a}, {"b", &b}}) {
     const bool overlap = c.shares_storage_with(*operand) && c.offset() < operand->offset() + operand->numel() &&
                          operand->offset() < c.offset() + c.numel();
-    TINYDDP_CHECK(!overlap, "gemm: the output `c` overlaps the memory of `", name, "`; hint: write the product into a ",
-                  "separate tensor and copy it back");
+    TINYDDP_CHECK(!overlap, "gemm: the output `c` overlaps the memory of `", name, "`", hint("write the product into a ",
+                  "separate tensor and copy it back"));
   }
   if (m == 0 || n == 0) return;
   if (k == 0) {  // an empty sum: c = beta * c, which BLAS libraries do not all agree on for k = 0

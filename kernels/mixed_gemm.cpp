@@ -66,7 +66,7 @@ void round_through_f16(const float* src, float* dst, size_t n) {
 
 MixedGemmChoice choose_cpu_mixed_gemm(DType narrow, const MixedGemmFacts& facts) {
   TINYDDP_CHECK(narrow == DType::bf16 || narrow == DType::f16, "mixed-precision GEMM: ", dtype_name(narrow),
-                " is not a narrow operand type; hint: use bf16 or f16");
+                " is not a narrow operand type", hint("use bf16 or f16"));
   if (narrow == DType::f16) return rounded(narrow, "oneDNN 2.6 has no f16 GEMM for CPUs", facts);
   if (!facts.cpu_has_avx512_core) return rounded(narrow, "no bf16 units on this CPU (it has no AVX-512)", facts);
   if (facts.onednn_isa.empty()) return rounded(narrow, "oneDNN is not available to run bf16", facts);
@@ -91,13 +91,13 @@ const MixedGemmChoice& cpu_mixed_gemm(DType narrow) {
     f16 = choose_cpu_mixed_gemm(DType::f16, facts);
   });
   TINYDDP_CHECK(narrow == DType::bf16 || narrow == DType::f16, "mixed-precision GEMM: ", dtype_name(narrow),
-                " is not a narrow operand type; hint: use bf16 or f16");
+                " is not a narrow operand type", hint("use bf16 or f16"));
   return narrow == DType::bf16 ? bf16 : f16;
 }
 
 DType mixed_operand_dtype(DType narrow, Device device) {
   TINYDDP_CHECK(narrow == DType::bf16 || narrow == DType::f16, "mixed_operand_dtype: ", dtype_name(narrow),
-                " is not a narrow operand type; hint: use bf16 or f16");
+                " is not a narrow operand type", hint("use bf16 or f16"));
   if (device.is_cuda()) return narrow;  // tensor cores (and the fake devices, whose CPU loops widen them)
   return cpu_mixed_gemm(narrow).path == MixedGemmPath::onednn_bf16 ? narrow : DType::f32;
 }
@@ -112,13 +112,13 @@ std::string mixed_gemm_units(DType narrow, Device device) {
 void round_to(const Tensor& src, DType narrow, Tensor& dst) {
   constexpr const char* op = "round_to";
   TINYDDP_CHECK(narrow == DType::bf16 || narrow == DType::f16, op, ": ", dtype_name(narrow),
-                " is not a narrow type; hint: round to bf16 or f16");
+                " is not a narrow type", hint("round to bf16 or f16"));
   TINYDDP_CHECK(src.defined() && src.dtype() == DType::f32, op, ": `src` is ", src.describe(), " but must be f32");
   TINYDDP_CHECK(dst.defined() && (dst.dtype() == narrow || dst.dtype() == DType::f32), op, ": `dst` is ",
                 dst.describe(), " but must be ", dtype_name(narrow),
-                " or f32; hint: allocate it with mixed_operand_dtype");
+                " or f32", hint("allocate it with mixed_operand_dtype"));
   TINYDDP_CHECK(src.numel() == dst.numel() && src.device() == dst.device(), op, ": `src` is ", src.describe(),
-                " but `dst` is ", dst.describe(), "; hint: the same number of elements, on the same device");
+                " but `dst` is ", dst.describe(), hint("the same number of elements, on the same device"));
   if (dst.dtype() == narrow) return convert(src, dst);
   if (cuda_kernels_for(src)) {  // f32 holding rounded values on a GPU: there and back
     Tensor narrow_copy = Tensor::empty(src.shape(), narrow, src.device());

@@ -32,13 +32,13 @@ void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const 
     detail::check_like(op, "param", param, "momentum_buffer", momentum_buffer);
   }
   // The same argument rules as torch.optim.SGD's constructor.
-  TINYDDP_CHECK(config.lr >= 0.f, op, ": lr = ", config.lr, " is negative; hint: use a learning rate >= 0");
-  TINYDDP_CHECK(config.momentum >= 0.f, op, ": momentum = ", config.momentum, " is negative; hint: use 0 <= momentum < 1");
+  TINYDDP_CHECK(config.lr >= 0.f, op, ": lr = ", config.lr, " is negative", hint("use a learning rate >= 0"));
+  TINYDDP_CHECK(config.momentum >= 0.f, op, ": momentum = ", config.momentum, " is negative", hint("use 0 <= momentum < 1"));
   TINYDDP_CHECK(config.weight_decay >= 0.f, op, ": weight_decay = ", config.weight_decay,
-                " is negative; hint: use weight_decay >= 0");
+                " is negative", hint("use weight_decay >= 0"));
   TINYDDP_CHECK(!config.nesterov || (use_momentum && config.dampening == 0.f), op,
                 ": nesterov momentum needs momentum > 0 and dampening = 0, got momentum = ", config.momentum,
-                ", dampening = ", config.dampening, "; hint: set a momentum and no dampening, or turn nesterov off");
+                ", dampening = ", config.dampening, hint("set a momentum and no dampening, or turn nesterov off"));
 
   const SgdScalars s{config.lr, config.momentum, config.dampening, config.weight_decay, config.nesterov, first_step};
   const int64_t n = param.numel();
@@ -60,14 +60,14 @@ void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const 
 
 // The argument rules of torch.optim.Adam's constructor, in its words.
 void check_adam_config(const AdamConfig& config) {
-  TINYDDP_CHECK(config.lr >= 0, "Adam: invalid learning rate: ", config.lr, "; hint: use a learning rate >= 0");
-  TINYDDP_CHECK(config.eps >= 0, "Adam: invalid epsilon value: ", config.eps, "; hint: use a small positive eps such as 1e-8");
+  TINYDDP_CHECK(config.lr >= 0, "Adam: invalid learning rate: ", config.lr, hint("use a learning rate >= 0"));
+  TINYDDP_CHECK(config.eps >= 0, "Adam: invalid epsilon value: ", config.eps, hint("use a small positive eps such as 1e-8"));
   const double betas[2] = {config.beta1, config.beta2};
   for (int i = 0; i < 2; ++i)
     TINYDDP_CHECK(betas[i] >= 0 && betas[i] < 1, "Adam: invalid beta parameter at index ", i, ": ", betas[i],
-                  "; hint: betas must both lie in [0, 1), the usual values are (0.9, 0.999)");
+                  hint("betas must both lie in [0, 1), the usual values are (0.9, 0.999)"));
   TINYDDP_CHECK(config.weight_decay >= 0, "Adam: invalid weight_decay value: ", config.weight_decay,
-                "; hint: use weight_decay >= 0");
+                hint("use weight_decay >= 0"));
 }
 
 void adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, const AdamConfig& config,
@@ -80,8 +80,7 @@ void adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_a
   detail::check_like(op, "param", param, "grad", grad);
   detail::check_like(op, "param", param, "exp_avg", exp_avg);
   detail::check_like(op, "param", param, "exp_avg_sq", exp_avg_sq);
-  TINYDDP_CHECK(step >= 1, op, ": step = ", step, " but steps count from 1 (the bias correction divides by 1 - beta^step); "
-                "hint: pass the number of steps taken including this one");
+  TINYDDP_CHECK(step >= 1, op, ": step = ", step, " but steps count from 1 (the bias correction divides by 1 - beta^step)", hint("pass the number of steps taken including this one"));
   check_adam_config(config);
 
   // The bias corrections depend on the step only: computed once here, in double, as PyTorch does.

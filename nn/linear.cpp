@@ -10,7 +10,7 @@ namespace tinyddp::nn {
 Linear::Linear(int64_t in_features, int64_t out_features, Generator& generator, bool bias)
     : in_features_(in_features), out_features_(out_features) {
   TINYDDP_CHECK(in_features > 0 && out_features > 0, "Linear(", in_features, ", ", out_features,
-                "): both sizes must be positive; hint: check the layer sizes of the model");
+                "): both sizes must be positive", hint("check the layer sizes of the model"));
   // PyTorch initialises the weight with kaiming_uniform_(a = sqrt(5)): gain = sqrt(2 / (1 + a^2)) =
   // sqrt(1/3), std = gain / sqrt(fan_in), bound = sqrt(3) * std = 1 / sqrt(fan_in). The bias uses the
   // same bound explicitly. The weight is drawn first, then the bias, as in nn.Linear.reset_parameters.
@@ -26,15 +26,15 @@ Linear::Linear(int64_t in_features, int64_t out_features, Generator& generator, 
 }
 
 Parameter& Linear::bias() {
-  TINYDDP_CHECK(bias_ != nullptr, describe(), " has no bias; hint: construct it with bias = true");
+  TINYDDP_CHECK(bias_ != nullptr, describe(), " has no bias", hint("construct it with bias = true"));
   return *bias_;
 }
 
 Tensor Linear::forward(const Tensor& input) {
   TINYDDP_CHECK(input.dim() == 2 && input.size(1) == in_features_, describe(), ".forward: expected input [batch, ",
-                in_features_, "], got ", input.describe(), "; hint: flatten the input to [batch, features]");
+                in_features_, "], got ", input.describe(), hint("flatten the input to [batch, features]"));
   TINYDDP_CHECK(input.device() == device_, describe(), ".forward: the input is on ", input.device().str(),
-                " but the layer is on ", device_.str(), "; hint: move the model or the batch with .to(device)");
+                " but the layer is on ", device_.str(), hint("move the model or the batch with .to(device)"));
   Tensor output = Tensor::empty({input.size(0), out_features_}, DType::f32, device_);
   precision_ = current_precision();
   if (!is_mixed(precision_)) {
@@ -55,10 +55,10 @@ Tensor Linear::forward(const Tensor& input) {
 }
 
 Tensor Linear::backward(const Tensor& grad_output, bool want_input_grad) {
-  TINYDDP_CHECK(input_.defined(), describe(), ".backward called before forward; hint: run forward first");
+  TINYDDP_CHECK(input_.defined(), describe(), ".backward called before forward", hint("run forward first"));
   TINYDDP_CHECK(grad_output.shape() == Shape({input_.size(0), out_features_}), describe(),
                 ".backward: expected grad_output [", input_.size(0), ", ", out_features_, "], got ",
-                grad_output.describe(), "; hint: pass the gradient of this layer's forward output");
+                grad_output.describe(), hint("pass the gradient of this layer's forward output"));
   // The first backward after zero_grad() overwrites the gradient (beta = 0: no memset of it beforehand,
   // no read of stale numbers); a later one accumulates (beta = 1), as PyTorch's .grad does, which is
   // what makes gradient accumulation over micro-batches (and DDP's no_sync()) work.

@@ -70,8 +70,8 @@ void CollectiveWaiter::fail_timeout(const std::vector<WaitFor>& waits) const {
   if (!from.empty()) waiting += "to receive from rank(s) " + from;
   if (!to.empty()) waiting += (waiting.empty() ? "" : " and ") + std::string("to send to rank(s) ") + to;
   TINYDDP_FAIL(ctx_.what(), ": timed out after ", ctx_.timeout.count(), " ms waiting ", waiting,
-               "; hint: those ranks did not make the same collective call (run with TINYDDP_DEBUG=DETAIL to check "
-               "that every rank calls the same collectives), are stuck elsewhere, or need a longer timeout");
+               hint("those ranks did not make the same collective call (run with TINYDDP_DEBUG=DETAIL to check "
+               "that every rank calls the same collectives), are stuck elsewhere, or need a longer timeout"));
 }
 
 namespace {

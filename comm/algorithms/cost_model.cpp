@@ -134,7 +134,7 @@ double parse_number(const std::string& word, bool zero_allowed, const std::strin
   } catch (const std::exception&) {
   }
   TINYDDP_FAIL(where, " line ", line, ": '", word, "' is not a ", zero_allowed ? "non-negative" : "positive",
-               " number; hint: write 'key value', e.g. 'network_gbit_per_s 1'");
+               " number", hint("write 'key value', e.g. 'network_gbit_per_s 1'"));
 }
 
 }  // namespace
@@ -152,7 +152,7 @@ AllReduceAlgorithm algorithm_from_name(const std::string& name, const std::strin
     if (!list.empty()) list += '|';
     list += n;
   }
-  TINYDDP_FAIL(where, ": unknown all-reduce algorithm '", name, "'; hint: use one of ", list);
+  TINYDDP_FAIL(where, ": unknown all-reduce algorithm '", name, "'", hint("use one of ", list));
 }
 
 CostModel CostModel::parse(const std::string& text, const std::string& where) {
@@ -172,9 +172,9 @@ CostModel CostModel::parse(const std::string& text, const std::string& where) {
     auto it = keys.find(key);
     std::string known;
     for (const auto& [k, unused] : keys) known += (known.empty() ? "" : ", ") + k;
-    TINYDDP_CHECK(it != keys.end(), where, " line ", number, ": unknown key '", key, "'; hint: the keys are ", known);
+    TINYDDP_CHECK(it != keys.end(), where, " line ", number, ": unknown key '", key, "'", hint("the keys are ", known));
     TINYDDP_CHECK(bool(words >> value) && !(words >> rest), where, " line ", number, ": '", key,
-                  "' needs exactly one value; hint: write 'key value'");
+                  "' needs exactly one value", hint("write 'key value'"));
     *it->second.first = parse_number(value, key == "call_us", where, number) * it->second.second;
   }
   return m;
@@ -189,8 +189,8 @@ CostModel CostModel::from_environment() {
   auto path = env::text("TINYDDP_COST_MODEL");
   if (!path || *path == "probe" || *path == "builtin") return CostModel{};
   std::ifstream file(*path);
-  TINYDDP_CHECK(file.good(), "TINYDDP_COST_MODEL: cannot read '", *path, "'; hint: name a file of 'key value' lines "
-                "(see comm/algorithms/cost_model.h), 'builtin' for the defaults, or unset it to measure the links");
+  TINYDDP_CHECK(file.good(), "TINYDDP_COST_MODEL: cannot read '", *path, "'", hint("name a file of 'key value' lines "
+                "(see comm/algorithms/cost_model.h), 'builtin' for the defaults, or unset it to measure the links"));
   std::stringstream text;
   text << file.rdbuf();
   return parse(text.str(), "TINYDDP_COST_MODEL file '" + *path + "'");

@@ -127,7 +127,7 @@ LinkMeasurement LinkMeasurement::parse(const std::string& text, const std::strin
   std::string rest;
   ok = ok && bool(in >> m.alpha_in_host_s >> m.in_host_bytes_per_s >> m.reduce_bytes_per_s) && !(in >> rest);
   TINYDDP_CHECK(ok, where, ": '", text, "' is not a link measurement (", 4 + 2 * kProbeRounds,
-                " numbers); hint: every rank of a group must run the same tinyddp");
+                " numbers)", hint("every rank of a group must run the same tinyddp"));
   return m;
 }
 

@@ -61,7 +61,7 @@ void single_rounding_reduce_scatter(std::span<Connection* const> peers, int rank
                                     std::byte* out, size_t count, const CollectiveContext& ctx) {
   TINYDDP_CHECK(single_rounding_supports(ctx.dtype, ctx.op), ctx.what(), ": single-rounding reductions take bf16 or ",
                 "f16 with sum or avg, not ", dtype_name(ctx.dtype), " with ", reduce_op_name(ctx.op),
-                "; hint: use all_reduce / reduce_scatter for other dtypes and ops");
+                hint("use all_reduce / reduce_scatter for other dtypes and ops"));
   const int n = int(peers.size());
   const size_t per_slot = chunk_count(count, n, rank);
   std::vector<std::byte> received(size_t(n) * per_slot * dtype_size(ctx.dtype));

@@ -67,9 +67,9 @@ void symmetric_barrier(SymmetricBuffer& b, uint64_t step, ShmTransport& shm, con
       TINYDDP_FAIL(ctx.what(), ": timed out after ", ctx.timeout.count(), " ms waiting for rank(s) ",
                    short_list(late, 8, [&](int p) { return std::to_string(b.ranks()[size_t(p)]); }), " ", step_name(step),
                    " on symmetric buffer #", b.index(),
-                   "; hint: those ranks did not make the same collective call (every rank must call the collectives "
+                   hint("those ranks did not make the same collective call (every rank must call the collectives "
                    "on its tensor of the symmetric allocation, in the same order), are stuck elsewhere, or need a "
-                   "longer timeout");
+                   "longer timeout"));
   }
 }
 
@@ -83,7 +83,7 @@ void check_same_call(const SymmetricBuffer& b, const SymmetricCall& mine, const 
                  " elements of ", dtype_name(DType(theirs.dtype)), " at byte ", theirs.offset, " of symmetric buffer #",
                  b.index(), " (", reduce_op_name(ReduceOp(theirs.op)), "), this rank in #", mine.sequence, " on ", mine.count,
                  " elements of ", dtype_name(DType(mine.dtype)), " at byte ", mine.offset, " (", reduce_op_name(ReduceOp(mine.op)),
-                 "); hint: every rank must make the same collective calls on the same tensors of a symmetric allocation");
+                 ")", hint("every rank must make the same collective calls on the same tensors of a symmetric allocation"));
   }
 }
 
@@ -110,7 +110,7 @@ void reduce_my_slice(const SymmetricBuffer& b, size_t at, size_t count, const Co
 void symmetric_all_reduce(SymmetricBuffer& b, size_t offset, size_t count, bool one_shot, ShmTransport& shm,
                           const CollectiveContext& ctx) {
   TINYDDP_CHECK(b.peers_mapped(), ctx.what(), ": symmetric buffer #", b.index(),
-                " no longer maps its peers' parts (its process group ended); hint: use the group it was allocated from");
+                " no longer maps its peers' parts (its process group ended)", hint("use the group it was allocated from"));
   const int n = b.parties(), me = b.position();
   const size_t elem = dtype_size(ctx.dtype), bytes = count * elem;
   const uint64_t base = b.my_step();

@@ -69,7 +69,7 @@ std::shared_ptr<SymmetricBuffer> SymmetricBuffer::allocate(Store& store, const s
   buffer->ranks_ = local_ranks;
   buffer->position_ = int(std::find(local_ranks.begin(), local_ranks.end(), rank) - local_ranks.begin());
   TINYDDP_CHECK(buffer->position_ < int(local_ranks.size()), what, ": rank ", rank,
-                " is not among the host's ranks; hint: this is a bug in the caller");
+                " is not among the host's ranks", hint("this is a bug in the caller"));
   const size_t mapped = kPage + round_up(std::max<size_t>(bytes, 1), kPage);
   buffer->parts_.resize(local_ranks.size());
 
@@ -81,15 +81,15 @@ std::shared_ptr<SymmetricBuffer> SymmetricBuffer::allocate(Store& store, const s
       "tinyddp-" + stem.substr(stem.rfind('/') + 1) + "-" + std::to_string(index) + "-rank" + std::to_string(rank);
   mine->fd = ::memfd_create(name.c_str(), MFD_CLOEXEC);
   TINYDDP_CHECK(mine->fd >= 0, what, ": rank ", rank, ": memfd_create failed: ", std::strerror(errno),
-                "; hint: symmetric memory needs Linux 3.17 or later; use ordinary tensors instead");
+                hint("symmetric memory needs Linux 3.17 or later; use ordinary tensors instead"));
   if (int err = ::posix_fallocate(mine->fd, 0, off_t(mapped)); err != 0)
     TINYDDP_FAIL(what, ": rank ", rank, " could not reserve ", mapped, " bytes of shared memory: ", std::strerror(err),
-                 "; hint: the host is short of memory (free, or the container's memory limit); allocate less, or use "
-                 "ordinary tensors");
+                 hint("the host is short of memory (free, or the container's memory limit); allocate less, or use "
+                 "ordinary tensors"));
   mine->base = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, mine->fd, 0);
   if (mine->base == MAP_FAILED) {
     mine->base = nullptr;
-    TINYDDP_FAIL(what, ": rank ", rank, ": mmap of ", mapped, " bytes failed: ", std::strerror(errno), "; hint: check ulimit -v");
+    TINYDDP_FAIL(what, ": rank ", rank, ": mmap of ", mapped, " bytes failed: ", std::strerror(errno), hint("check ulimit -v"));
   }
   mine->mapped = mapped;
   auto* header = new (mine->base) PartHeader{};
@@ -114,7 +114,7 @@ std::shared_ptr<SymmetricBuffer> SymmetricBuffer::allocate(Store& store, const s
     TINYDDP_FAIL(what, ": rank ", rank, " waited ", timeout.count(), " ms for rank(s) ",
                  short_list(missing, 8, [](int r) { return std::to_string(r); }),
                  " to allocate theirs: ", e.message(),
-                 "; hint: every rank of the host must call allocate_symmetric the same number of times, in the same order");
+                 hint("every rank of the host must call allocate_symmetric the same number of times, in the same order"));
   }
   const std::vector<std::string> where = store.multi_get(keys);
   for (size_t p = 0; p < local_ranks.size(); ++p) {
@@ -123,27 +123,27 @@ std::shared_ptr<SymmetricBuffer> SymmetricBuffer::allocate(Store& store, const s
     int pid = 0, fd = -1;
     unsigned long long their_bytes = 0;
     TINYDDP_CHECK(std::sscanf(where[p].c_str(), "%d %d %llu", &pid, &fd, &their_bytes) == 3, what, ": rank ", peer,
-                  " published '", where[p], "'; hint: every rank must run the same tinyddp build");
+                  " published '", where[p], "'", hint("every rank must run the same tinyddp build"));
     TINYDDP_CHECK(their_bytes == bytes, what, ": rank ", peer, " allocated ", their_bytes, " bytes where rank ", rank,
-                  " allocated ", bytes, "; hint: every rank of the host must make the same allocate_symmetric calls, in the "
-                  "same order, with the same sizes");
+                  " allocated ", bytes, hint("every rank of the host must make the same allocate_symmetric calls, in the "
+                  "same order, with the same sizes"));
     const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
     auto part = std::make_unique<Part>();
     int peer_fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
     if (peer_fd < 0) {
       const int err = errno;
       TINYDDP_CHECK(pid == ::getpid() || process_alive(pid), what, ": rank ", peer, " (pid ", pid,
-                    ") died before rank ", rank, " could map its part; hint: look at rank ", peer, "'s output");
+                    ") died before rank ", rank, " could map its part", hint("look at rank ", peer, "'s output"));
       TINYDDP_FAIL(what, ": rank ", rank, " cannot open rank ", peer, "'s part (", path, "): ", std::strerror(err),
-                   "; hint: the ranks of a host must run as one user and see each other's /proc (no hidepid); else use "
-                   "ordinary tensors");
+                   hint("the ranks of a host must run as one user and see each other's /proc (no hidepid); else use "
+                   "ordinary tensors"));
     }
     struct stat st {};
     ::fstat(peer_fd, &st);
     if (size_t(st.st_size) < mapped) {
       ::close(peer_fd);
       TINYDDP_FAIL(what, ": rank ", peer, "'s part is ", st.st_size, " bytes, not ", mapped,
-                   "; hint: every rank must run the same tinyddp build");
+                   hint("every rank must run the same tinyddp build"));
     }
     part->base = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, peer_fd, 0);
     const int map_err = errno;
@@ -151,13 +151,12 @@ std::shared_ptr<SymmetricBuffer> SymmetricBuffer::allocate(Store& store, const s
     if (part->base == MAP_FAILED) {
       part->base = nullptr;
       TINYDDP_FAIL(what, ": rank ", rank, " could not map rank ", peer, "'s part: ", std::strerror(map_err),
-                   "; hint: check ulimit -v");
+                   hint("check ulimit -v"));
     }
     part->mapped = mapped;
     const PartHeader* theirs = part->header();
     TINYDDP_CHECK(theirs->magic == kMagic && theirs->version == kVersion && theirs->rank == peer && theirs->bytes == bytes,
-                  what, ": rank ", peer, "'s part (", path, ") is not one of this tinyddp version and allocation; hint: "
-                  "every rank must run the same tinyddp build");
+                  what, ": rank ", peer, "'s part (", path, ") is not one of this tinyddp version and allocation", hint("every rank must run the same tinyddp build"));
     buffer->parts_[p] = std::move(part);
   }
   // Every part must stay open until every peer has mapped it: a rank that returned at once could
@@ -169,7 +168,7 @@ std::shared_ptr<SymmetricBuffer> SymmetricBuffer::allocate(Store& store, const s
     store.wait({mapped_key + "/all"}, timeout);
   } catch (const Error& e) {
     TINYDDP_FAIL(what, ": rank ", rank, " waited ", timeout.count(), " ms for every rank of the host to map it: ", e.message(),
-                 "; hint: a rank failed or stopped between allocating and mapping; look at the others' output");
+                 hint("a rank failed or stopped between allocating and mapping; look at the others' output"));
   }
   Part& own = *buffer->parts_[size_t(buffer->position_)];
   ::close(own.fd);

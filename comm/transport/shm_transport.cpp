@@ -109,7 +109,7 @@ void wait_for(Store& store, const std::string& key, std::chrono::milliseconds ti
     store.wait({key}, timeout);
   } catch (const Error& e) {
     TINYDDP_FAIL("shm transport: waited ", timeout.count(), " ms for ", what, " (store key ", key, "): ", e.message(),
-                 "; hint: every rank of this host must create the process group; look for one that failed or never started");
+                 hint("every rank of this host must create the process group; look for one that failed or never started"));
   }
 }
 
@@ -148,7 +148,7 @@ struct ShmTransport::Segment {
     segment->bytes = bytes;
     int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
     TINYDDP_CHECK(fd >= 0, "shm transport: shm_open(", name, ") failed: ", std::strerror(errno),
-                  "; hint: /dev/shm must be a writable tmpfs (in Docker: --ipc=host or --shm-size), or use the tcp transport");
+                  hint("/dev/shm must be a writable tmpfs (in Docker: --ipc=host or --shm-size), or use the tcp transport"));
     int err = ::posix_fallocate(fd, 0, off_t(bytes));
     if (err == 0) segment->base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     const int map_err = errno;
@@ -158,8 +158,8 @@ struct ShmTransport::Segment {
     ::shm_unlink(name.c_str());
     if (err != 0)
       TINYDDP_FAIL("shm transport: could not reserve ", bytes, " bytes in /dev/shm for ", name, ": ", std::strerror(err),
-                   "; hint: enlarge /dev/shm (Docker: --shm-size=1g), lower TINYDDP_SHM_FIFO_BYTES, or use the tcp transport");
-    TINYDDP_FAIL("shm transport: mmap of ", bytes, " bytes failed: ", std::strerror(map_err), "; hint: check ulimit -v");
+                   hint("enlarge /dev/shm (Docker: --shm-size=1g), lower TINYDDP_SHM_FIFO_BYTES, or use the tcp transport"));
+    TINYDDP_FAIL("shm transport: mmap of ", bytes, " bytes failed: ", std::strerror(map_err), hint("check ulimit -v"));
   }
 
   // Maps the existing segment `name`; nullptr when there is none (yet) or it is still shorter than
@@ -168,7 +168,7 @@ struct ShmTransport::Segment {
     int fd = ::shm_open(name.c_str(), O_RDWR, 0600);
     if (fd < 0 && errno == ENOENT) return nullptr;
     TINYDDP_CHECK(fd >= 0, "shm transport: rank ", rank, " cannot open ", name, ": ", std::strerror(errno),
-                  "; hint: ranks that share memory must run on one host, as one user, and see the same /dev/shm");
+                  hint("ranks that share memory must run on one host, as one user, and see the same /dev/shm"));
     struct stat st {};
     ::fstat(fd, &st);
     if (size_t(st.st_size) < min_bytes) {
@@ -183,7 +183,7 @@ struct ShmTransport::Segment {
     ::close(fd);
     if (segment->base == MAP_FAILED) {
       segment->base = nullptr;
-      TINYDDP_FAIL("shm transport: rank ", rank, " could not map ", name, ": ", std::strerror(map_err), "; hint: check ulimit -v");
+      TINYDDP_FAIL("shm transport: rank ", rank, " could not map ", name, ": ", std::strerror(map_err), hint("check ulimit -v"));
     }
     return segment;
   }
@@ -346,7 +346,7 @@ ShmTransport::ShmTransport(Store& store, const std::string& prefix, int rank, co
       bytes_per_turn_(options.bytes_per_turn),
       local_ranks_(local_ranks) {
   TINYDDP_CHECK(position_ < int(local_ranks.size()), "shm transport: rank ", rank,
-                " is not among the local ranks; hint: this is a bug in the caller");
+                " is not among the local ranks", hint("this is a bug in the caller"));
   const size_t fifo_bytes = options.fifo_bytes ? options.fifo_bytes : configured_fifo_bytes();
   fifo_bytes_ = round_up(std::max<size_t>(fifo_bytes, kPage), kPage);
   // Every local rank sees the same numbers, so all of them refuse together.
@@ -377,7 +377,7 @@ void ShmTransport::map_control_table(Store& store, const std::string& prefix, st
     const std::string name = store.get(host_key + "table");
     table_ = Segment::open(name, bytes, rank_);
     TINYDDP_CHECK(table_ != nullptr, "shm transport: rank ", rank_, " cannot open ", first, "'s control table ", name,
-                  "; hint: ranks that share memory must run on one host, as one user, and see the same /dev/shm");
+                  hint("ranks that share memory must run on one host, as one user, and see the same /dev/shm"));
   }
   try {
     ControlBlock* mine = table_->control(position_);
@@ -397,7 +397,7 @@ void ShmTransport::map_control_table(Store& store, const std::string& prefix, st
     const ControlBlock* c = table_->control(i);
     TINYDDP_CHECK(c->magic.load(std::memory_order_acquire) == kMagic && c->version == kVersion && c->rank == local_ranks_[size_t(i)],
                   "shm transport: rank ", local_ranks_[size_t(i)], "'s entry in the control table ", table_->name,
-                  " is not one of this tinyddp version; hint: every rank must run the same tinyddp build");
+                  " is not one of this tinyddp version", hint("every rank must run the same tinyddp build"));
   }
 }
 
@@ -434,7 +434,7 @@ std::unique_ptr<ShmTransport::Segment> ShmTransport::open_fifo(int sender, size_
   TINYDDP_CHECK(h->version == kVersion && h->sender == sender && h->receiver == rank_ && h->capacity == capacity &&
                     segment->bytes == kPage + capacity,
                 "shm transport: rank ", sender, "'s fifo ", segment->name, " to rank ", rank_,
-                " is not one of this tinyddp version and group; hint: every rank must run the same tinyddp build");
+                " is not one of this tinyddp version and group", hint("every rank must run the same tinyddp build"));
   return segment;
 }
 
@@ -513,20 +513,20 @@ void ShmTransport::wake_local_peers() {
 void ShmTransport::check_peer(int peer, std::chrono::milliseconds stalled_for) {
   const int position = position_of(local_ranks_, peer);
   TINYDDP_CHECK(position < int(local_ranks_.size()), "shm transport: rank ", peer, " is not on rank ", rank_,
-                "'s host; hint: this is a bug in the caller");
+                "'s host", hint("this is a bug in the caller"));
   ControlBlock* c = table_->control(position);
   const uint32_t state = c->state.load(std::memory_order_acquire);
   if (state == kAborted) {
     std::string reason(c->reason, strnlen(c->reason, sizeof c->reason));
-    TINYDDP_FAIL("shm transport: rank ", peer, " aborted: ", reason, "; hint: look at rank ", peer, "'s own output for the first error");
+    TINYDDP_FAIL("shm transport: rank ", peer, " aborted: ", reason, hint("look at rank ", peer, "'s own output for the first error"));
   }
   if (c->pid != ::getpid() && !process_alive(c->pid))
     TINYDDP_FAIL("shm transport: rank ", peer, " (pid ", c->pid, ") died while rank ", rank_,
-                 " was in a collective with it; hint: look at rank ", peer,
-                 "'s output and exit status (killed by a signal? out of memory?)");
+                 " was in a collective with it", hint("look at rank ", peer,
+                 "'s output and exit status (killed by a signal? out of memory?)"));
   if (state == kClosed && stalled_for >= kClosedGrace)
     TINYDDP_FAIL("shm transport: rank ", peer, " closed its process group while rank ", rank_,
-                 " still waits for it; hint: every rank must make the same collective calls before shutting down");
+                 " still waits for it", hint("every rank must make the same collective calls before shutting down"));
 }
 
 void ShmTransport::check_peers(std::chrono::milliseconds stalled_for) {
@@ -535,8 +535,8 @@ void ShmTransport::check_peers(std::chrono::milliseconds stalled_for) {
     ControlBlock* c = table_->control(i);
     if (i != position_ && c->state.load(std::memory_order_acquire) == kAborted) {
       std::string reason(c->reason, strnlen(c->reason, sizeof c->reason));
-      TINYDDP_FAIL("shm transport: rank ", c->rank, " aborted: ", reason, "; hint: look at rank ", c->rank,
-                   "'s own output for the first error");
+      TINYDDP_FAIL("shm transport: rank ", c->rank, " aborted: ", reason, hint("look at rank ", c->rank,
+                   "'s own output for the first error"));
     }
   }
   std::vector<ShmConnection*> peers;
@@ -558,11 +558,11 @@ void ShmTransport::check_peers(std::chrono::milliseconds stalled_for) {
     if (peer->recv_available() > 0) continue;  // still ours to read: the caller makes progress first
     if (gone)
       TINYDDP_FAIL("shm transport: rank ", r, " (pid ", c->pid, ") died while rank ", rank_,
-                   " was in a collective with it; hint: look at rank ", r,
-                   "'s output and exit status (killed by a signal? out of memory?)");
+                   " was in a collective with it", hint("look at rank ", r,
+                   "'s output and exit status (killed by a signal? out of memory?)"));
     if (stalled_for >= kClosedGrace)
       TINYDDP_FAIL("shm transport: rank ", r, " closed its process group while rank ", rank_,
-                   " still waits for it; hint: every rank must make the same collective calls before shutting down");
+                   " still waits for it", hint("every rank must make the same collective calls before shutting down"));
   }
 }
 

@@ -106,7 +106,7 @@ void bias_grad(int device, const float* dy, float* dbias, int64_t rows, int64_t 
   if (cols == 0) return;
   detail::use_device(device);
   const int64_t blocks = (cols + detail::kWarp - 1) / detail::kWarp;  // one block per 32 columns
-  TINYDDP_CHECK(blocks <= 0x7fffffff, "bias_grad: ", cols, " columns exceed one CUDA grid; hint: split the bias");
+  TINYDDP_CHECK(blocks <= 0x7fffffff, "bias_grad: ", cols, " columns exceed one CUDA grid", hint("split the bias"));
   bias_grad_kernel<<<unsigned(blocks), dim3(detail::kWarp, kBiasRowsPerPass)>>>(dy, dbias, rows, cols, beta);
   CUDA_CHECK_LAUNCH();
 }

@@ -31,7 +31,7 @@ cublasHandle_t handle_for(int device) {
     handles.resize(size_t(count), nullptr);
   }
   TINYDDP_CHECK(device >= 0 && size_t(device) < handles.size(), "gemm: cuda:", device, " does not exist (",
-                handles.size(), " CUDA device(s)); hint: use a tensor on an existing device");
+                handles.size(), " CUDA device(s))", hint("use a tensor on an existing device"));
   if (handles[size_t(device)] == nullptr) {
     CUDA_CHECK(cudaSetDevice(device));
     CUBLAS_CHECK(cublasCreate(&handles[size_t(device)]));
@@ -44,7 +44,7 @@ cublasHandle_t handle_for(int device) {
 void gemm_mixed(int device, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
                 const void* a, int64_t lda, const void* b, int64_t ldb, DType operands, float beta, float* c, int64_t ldc) {
   TINYDDP_CHECK(operands == DType::bf16 || operands == DType::f16, "gemm: the operands of a mixed-precision GEMM "
-                "must be bf16 or f16 (dtype ", int(operands), "); hint: f32 operands go through gemm");
+                "must be bf16 or f16 (dtype ", int(operands), ")", hint("f32 operands go through gemm"));
   const cudaDataType_t type = operands == DType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
   cublasHandle_t handle = handle_for(device);
   CUDA_CHECK(cudaSetDevice(device));

@@ -34,21 +34,21 @@ double parse_number(const Metadata& state, const char* name, double fallback) {
     used = 0;
   }
   TINYDDP_CHECK(used == it->second.size() && used > 0 && std::isfinite(value), "LossScaler: the saved ", name, " is '",
-                it->second, "', not a finite number; hint: the checkpoint is damaged, or was not written by tinyddp");
+                it->second, "', not a finite number", hint("the checkpoint is damaged, or was not written by tinyddp"));
   return value;
 }
 }  // namespace
 
 void check_loss_scaler_options(const LossScalerOptions& o) {
   TINYDDP_CHECK(std::isfinite(o.init_scale) && o.init_scale > 0, "LossScalerOptions: init_scale is ", o.init_scale,
-                "; hint: a finite positive scale, 65536 (2^16) as GradScaler's");
+                hint("a finite positive scale, 65536 (2^16) as GradScaler's"));
   TINYDDP_CHECK(std::isfinite(o.growth_factor) && o.growth_factor > 1, "LossScalerOptions: growth_factor is ",
                 o.growth_factor,
-                "; hint: more than 1 (the scale grows after a run of finite steps), 2 as GradScaler's");
+                hint("more than 1 (the scale grows after a run of finite steps), 2 as GradScaler's"));
   TINYDDP_CHECK(o.backoff_factor > 0 && o.backoff_factor < 1, "LossScalerOptions: backoff_factor is ", o.backoff_factor,
-                "; hint: between 0 and 1 (the scale shrinks after an overflow), 0.5 as GradScaler's");
+                hint("between 0 and 1 (the scale shrinks after an overflow), 0.5 as GradScaler's"));
   TINYDDP_CHECK(o.growth_interval >= 1, "LossScalerOptions: growth_interval is ", o.growth_interval,
-                "; hint: at least 1 finite step before the scale grows, 2000 as GradScaler's");
+                hint("at least 1 finite step before the scale grows, 2000 as GradScaler's"));
 }
 
 bool gradients_finite(const std::vector<Parameter*>& params) {
@@ -97,12 +97,12 @@ Metadata LossScaler::state() const {
 void LossScaler::load_state(const Metadata& state) {
   const double scale = parse_number(state, key::scale, scale_);
   TINYDDP_CHECK(scale > 0, "LossScaler: the saved ", key::scale, " is ", scale,
-                "; hint: a positive scale; the checkpoint is damaged");
+                hint("a positive scale; the checkpoint is damaged"));
   const double tracker = parse_number(state, key::growth_tracker, double(growth_tracker_));
   const double skipped = parse_number(state, key::skipped_steps, double(skipped_steps_));
   TINYDDP_CHECK(tracker >= 0 && tracker == std::floor(tracker) && skipped >= 0 && skipped == std::floor(skipped),
                 "LossScaler: the saved ", key::growth_tracker, " (", tracker, ") and ", key::skipped_steps, " (",
-                skipped, ") must be whole numbers >= 0; hint: the checkpoint is damaged");
+                skipped, ") must be whole numbers >= 0", hint("the checkpoint is damaged"));
   scale_ = scale;
   growth_tracker_ = int64_t(tracker);
   skipped_steps_ = int64_t(skipped);

@@ -125,11 +125,11 @@ Trainer::Trainer(Module& model, std::vector<Device> devices, Optimizer& optimize
                 hint("use a positive maximum norm, or 0 to turn clipping off"));
   TINYDDP_CHECK(scheduler_ == nullptr || &scheduler_->optimizer() == &optimizer_,
                 "Trainer: the scheduler drives another optimizer than the one given",
-                "; hint: build the scheduler on the same optimizer object");
+                hint("build the scheduler on the same optimizer object"));
   if (needs_loss_scaling(options_.precision)) {
     TINYDDP_CHECK(options_.loss_scaler.enabled, "Trainer: precision fp16 with loss_scaler.enabled = false; fp16's ",
-                  "smallest values end at 6e-8, and unscaled gradients below that become zero; hint: keep the loss ",
-                  "scaler on (the default) or train in bf16, which has f32's range and needs none");
+                  "smallest values end at 6e-8, and unscaled gradients below that become zero", hint("keep the loss ",
+                  "scaler on (the default) or train in bf16, which has f32's range and needs none"));
     loss_scaler_ = std::make_unique<LossScaler>(options_.loss_scaler);
   }
   // The model moves to its device when the first pass starts (run_pass), not here: under MultiDevice
@@ -222,7 +222,7 @@ Tensor Trainer::predict(const Tensor& inputs, int64_t batch_size) {
   TINYDDP_CHECK(inputs.defined() && inputs.dim() >= 1, "Trainer::predict: the inputs are ", inputs.describe(),
                 hint("pass the inputs with the samples along the first dimension, [samples, features]"));
   TINYDDP_CHECK(batch_size >= 1, "Trainer::predict: batch_size is ", batch_size,
-                "; hint: pass the number of rows to run through the model at once, at least 1");
+                hint("pass the number of rows to run through the model at once, at least 1"));
   PrecisionScope precision(options_.precision);
   std::vector<Tensor> outputs;
   for (int64_t begin = 0; begin < inputs.size(0); begin += batch_size) {

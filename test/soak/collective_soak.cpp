@@ -311,7 +311,7 @@ int main(int argc, char** argv) {
     TINYDDP_CHECK(!transports.empty() && seconds >= 0 && timeout_ms > 0 && max_bytes > 0 && max_in_flight > 0,
                   "collective_soak: need --transports (e.g. shm,tcp), --seconds >= 0, --timeout-ms > 0, --max-bytes > 0 and --max-in-flight > 0");
     TINYDDP_CHECK(read_launch_environment().rank >= 0, "collective_soak: no launcher environment (RANK, WORLD_SIZE, ...)",
-                  "; hint: run it as `tinyddp-run -n 4 collective_soak ...`");
+                  hint("run it as `tinyddp-run -n 4 collective_soak ...`"));
     Rendezvous rv = rendezvous("env://");
     const int rank = rv.rank, world = rv.world_size;
     std::vector<std::shared_ptr<ProcessGroup>> groups;

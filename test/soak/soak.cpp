@@ -162,7 +162,7 @@ class Soak {
     int spawned = posix_spawn(&launcher, args[0], &actions, nullptr, args.data(), environ);
     posix_spawn_file_actions_destroy(&actions);
     TINYDDP_CHECK(spawned == 0, "soak: cannot start ", args[0], ": ", std::strerror(spawned),
-                  "; hint: pass --bin-dir, the folder holding tinyddp-run and ", o_.job);
+                  hint("pass --bin-dir, the folder holding tinyddp-run and ", o_.job));
 
     const auto start = Clock::now();
     const auto deadline = start + std::chrono::seconds(120) + std::chrono::duration<double>(20 * baseline_s_);
@@ -220,7 +220,7 @@ class Soak {
         SafetensorsFile file = load_safetensors(path);
         int64_t epochs = nn::checkpoint_epochs_done(path);
         if (name == "last.safetensors" && out.finished && epochs != o_.epochs)
-          TINYDDP_FAIL(path, " holds ", epochs, " epochs, not ", o_.epochs, "; hint: the resume lost count");
+          TINYDDP_FAIL(path, " holds ", epochs, " epochs, not ", o_.epochs, hint("the resume lost count"));
         if (name == "last.safetensors" && file.metadata.count("extra.trainer.best_epoch")) {
           // A job that stopped between writing last and best (no restart left to repair it) may
           // leave best one behind, when the best epoch is last's own: the next resume rewrites it
@@ -231,7 +231,7 @@ class Soak {
           bool repairable = !out.finished && best == epochs && in_best < best;
           if (in_best != best && !repairable)
             TINYDDP_FAIL("best.safetensors holds the state after epoch ", in_best, " but last.safetensors says the best "
-                         "epoch is ", best, "; hint: the pair was not written last-then-best");
+                         "epoch is ", best, hint("the pair was not written last-then-best"));
         }
       } catch (const std::exception& e) {
         ++out.corrupt;
@@ -250,7 +250,7 @@ class Soak {
     for (int i = 0; i < 2; ++i) {
       RunOutcome r = run(o_.work_dir + "/unkilled" + std::to_string(i), -1);
       TINYDDP_CHECK(r.finished, "soak: the job fails even when nothing is killed:\n", r.log,
-                    "; hint: fix the job first (run the command above by hand)");
+                    hint("fix the job first (run the command above by hand)"));
       if (i == 0 || r.seconds < baseline.seconds) baseline = r;
       fs::remove_all(o_.work_dir + "/unkilled" + std::to_string(i));
     }
@@ -348,7 +348,7 @@ int main(int argc, char** argv) {
     if (o.work_dir.empty()) {
       std::string pattern = (fs::temp_directory_path() / "tinyddp_soak_XXXXXX").string();
       TINYDDP_CHECK(::mkdtemp(pattern.data()) != nullptr, "soak: cannot create ", pattern, ": ", std::strerror(errno),
-                    "; hint: set TMPDIR, or pass --work-dir");
+                    hint("set TMPDIR, or pass --work-dir"));
       o.work_dir = pattern;
       if (!o.keep)
         cleanup = std::shared_ptr<void>(nullptr, [dir = o.work_dir](void*) {
@@ -357,7 +357,7 @@ int main(int argc, char** argv) {
         });
     }
     TINYDDP_CHECK(o.runs >= 0 && o.epochs >= 1 && o.world_size >= 2, "soak: --runs ", o.runs, " --epochs ", o.epochs,
-                  " --world-size ", o.world_size, "; hint: at least 1 epoch and 2 workers");
+                  " --world-size ", o.world_size, hint("at least 1 epoch and 2 workers"));
     return Soak(o).main();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());
