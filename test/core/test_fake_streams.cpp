@@ -101,3 +101,29 @@ TEST_CASE("fake streams: recording an event on a thread that never selected a de
   CHECK(fake.devices_with_context() == std::vector<int>{1});
   fake.destroy_event(event);
 }
+
+TEST_CASE("free memory asked on a thread that never selected a device creates a context on that device only") {
+  // The contexts per device, counted by the fake: cudaMemGetInfo on cuda:1 from a fresh thread must not
+  // leave a context on cuda:0 behind (switching "back" to the thread's default device would).
+  FakeCudaDevices devices({.devices = 2});
+  FakeCuda& fake = devices.fake();
+  cuda_set_device(1);
+  CHECK(fake.devices_with_context() == std::vector<int>{1});
+  std::string error;
+  int selected_after = -2;
+  std::thread([&] {
+    try {
+      CHECK(fake.thread_selected_device() == -1);
+      CHECK(cuda_free_memory(1) > 0);
+      selected_after = fake.thread_selected_device();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }).join();
+  CHECK(error == "");
+  CHECK(selected_after == 1);  // the device asked about, which has the process's context anyway
+  CHECK(fake.devices_with_context() == std::vector<int>{1});
+  // A thread that had selected a device keeps it.
+  CHECK(cuda_free_memory(1) > 0);
+  CHECK(fake.thread_selected_device() == 1);
+}

@@ -147,6 +147,7 @@ void FakeCuda::select(int device, const std::string& operation) {
 }
 
 int FakeCuda::current_device() { return thread_device(); }
+int FakeCuda::thread_selected_device() { return thread_chose_device() ? t_device.device : -1; }
 
 void* FakeCuda::malloc(size_t bytes, int device) {
   select(device, "cudaMalloc of " + std::to_string(bytes) + " bytes on cuda:" + std::to_string(device));

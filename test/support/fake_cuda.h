@@ -71,6 +71,7 @@ class FakeCuda final : public CudaStandIn {
   void memset_zero(void* ptr, size_t bytes, int device) override;
   void set_device(int device) override;
   int current_device() override;
+  int thread_selected_device() override;
   void synchronize(int device) override;
   void memory_info(int device, size_t* free_bytes, size_t* total_bytes) override;
   CudaStream create_stream(int device) override;
