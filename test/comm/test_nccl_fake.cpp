@@ -288,3 +288,20 @@ TEST_CASE("nccl backend: tensors must be on the group's device, and two ranks ca
   });
   for (const std::string& e : errors) CHECK(e.find("Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 0") != std::string::npos);
 }
+
+TEST_CASE("nccl_load_problem: an NCCL half that will not load is said, with the path and the loader's reason") {
+  TempDir dir;
+  const std::string bogus = dir.file("libtinyddp_nccl.so");
+  std::ofstream(bogus) << "not a library";
+  const std::string problem = nccl_load_problem(bogus);
+  CHECK(problem.find(bogus) != std::string::npos);
+  CHECK(problem.find("does not load") != std::string::npos);
+  CHECK(problem.find("nvidia/nccl/lib") != std::string::npos);
+  CHECK(nccl_load_problem(dir.file("missing.so")).find("does not load") != std::string::npos);
+  // On fake devices with the fake NCCL linked, the backend is available and nothing is said.
+  FakeCudaDevices devices(ranks_as_threads(1));
+  CHECK(nccl_available());
+  CHECK(nccl_unavailable_reason().empty());
+  CHECK(backend_unavailable_reason("nccl").empty());
+  CHECK(backend_unavailable_reason("gloo").find("no backend") != std::string::npos);
+}
