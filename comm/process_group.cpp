@@ -46,6 +46,12 @@ std::vector<std::string> available_backends() {
   return {"host"};
 }
 
+std::string backend_unavailable_reason(const std::string& backend) {
+  if (backend == "host") return "";
+  if (backend == "nccl") return nccl_unavailable_reason();
+  return "no backend is called \"" + backend + "\"";
+}
+
 bool backend_available(const std::string& backend) {
   const std::vector<std::string> backends = available_backends();
   return std::find(backends.begin(), backends.end(), backend) != backends.end();

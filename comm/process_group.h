@@ -143,6 +143,9 @@ std::vector<std::string> available_backends();
 
 // Whether `backend` is one of available_backends().
 bool backend_available(const std::string& backend);
+// Why `backend` is not available here ("" when it is): for nccl, the cached reason its half did not
+// load (comm/nccl/nccl_api.h), which MultiDevice logs when it falls back to the host backend.
+std::string backend_unavailable_reason(const std::string& backend);
 
 // Creates `backend` ("host" or "nccl") for `rank` of `world`, meeting the other ranks through
 // `store`. Blocks until every rank has joined (bounded by options.timeout).

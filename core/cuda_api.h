@@ -42,15 +42,23 @@ class CudaApi {
   // how that device is chosen).
   virtual void* host_alloc_pinned(size_t bytes) = 0;
   virtual void host_free_pinned(void* ptr) = 0;
-  // Copies between any two devices (either side may be the CPU) and waits for the copy.
+  // Copies between any two devices (either side may be the CPU). A copy with the host on either side
+  // returns when it is done; a device-to-device copy is only queued on the default stream (cudaMemcpy
+  // does not wait for it), in order with the kernels there.
   virtual void memcpy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) = 0;
   virtual void memset_zero(void* ptr, size_t bytes, int device) = 0;
 
   // The calling thread's current device. Setting it creates the device's context if there is none.
   virtual void set_device(int device) = 0;
   virtual int current_device() = 0;
+  // The device the calling thread has selected (it has a current context), or -1 when it has none:
+  // a thread that never selected one, on which current_device() answers 0 without a context on it.
+  virtual int thread_selected_device() = 0;
   virtual void synchronize(int device) = 0;
-  // The device's free and total memory in bytes (cudaMemGetInfo); the calling thread's device is kept.
+  // The device's free and total memory in bytes (cudaMemGetInfo answers for the current device, so this
+  // makes `device` current; cuda_free_memory in core/cuda_runtime.cpp puts back a device the thread had
+  // selected, and no other: switching "back" to cuda:0 on a thread that never selected a device would
+  // create a context there).
   virtual void memory_info(int device, size_t* free_bytes, size_t* total_bytes) = 0;
 
   // Streams and events on `device` (the nccl backend's communication stream and its completion events).
@@ -81,7 +89,7 @@ class CudaStandIn : public CudaApi {
 // The version of the interfaces between tinyddp and its CUDA half (this one, the kernel table, NcclApi):
 // every entry point takes it and returns nullptr for another (core/cuda_plugin.h). Bump it with any
 // change to them.
-constexpr int kCudaPluginAbi = 3;
+constexpr int kCudaPluginAbi = 4;
 // libtinyddp_cuda.so's entry point for its CudaApi.
 constexpr const char* kCudaApiEntryName = "tinyddp_cuda_api";
 

@@ -145,9 +145,15 @@ void cuda_memset_zero(void* ptr, size_t bytes, int device) { cuda_api().memset_z
 void cuda_set_device(int device) { cuda_api().set_device(device); }
 int cuda_current_device() { return cuda_api().current_device(); }
 void cuda_synchronize(int device) { cuda_api().synchronize(device); }
+// cudaMemGetInfo answers for the current device. The thread's own device is put back afterwards, but
+// only one it had selected: a thread that never selected one (a launcher's, a perf program's before it
+// sets its device) would otherwise get a context on cuda:0, hundreds of MB of another rank's GPU.
 size_t cuda_free_memory(int device) {
+  CudaApi& api = cuda_api();
+  const int selected = api.thread_selected_device();
   size_t free_bytes = 0, total_bytes = 0;
-  cuda_api().memory_info(device, &free_bytes, &total_bytes);
+  api.memory_info(device, &free_bytes, &total_bytes);
+  if (selected >= 0 && selected != device) api.set_device(selected);
   return free_bytes;
 }
 

@@ -1,5 +1,7 @@
 #include "tinyddp/comm/nccl/nccl_api.h"
 
+#include <dlfcn.h>
+
 #include <atomic>
 
 #include "tinyddp/core/cuda_plugin.h"
@@ -34,14 +36,36 @@ NcclApi& nccl_half() {
 
 void set_nccl_stand_in(NcclApi& (*stand_in)()) { g_stand_in.store(stand_in, std::memory_order_release); }
 
-bool nccl_available() {
-  if (cuda_devices_are_fake()) return g_stand_in.load(std::memory_order_acquire) != nullptr;
+std::string nccl_load_problem(const std::string& module_path) {
+  // Kept loaded when it loads: the backend's own load of the same path then finds it.
+  if (::dlopen(module_path.c_str(), RTLD_NOW | RTLD_LOCAL) != nullptr) return "";
+  const char* why = ::dlerror();
+  return "the NCCL half " + module_path + " does not load: " + (why ? why : "dlopen failed") +
+         "; hint: install NCCL (libnccl2, or the CUDA toolkit's), or put the folder holding libnccl.so.2 (a pip "
+         "wheel's nvidia/nccl/lib, say) on LD_LIBRARY_PATH";
+}
+
+namespace {
+std::string real_nccl_problem() {
 #ifdef TINYDDP_WITH_NCCL
-  return !find_cuda_half(kNcclHalfLibrary).empty();
+  std::string searched;
+  const std::string path = find_cuda_half(kNcclHalfLibrary, &searched);
+  if (path.empty()) return std::string(kNcclHalfLibrary) + " was not found (searched " + searched + ")";
+  return nccl_load_problem(path);
 #else
-  return false;
+  return "the nccl backend is not in this build (NCCL was not found when it was configured)";
 #endif
 }
+}  // namespace
+
+std::string nccl_unavailable_reason() {
+  if (cuda_devices_are_fake())
+    return g_stand_in.load(std::memory_order_acquire) != nullptr ? "" : "fake CUDA devices are in use, without a fake NCCL";
+  static const std::string reason = real_nccl_problem();  // tried once
+  return reason;
+}
+
+bool nccl_available() { return nccl_unavailable_reason().empty(); }
 
 NcclApi& nccl_api() {
   if (cuda_devices_are_fake()) {

@@ -1,4 +1,5 @@
 // The real CudaApi (core/cuda_api.h): thin calls into the CUDA runtime, inside libtinyddp_cuda.so.
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 
 #include "tinyddp/core/cuda_api.h"
@@ -66,12 +67,26 @@ class RuntimeApi final : public CudaApi {
     set_device(device);
     CUDA_CHECK(cudaDeviceSynchronize());
   }
+  int thread_selected_device() override {
+    // The runtime answers cudaGetDevice with 0 on a thread that never selected a device; only the
+    // driver tells whether the thread has a current context. Its entry point comes through the runtime,
+    // so this half links no libcuda of its own.
+    using GetCurrent = CUresult (*)(CUcontext*);
+    static const GetCurrent get_current = [] {
+      void* fn = nullptr;
+      cudaDriverEntryPointQueryResult found{};
+      if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &fn, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+          found != cudaDriverEntryPointSuccess)
+        fn = nullptr;
+      return reinterpret_cast<GetCurrent>(fn);
+    }();
+    CUcontext context = nullptr;
+    if (get_current == nullptr || get_current(&context) != CUDA_SUCCESS || context == nullptr) return -1;
+    return current_device();
+  }
   void memory_info(int device, size_t* free_bytes, size_t* total_bytes) override {
-    const int previous = current_device();
     set_device(device);
-    cudaError_t status = cudaMemGetInfo(free_bytes, total_bytes);
-    set_device(previous);
-    CUDA_CHECK(status);
+    CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes));
   }
 
   CudaStream create_stream(int device) override {

@@ -17,6 +17,7 @@
 #include "test/support/fake_nccl.h"
 #include "tinyddp/comm/process_group.h"
 #include "tinyddp/core/cuda_runtime.h"
+#include "tinyddp/kernels/ops.h"
 #include "test/support/fake_cuda.h"
 #include "test/comm/test_collectives_support.h"
 #include "test/gpu/gpu_test_support.h"
@@ -89,6 +90,27 @@ TEST_CASE("nccl backend on fake devices: every collective agrees with the refere
       std::vector<float16> all16 = reference_reduce<float16>(ReduceOp::sum, 2, 22);
       CHECK(half16.to_vector<float16>() == std::vector<float16>(all16.begin() + 11 * r, all16.begin() + 11 * r + 11));
       g.barrier()->wait();
+    });
+  }
+  CHECK(fake_nccl().live_communicators() == 0);
+}
+
+TEST_CASE("nccl backend on asynchronous fake devices: a collective starts only after the kernels that wrote its input") {
+  // The fill is still queued on the default stream (its output poisoned) when the collective is
+  // launched on the communication stream: only the backend's cudaStreamWaitEvent orders the two.
+  FakeCudaOptions options = ranks_as_threads(2);
+  options.launch_delay = std::chrono::milliseconds(20);
+  FakeCudaDevices devices(options);
+  {
+    auto groups = nccl_groups(2, "ordered");
+    run_ranks(2, [&](int r) {
+      cuda_set_device(r);
+      for (int round = 0; round < 3; ++round) {
+        Tensor t = Tensor::zeros({256}, DType::f32, Device::cuda(r));
+        kernels::fill(t, float(r + 1 + round));
+        groups[size_t(r)]->all_reduce(t, ReduceOp::sum)->wait();
+        CHECK(t.to_vector<float>() == std::vector<float>(256, float(3 + 2 * round)));
+      }
     });
   }
   CHECK(fake_nccl().live_communicators() == 0);
@@ -214,14 +236,16 @@ TEST_CASE("fake NCCL records a second thread calling in while another is inside 
     REQUIRE(state == NcclResult::success);
   });
   const size_t before = nccl.violations().size();
+  // A collective call returns at once (the data moves later, on the stream): hold rank 0's inside.
+  nccl.hold_collective_calls(std::chrono::milliseconds(300));
   std::atomic<bool> polled{false}, rank0_calling{false};
   run_ranks(2, [&](int r) {
     cuda_set_device(r);
     void* data = buffers[size_t(r)].raw_data();
     if (r == 0) rank0_calling = true;
     if (r == 1) {
-      // Rank 0 enters its all-reduce and waits there for this rank: poll its communicator from here
-      // until the poll collides with it (refused, and recorded once).
+      // Rank 0 enters its all-reduce and stays there: poll its communicator from here until the poll
+      // collides with it (refused, and recorded once).
       while (!rank0_calling) std::this_thread::yield();
       std::this_thread::sleep_for(std::chrono::milliseconds(20));  // past rank 0's enqueue, into its wait
       const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
@@ -232,6 +256,7 @@ TEST_CASE("fake NCCL records a second thread calling in while another is inside 
     }
     nccl.all_reduce(data, data, 4, DType::f32, ReduceOp::sum, comms[size_t(r)], nullptr);
   });
+  nccl.hold_collective_calls(std::chrono::milliseconds(0));
   CHECK(polled);
   REQUIRE(nccl.violations().size() == before + 1);
   CHECK(nccl.violations().back().find("ncclCommGetAsyncError") != std::string::npos);
@@ -262,4 +287,21 @@ TEST_CASE("nccl backend: tensors must be on the group's device, and two ranks ca
     }
   });
   for (const std::string& e : errors) CHECK(e.find("Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 0") != std::string::npos);
+}
+
+TEST_CASE("nccl_load_problem: an NCCL half that will not load is said, with the path and the loader's reason") {
+  TempDir dir;
+  const std::string bogus = dir.file("libtinyddp_nccl.so");
+  std::ofstream(bogus) << "not a library";
+  const std::string problem = nccl_load_problem(bogus);
+  CHECK(problem.find(bogus) != std::string::npos);
+  CHECK(problem.find("does not load") != std::string::npos);
+  CHECK(problem.find("nvidia/nccl/lib") != std::string::npos);
+  CHECK(nccl_load_problem(dir.file("missing.so")).find("does not load") != std::string::npos);
+  // On fake devices with the fake NCCL linked, the backend is available and nothing is said.
+  FakeCudaDevices devices(ranks_as_threads(1));
+  CHECK(nccl_available());
+  CHECK(nccl_unavailable_reason().empty());
+  CHECK(backend_unavailable_reason("nccl").empty());
+  CHECK(backend_unavailable_reason("gloo").find("no backend") != std::string::npos);
 }

@@ -46,9 +46,11 @@ std::string thread_name() {
 
 struct FakeEvent {
   int device;
+  std::shared_ptr<FakeEventState> state = std::make_shared<FakeEventState>();
 };
 struct FakeStream {
   int device;
+  std::unique_ptr<FakeStreamQueue> queue;
 };
 
 }  // namespace
@@ -56,9 +58,41 @@ struct FakeStream {
 FakeCuda::FakeCuda(FakeCudaOptions options)
     : options_(options), instance_(++g_instances), bytes_in_use_(size_t(std::max(0, options.devices)), 0) {
   TINYDDP_CHECK(options.devices >= 1, "FakeCuda: ", options.devices, " devices", hint("ask for at least one"));
+  default_streams_.resize(size_t(options.devices));
 }
 
+// A stream's thread has its stream's device as its current one, as the GPU runs a stream's work in
+// that device's context.
+std::unique_ptr<FakeStreamQueue> FakeCuda::make_queue(int device) {
+  const uint64_t instance = instance_;
+  return std::make_unique<FakeStreamQueue>(device, options_.launch_delay, [instance, device] { t_device = {instance, device}; });
+}
+
+FakeStreamQueue& FakeCuda::default_stream(int device) {
+  check_device(device, "the default stream");
+  std::lock_guard<std::mutex> lock(streams_mutex_);
+  auto& queue = default_streams_[size_t(device)];
+  if (!queue) queue = make_queue(device);
+  return *queue;
+}
+
+FakeStreamQueue& FakeCuda::queue_of(CudaStream stream) {
+  return stream ? *static_cast<FakeStream*>(stream)->queue : default_stream(thread_device());
+}
+
+void FakeCuda::launch(CudaStream stream, std::string what, std::vector<WrittenRange> writes, std::function<void()> work) {
+  queue_of(stream).enqueue(std::move(what), std::move(writes), std::move(work));
+}
+
+void FakeCuda::launch_on_device(int device, std::string what, std::vector<WrittenRange> writes, std::function<void()> work) {
+  select(device, what + " on cuda:" + std::to_string(device));
+  default_stream(device).enqueue(std::move(what), std::move(writes), std::move(work));
+}
+
+void FakeCuda::synchronize_default_stream(int device) { default_stream(device).drain(); }
+
 FakeCuda::~FakeCuda() {
+  default_streams_.clear();  // their threads finish what is queued while the memory still exists
   for (auto& [ptr, block] : blocks_) std::free(const_cast<char*>(ptr));
 }
 
@@ -68,16 +102,15 @@ bool FakeCuda::thread_chose_device() const { return t_device.owner == instance_ 
 int FakeCuda::thread_device() const { return thread_chose_device() ? t_device.device : 0; }
 
 void FakeCuda::check_device(int device, const char* call) const {
-  TINYDDP_CHECK(device >= 0 && device < options_.devices, call, ": cuda:", device, " does not exist (", describe(), ")",
-                hint("use cuda:0 to cuda:", options_.devices - 1));
+  TINYDDP_CHECK(device >= 0 && device < options_.devices, call, ": cuda:", device, " does not exist (", describe(),
+                ")", hint("use cuda:0 to cuda:", options_.devices - 1));
 }
 
 void FakeCuda::check_range(const void* ptr, size_t bytes, int device, const char* call, const char* role) const {
   if (bytes == 0) return;
   const int found = device_of(ptr, bytes);
-  TINYDDP_CHECK(found == device, call, ": the ", role, " (", bytes, " bytes at ", ptr,
-                ") was passed as memory of cuda:", device, " but is ",
-                found < 0 ? std::string("not device memory") : "memory of cuda:" + std::to_string(found),
+  TINYDDP_CHECK(found == device, call, ": the ", role, " (", bytes, " bytes at ", ptr, ") was passed as memory of cuda:", device,
+                " but is ", found < 0 ? std::string("not device memory") : "memory of cuda:" + std::to_string(found),
                 hint("a GPU would fault or corrupt memory here: pass memory of the device the call is for"));
 }
 
@@ -85,12 +118,11 @@ void FakeCuda::touch_locked(int device, const std::string& operation) {
   if (contexts_.count(device)) return;
   if (options_.one_device_per_process && !contexts_.empty()) {
     const auto& [first, origin] = *contexts_.begin();
-    TINYDDP_FAIL("fake CUDA (one device per process): this process already has a context on cuda:", first,
-                 " (created by ", origin, "), and ", operation, " would create a second one on cuda:", device,
+    TINYDDP_FAIL("fake CUDA (one device per process): this process already has a context on cuda:", first, " (created by ",
+                 origin, "), and ", operation, " would create a second one on cuda:", device,
                  ". On a GPU that costs hundreds of MB of the other device's memory, and fails outright in "
-                 "exclusive-process mode",
-                 hint("select the rank's device on every thread before its first CUDA call, and "
-                      "touch no other device"));
+                 "exclusive-process mode", hint("select the rank's device on every thread before its first CUDA call, and "
+                 "touch no other device"));
   }
   contexts_.emplace(device, operation + " on " + thread_name());
 }
@@ -115,6 +147,7 @@ void FakeCuda::select(int device, const std::string& operation) {
 }
 
 int FakeCuda::current_device() { return thread_device(); }
+int FakeCuda::thread_selected_device() { return thread_chose_device() ? t_device.device : -1; }
 
 void* FakeCuda::malloc(size_t bytes, int device) {
   select(device, "cudaMalloc of " + std::to_string(bytes) + " bytes on cuda:" + std::to_string(device));
@@ -130,11 +163,11 @@ void* FakeCuda::malloc(size_t bytes, int device) {
 
 void FakeCuda::free(void* ptr, int device) {
   select(device, "cudaFree on cuda:" + std::to_string(device));
+  synchronize(device);  // cudaFree waits for the device's work, which may still use the block
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = blocks_.find(static_cast<const char*>(ptr));
   TINYDDP_CHECK(it != blocks_.end() && it->second.device == device, "fake CUDA: cudaFree(", ptr, ") on cuda:", device,
-                ": not the start of an allocation of that device",
-                hint("free what malloc returned, on its own device"));
+                ": not the start of an allocation of that device", hint("free what malloc returned, on its own device"));
   bytes_in_use_[size_t(device)] -= it->second.bytes;
   std::free(const_cast<char*>(it->first));
   blocks_.erase(it);
@@ -160,8 +193,7 @@ void FakeCuda::host_free_pinned(void* ptr) {
   touch_locked(device, chosen ? "cudaFreeHost" : "cudaFreeHost on a thread that never selected a device (CUDA then uses cuda:0)");
   auto it = blocks_.find(static_cast<const char*>(ptr));
   TINYDDP_CHECK(it != blocks_.end() && it->second.device == -1, "fake CUDA: cudaFreeHost(", ptr,
-                "): not pinned memory from cudaHostAlloc",
-                hint("free pinned blocks with cudaFreeHost, device memory with cudaFree"));
+                "): not pinned memory from cudaHostAlloc", hint("free pinned blocks with cudaFreeHost, device memory with cudaFree"));
   std::free(const_cast<char*>(it->first));
   blocks_.erase(it);
 }
@@ -173,21 +205,42 @@ void FakeCuda::memcpy(void* dst, Device dst_device, const void* src, Device src_
   select(device, "cudaMemcpy of " + std::to_string(bytes) + " bytes to " + dst_device.str() + " from " + src_device.str());
   if (dst_device.is_cuda()) check_range(dst, bytes, dst_device.index, "cudaMemcpy", "destination");
   if (src_device.is_cuda()) check_range(src, bytes, src_device.index, "cudaMemcpy", "source");
-  std::memmove(dst, src, bytes);
+  if (dst_device.is_cpu() && src_device.is_cpu()) {
+    std::memmove(dst, src, bytes);
+    return;
+  }
+  // A copy on the legacy default stream, in order with the kernels there. One with the host on either
+  // side returns when it is done; device to device, cudaMemcpy only queues it.
+  FakeStreamQueue& stream = default_stream(device);
+  std::vector<WrittenRange> writes;
+  if (dst_device.is_cuda()) writes.push_back({dst, bytes});
+  stream.enqueue("cudaMemcpy", std::move(writes), [dst, src, bytes] { std::memmove(dst, src, bytes); });
+  if (dst_device.is_cpu() || src_device.is_cpu()) stream.drain();
 }
 
 void FakeCuda::memset_zero(void* ptr, size_t bytes, int device) {
   select(device, "cudaMemset on cuda:" + std::to_string(device));
   check_range(ptr, bytes, device, "cudaMemset", "destination");
-  std::memset(ptr, 0, bytes);
+  default_stream(device).enqueue("cudaMemset", {{ptr, bytes}}, [ptr, bytes] { std::memset(ptr, 0, bytes); });
 }
 
-void FakeCuda::synchronize(int device) { select(device, "cudaDeviceSynchronize on cuda:" + std::to_string(device)); }
+void FakeCuda::synchronize(int device) {
+  select(device, "cudaDeviceSynchronize on cuda:" + std::to_string(device));
+  default_stream(device).drain();
+  std::vector<FakeStreamQueue*> others;
+  {
+    std::lock_guard<std::mutex> lock(streams_mutex_);
+    for (FakeStreamQueue* q : streams_)
+      if (q->device() == device) others.push_back(q);
+  }
+  for (FakeStreamQueue* q : others) q->drain();
+}
 
 // Without a memory limit a fake device reports the host's memory as its total, all of it free but
 // what the fake's own allocations hold.
 void FakeCuda::memory_info(int device, size_t* free_bytes, size_t* total_bytes) {
-  check_device(device, "cudaMemGetInfo");
+  // cudaMemGetInfo answers for the current device, creating its context: the caller selects it.
+  select(device, "cudaMemGetInfo on cuda:" + std::to_string(device));
   std::lock_guard<std::mutex> lock(mutex_);
   const size_t used = bytes_in_use_[size_t(device)];
   const size_t total = options_.memory_per_device ? options_.memory_per_device : size_t(-1) / 2;
@@ -197,33 +250,59 @@ void FakeCuda::memory_info(int device, size_t* free_bytes, size_t* total_bytes) 
 
 CudaStream FakeCuda::create_stream(int device) {
   select(device, "cudaStreamCreate on cuda:" + std::to_string(device));
-  return new FakeStream{device};
+  auto* stream = new FakeStream{device, make_queue(device)};
+  std::lock_guard<std::mutex> lock(streams_mutex_);
+  streams_.push_back(stream->queue.get());
+  return stream;
 }
-void FakeCuda::destroy_stream(CudaStream stream) { delete static_cast<FakeStream*>(stream); }
+// Runs what is queued first (cudaStreamDestroy returns at once and lets it finish).
+void FakeCuda::destroy_stream(CudaStream handle) {
+  auto* stream = static_cast<FakeStream*>(handle);
+  {
+    std::lock_guard<std::mutex> lock(streams_mutex_);
+    std::erase(streams_, stream->queue.get());
+  }
+  delete stream;
+}
 CudaEvent FakeCuda::create_event(int device) {
   select(device, "cudaEventCreate on cuda:" + std::to_string(device));
   return new FakeEvent{device};
 }
 void FakeCuda::destroy_event(CudaEvent event) { delete static_cast<FakeEvent*>(event); }
 
-// Fake streams run nothing asynchronously (fake kernels and fake NCCL collectives finish before
-// their call returns), so every event is complete once recorded. What is checked is the device: an
-// event or a stream is used on the device it was made for.
-void FakeCuda::record_event(CudaEvent event, CudaStream stream) {
+// An event completes when its stream reaches it; one is used on the device it was made for. Recording
+// on the default stream is a call in the current device's context (creating it on a thread that never
+// selected a device), as cudaEventRecord is; querying one is a call in its device's context.
+void FakeCuda::record_event(CudaEvent handle, CudaStream stream) {
+  auto* event = static_cast<FakeEvent*>(handle);
   const int device = stream ? static_cast<FakeStream*>(stream)->device : thread_device();
-  TINYDDP_CHECK(static_cast<FakeEvent*>(event)->device == device,
-                "fake CUDA: cudaEventRecord: an event of cuda:", static_cast<FakeEvent*>(event)->device,
-                " recorded on a stream of cuda:", device,
-                hint("record events on streams of the device they were created on"));
+  if (!stream) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    touch_locked(device, thread_chose_device() ? "cudaEventRecord"
+                                               : "cudaEventRecord on a thread that never selected a device (CUDA then uses cuda:0)");
+  }
+  TINYDDP_CHECK(event->device == device, "fake CUDA: cudaEventRecord: an event of cuda:", event->device,
+                " recorded on a stream of cuda:", device, hint("record events on streams of the device they were created on"));
+  queue_of(stream).record(event->state);
 }
-void FakeCuda::stream_wait_event(CudaStream, CudaEvent) {}
+void FakeCuda::stream_wait_event(CudaStream stream, CudaEvent handle) {
+  auto* event = static_cast<FakeEvent*>(handle);
+  queue_of(stream).wait_for(event->state);
+}
 int FakeCuda::stream_device(CudaStream stream) const { return stream ? static_cast<FakeStream*>(stream)->device : thread_device(); }
-CudaEventState FakeCuda::query_event(CudaEvent, std::string*) { return CudaEventState::done; }
+CudaEventState FakeCuda::query_event(CudaEvent handle, std::string*) {
+  auto* event = static_cast<FakeEvent*>(handle);
+  touch(event->device, "cudaEventQuery");
+  std::lock_guard<std::mutex> lock(event->state->mutex);
+  return event->state->completed >= event->state->recorded ? CudaEventState::done : CudaEventState::pending;
+}
 
 void FakeCuda::fill_uniform(float* out, int64_t n, uint64_t seed, uint64_t offset, float lo, float hi, int device) {
   select(device, "a fill_uniform kernel on cuda:" + std::to_string(device));
   check_range(out, size_t(n) * sizeof(float), device, "fill_uniform", "output");
-  for (int64_t i = 0; i < n; ++i) out[i] = philox::uniform(seed, offset, uint64_t(i), lo, hi);
+  default_stream(device).enqueue("fill_uniform", {{out, size_t(n) * sizeof(float)}}, [=] {
+    for (int64_t i = 0; i < n; ++i) out[i] = philox::uniform(seed, offset, uint64_t(i), lo, hi);
+  });
 }
 
 int FakeCuda::device_of(const void* ptr, size_t bytes) const {

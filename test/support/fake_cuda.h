@@ -12,7 +12,13 @@
 //     allocates on cuda:0 before it knows its own device;
 //   - device memory belongs to one device: a copy, a memset, a free or a collective handed a pointer
 //     of another device (or of the host) fails as it would on a GPU;
-//   - a device has a memory limit when one is set, and malloc then answers "out of memory".
+//   - a device has a memory limit when one is set, and malloc then answers "out of memory";
+//   - work is asynchronous (test/support/fake_stream.h): kernels, memsets, device-to-device copies and
+//     fake NCCL's collectives queue on a stream that a thread of its own runs later, in order, with the
+//     memory they write poisoned until they run; events complete when their stream reaches them and
+//     cudaStreamWaitEvent really orders two streams. Host-to-device and device-to-host copies wait for
+//     the device's default stream, as cudaMemcpy does; the nccl backend's stream is non-blocking (it
+//     is not ordered after the default stream unless it waits on an event), as the real one is.
 // The fake NCCL library (test/support/fake_nccl.h) reads this bookkeeping to enforce NCCL's own rules.
 //
 // They live in the test-support library (tinyddp_fakes), which the tests, their helper programs and
@@ -24,8 +30,10 @@
 // FakeCudaDevices object in a test, which installs them for its lifetime.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -34,6 +42,7 @@
 
 #include "tinyddp/core/cuda_api.h"
 #include "tinyddp/core/cuda_runtime.h"
+#include "test/support/fake_stream.h"
 
 namespace tinyddp {
 
@@ -42,6 +51,9 @@ struct FakeCudaOptions {
   // Off for tests that run several ranks as threads of one process, each on its own device.
   bool one_device_per_process = true;
   size_t memory_per_device = 0;  // bytes; 0: no limit
+  // How long a stream holds a piece of work that writes memory (poisoned meanwhile) before running it:
+  // the window in which a reader that skipped a synchronisation reads the poison.
+  std::chrono::microseconds launch_delay{100};
 };
 
 class FakeCuda final : public CudaStandIn {
@@ -59,6 +71,7 @@ class FakeCuda final : public CudaStandIn {
   void memset_zero(void* ptr, size_t bytes, int device) override;
   void set_device(int device) override;
   int current_device() override;
+  int thread_selected_device() override;
   void synchronize(int device) override;
   void memory_info(int device, size_t* free_bytes, size_t* total_bytes) override;
   CudaStream create_stream(int device) override;
@@ -87,6 +100,12 @@ class FakeCuda final : public CudaStandIn {
   // Runs `operation` as the context-creating call it describes: checks the one-device rule and
   // records the context. For fake NCCL (ncclCommInitRank creates a context on its device).
   void touch(int device, const std::string& operation);
+  // Queues `work`, which writes `writes`, on `stream` (null: the calling thread's device's default
+  // stream). The fake kernels (fake_kernels.cpp) and fake NCCL launch through this.
+  void launch(CudaStream stream, std::string what, std::vector<WrittenRange> writes, std::function<void()> work);
+  void launch_on_device(int device, std::string what, std::vector<WrittenRange> writes, std::function<void()> work);
+  // Waits until the device's default stream has run everything queued on it so far.
+  void synchronize_default_stream(int device);
 
  private:
   struct Block {
@@ -99,6 +118,9 @@ class FakeCuda final : public CudaStandIn {
   void select(int device, const std::string& operation);
   void check_range(const void* ptr, size_t bytes, int device, const char* call, const char* role) const;
   void touch_locked(int device, const std::string& operation);
+  FakeStreamQueue& default_stream(int device);
+  FakeStreamQueue& queue_of(CudaStream stream);
+  std::unique_ptr<FakeStreamQueue> make_queue(int device);
 
   FakeCudaOptions options_;
   const uint64_t instance_;
@@ -107,6 +129,9 @@ class FakeCuda final : public CudaStandIn {
   std::map<int, std::string> contexts_;     // device -> what created its context
   std::vector<size_t> bytes_in_use_;        // per device
   size_t pinned_made_ = 0;
+  std::mutex streams_mutex_;  // default_streams_, streams_
+  std::vector<std::unique_ptr<FakeStreamQueue>> default_streams_;  // per device, made at first use
+  std::vector<FakeStreamQueue*> streams_;                         // made by create_stream, still alive
 };
 
 // The fake devices in use, or nullptr: a FakeCudaDevices object's, else TINYDDP_FAKE_CUDA_DEVICES's.

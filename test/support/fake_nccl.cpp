@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstring>
 #include <span>
 #include <sstream>
@@ -46,6 +47,23 @@ struct FakeComm {
   bool finalized = false;
   std::string error;
   std::atomic<std::thread::id> caller{};  // the thread inside a call on this communicator
+  // Collectives queued on streams and not yet run (or skipped, after an abort): the communicator is
+  // freed only when none is left, and ncclCommFinalize is in progress until then.
+  std::mutex queued_mutex;
+  std::condition_variable queued_changed;
+  int queued = 0;
+  std::atomic<bool> aborted{false};
+  // A collective that failed on its stream: what ncclCommGetAsyncError reports from then on.
+  std::atomic<NcclResult> async_error{NcclResult::success};
+
+  void wait_until_idle() {
+    std::unique_lock<std::mutex> lock(queued_mutex);
+    queued_changed.wait(lock, [&] { return queued == 0; });
+  }
+  int in_flight() {
+    std::lock_guard<std::mutex> lock(queued_mutex);
+    return queued;
+  }
 };
 
 namespace {
@@ -173,6 +191,17 @@ std::string duplicate_gpu(FakeComm& c, Store& store) {
   return "";
 }
 
+// Before a communicator is freed: the last one of this process holding the bootstrap store takes it
+// out of the list, so that freeing the communicator ends the store's server. Its server then waits
+// only for clients of other processes: ranks that are threads of one process and are torn down one
+// after another would otherwise keep each other's server waiting for its linger time.
+void release_root(FakeComm* comm) {
+  if (!comm->root) return;
+  std::lock_guard<std::mutex> lock(g_roots_mutex);
+  auto it = std::find_if(g_roots.begin(), g_roots.end(), [&](const auto& r) { return r.second == comm->root; });
+  if (it != g_roots.end() && comm->root.use_count() == 2) g_roots.erase(it);
+}
+
 }  // namespace
 
 FakeNccl& fake_nccl() {
@@ -236,14 +265,12 @@ NcclResult FakeNccl::comm_init_rank(NcclComm* out, int nranks, const NcclUniqueI
   try {
     fake_devices().touch(comm->device, "ncclCommInitRank");
     {
-      // The first communicator of this process to join keeps the bootstrap store alive; the others
-      // reach it by its address, as ranks in other processes do.
+      // Every communicator of this process keeps the bootstrap store alive (the last one to go ends it,
+      // once the others' clients have left; see release_root); ranks in other processes reach it by
+      // its address.
       std::lock_guard<std::mutex> lock(g_roots_mutex);
       auto it = std::find_if(g_roots.begin(), g_roots.end(), [&](const auto& r) { return r.first == name; });
-      if (it != g_roots.end()) {
-        comm->root = it->second;
-        g_roots.erase(it);
-      }
+      if (it != g_roots.end()) comm->root = it->second;
     }
     comm->store = std::make_shared<TcpStore>(host, port, false);
     auto scoped = std::make_shared<PrefixStore>(comm->store, "fake-nccl");
@@ -285,8 +312,13 @@ NcclResult FakeNccl::comm_get_async_error(NcclComm handle, NcclResult* state) {
     violation(claim.breach());
     return NcclResult::invalid_usage;
   }
+  if (comm->finalized && comm->in_flight() > 0) {  // finalize flushes the queued collectives first
+    *state = NcclResult::in_progress;
+    return NcclResult::success;
+  }
   *state = comm->state;
   if (comm->state == NcclResult::in_progress) comm->state = comm->next_state;
+  if (*state == NcclResult::success) *state = comm->async_error.load();
   return NcclResult::success;
 }
 
@@ -322,10 +354,12 @@ NcclResult FakeNccl::comm_destroy(NcclComm handle) {
       return fail(comm, NcclResult::invalid_argument,
                   "Attempt to use communicator before the previous operation returned ncclSuccess");
   }
+  comm->wait_until_idle();
   {
     std::lock_guard<std::mutex> lock(mutex_);
     comms_.erase(comm);
   }
+  release_root(comm);
   delete comm;
   --t_group.depth;
   return NcclResult::success;
@@ -342,10 +376,15 @@ NcclResult FakeNccl::comm_abort(NcclComm handle) {
       return NcclResult::invalid_usage;
     }
   }
+  // Queued collectives are dropped; one already running (blocked on a peer, say) ends first, as NCCL's
+  // abort stops its kernels before freeing the communicator.
+  comm->aborted = true;
+  comm->wait_until_idle();
   {
     std::lock_guard<std::mutex> lock(mutex_);
     comms_.erase(comm);
   }
+  release_root(comm);
   delete comm;
   return NcclResult::success;
 }
@@ -389,6 +428,7 @@ NcclResult FakeNccl::enqueue(Op op) {
     return t_group.error;
   }
   t_group.ops.push_back(op);
+  if (hold_.load().count() > 0) std::this_thread::sleep_for(hold_.load());
   return NcclResult::success;
 }
 
@@ -406,7 +446,9 @@ NcclResult FakeNccl::call(Op op) {
   return run_group();
 }
 
-// Runs the calls queued on this thread; each communicator's outcome becomes its async state.
+// Launches the calls queued on this thread, each on its stream (they run later, in stream order, with
+// their output poisoned until then); each communicator's launch outcome becomes its state. A collective
+// that fails on its stream sets the communicator's asynchronous error, as a failing NCCL kernel does.
 NcclResult FakeNccl::run_group() {
   std::vector<Op> ops = std::move(t_group.ops);
   t_group.ops.clear();
@@ -419,15 +461,27 @@ NcclResult FakeNccl::run_group() {
       violation(claim.breach());
       return NcclResult::invalid_usage;
     }
-    NcclResult outcome = NcclResult::success;
-    try {
-      move_data(op);
-    } catch (const std::exception& e) {
-      outcome = fail(op.comm, NcclResult::remote_error, e.what());
+    const size_t recv_bytes =
+        op.count * dtype_size(op.dtype) * (op.kind == OpKind::all_gather ? size_t(op.comm->nranks) : 1);
+    {
+      std::lock_guard<std::mutex> lock(op.comm->queued_mutex);
+      ++op.comm->queued;
     }
-    auto it = std::find_if(outcomes.begin(), outcomes.end(), [&](const auto& o) { return o.first == op.comm; });
-    if (it == outcomes.end()) outcomes.emplace_back(op.comm, outcome);
-    else if (outcome != NcclResult::success) it->second = outcome;
+    fake_devices().launch(op.stream, "a fake NCCL collective", {{op.recv, recv_bytes}}, [this, op] {
+      FakeComm* comm = op.comm;
+      if (!comm->aborted) {
+        try {
+          move_data(op);
+        } catch (const std::exception& e) {
+          comm->async_error = fail(comm, NcclResult::remote_error, e.what());
+        }
+      }
+      std::lock_guard<std::mutex> lock(comm->queued_mutex);
+      --comm->queued;
+      comm->queued_changed.notify_all();
+    });
+    if (std::find_if(outcomes.begin(), outcomes.end(), [&](const auto& o) { return o.first == op.comm; }) == outcomes.end())
+      outcomes.emplace_back(op.comm, NcclResult::success);
   }
   NcclResult result = NcclResult::success;
   for (auto& [comm, outcome] : outcomes) {

@@ -17,6 +17,8 @@
 // address of its bootstrap root.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -59,6 +61,9 @@ class FakeNccl final : public NcclApi {
   // Makes the next collective call of this process fail with `result` (a fault to test the caller's
   // error path with), NCCL's last error saying `message`.
   void fail_next_collective(NcclResult result, std::string message);
+  // Makes every collective call stay inside the communicator this long before returning (the window in
+  // which a second thread calling in collides with it); zero by default.
+  void hold_collective_calls(std::chrono::milliseconds duration) { hold_ = duration; }
 
   struct Op;
 
@@ -77,6 +82,7 @@ class FakeNccl final : public NcclApi {
   std::string last_error_;
   uint64_t next_id_ = 0;
   NcclResult injected_ = NcclResult::success;
+  std::atomic<std::chrono::milliseconds> hold_{std::chrono::milliseconds(0)};
   std::string injected_message_;
 };
 

@@ -20,6 +20,7 @@
 #include "tinyddp/comm/store/tcp_store.h"
 #include "tinyddp/core/cuda_runtime.h"
 #include "tinyddp/core/env.h"
+#include "tinyddp/core/log.h"
 #include "tinyddp/core/error.h"
 #include "tinyddp/kernels/ops.h"
 #include "tinyddp/nn/data/distributed_sampler.h"
@@ -248,7 +249,14 @@ JoinedJob join_job(const std::vector<Device>& devices, const MultiDeviceOptions&
   job.local_rank = joined.local_rank;
   job.local_world_size = joined.local_world_size;
   std::string backend = options.backend;
-  if (backend.empty()) backend = !devices.empty() && devices[0].is_cuda() && comm::backend_available("nccl") ? "nccl" : "host";
+  if (backend.empty()) {
+    const bool on_gpus = !devices.empty() && devices[0].is_cuda();
+    const std::string nccl_problem = on_gpus ? comm::backend_unavailable_reason("nccl") : "";
+    backend = on_gpus && nccl_problem.empty() ? "nccl" : "host";
+    if (on_gpus && !nccl_problem.empty() && job.rank == 0)
+      log_line(LogLevel::warn, "multi-device", "CUDA devices, but the nccl backend is unavailable (" + nccl_problem +
+               "): using the host backend, which stages CUDA tensors through host memory");
+  }
   // One device per local rank (core/device.h says how a shorter list is read), made this thread's
   // current device before anything touches CUDA: a CUDA call on a thread with no device set would
   // create a context on cuda:0, another rank's GPU.
