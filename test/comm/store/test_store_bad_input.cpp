@@ -373,14 +373,9 @@ TEST_CASE("a storm of random frames after a valid hello never stops the server")
 TEST_CASE("a client is not made to allocate by a reply's length prefix: a peer claiming a 4 GiB reply is refused") {
   // A fake store on a socket: a well-formed hello reply advertising a huge value limit, then a
   // response frame that claims 0xfffffff0 bytes, sends 100 and hangs up.
-  int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-  REQUIRE(::listen(listener, 4) == 0);
-  REQUIRE(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  int fake_port = 0;
+  int listener = tinyddp::testing::loopback_listener(&fake_port, 4);
+  REQUIRE(listener >= 0);
   std::thread fake([listener] {
     pollfd p{listener, POLLIN, 0};
     if (::poll(&p, 1, 10000) != 1) return;
@@ -416,7 +411,7 @@ TEST_CASE("a client is not made to allocate by a reply's length prefix: a peer c
     // allocation that is never written to does not raise the RSS.
     AddressSpaceCap cap(1ull << 30);
     CHECK(cap.refuses(4ull << 30));
-    TcpStore client("127.0.0.1", ntohs(addr.sin_port), false, client_options());
+    TcpStore client("127.0.0.1", fake_port, false, client_options());
     CHECK_THROWS_AS(client.get("k"), Error);
   }
   fake.join();
@@ -437,15 +432,8 @@ struct ForeignServer {
   std::vector<int> accepted;
 
   explicit ForeignServer(std::string words) : greeting(std::move(words)) {
-    listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof addr;
-    REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-    REQUIRE(::listen(listener, 16) == 0);
-    REQUIRE(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
-    port = ntohs(addr.sin_port);
+    listener = tinyddp::testing::loopback_listener(&port);
+    REQUIRE(listener >= 0);
     thread = std::thread([this] {
       while (!stop) {
         pollfd p{listener, POLLIN, 0};
