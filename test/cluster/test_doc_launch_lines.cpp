@@ -99,12 +99,13 @@ std::vector<DocLine> launcher_lines(const std::string& page) {
   return lines;
 }
 
-// The hosts a line needs: 0 for this one, else how many simulated ones.
+// The hosts a line needs: 0 for this one, else how many simulated ones. srun always needs a Slurm,
+// and the one the test makes spans the simulated hosts (a step without -N runs on node0).
 int hosts_needed(const DocLine& l) {
   static const std::regex nnodes(R"re(--nnodes[ =](\d+))re"), slurm_nodes(R"re((?:^|\s)-N (\d+))re");
   std::smatch m;
   if (std::regex_search(l.command, m, nnodes)) return std::stoi(m[1]);
-  if (l.launcher == "srun" && std::regex_search(l.command, m, slurm_nodes)) return std::stoi(m[1]);
+  if (l.launcher == "srun") return std::regex_search(l.command, m, slurm_nodes) ? std::stoi(m[1]) : 2;
   if (l.names("--hostfile") || l.names("node0") || l.names("node1")) return 2;
   return 0;
 }
