@@ -209,6 +209,9 @@ class TcpStore::Connection {
     if (!wait_for(deadline, done)) return out_of_time("timed out connecting");
     if (ec) return give_up(ec.message());
     socket_.set_option(tcp::no_delay(true), ec);
+    // Asked now: a read that runs out of time closes the socket, and with it the endpoints.
+    const auto remote = socket_.remote_endpoint(ec);
+    peer_on_this_host_ = !ec && (remote.address().is_loopback() || remote.address() == socket_.local_endpoint(ec).address());
 
     // Hello: magic, version, token; the reply carries the server's limits, or why it refuses us.
     std::string hello = encode_hello(Hello{kMagic, kVersion, token_});
@@ -276,10 +279,7 @@ class TcpStore::Connection {
   // Fails for good: the port is held by a server that is not a tinyddp store, named where this host's
   // /proc can tell (a port of this host).
   [[noreturn]] void not_a_store(const std::string& what_it_did) {
-    asio::error_code ec;
-    const auto remote = socket_.remote_endpoint(ec);
-    const bool local = !ec && (remote.address().is_loopback() || remote.address() == socket_.local_endpoint(ec).address());
-    const std::string owner = local ? port_owner(port_) : "";
+    const std::string owner = peer_on_this_host_ ? port_owner(port_) : "";
     disconnect();
     TINYDDP_FAIL("the server at ", address(), " ", what_it_did, ": it is not a tinyddp store",
                  owner.empty() ? std::string() : " (the port is held by " + owner + ")",
@@ -294,6 +294,7 @@ class TcpStore::Connection {
   int port_;
   std::string token_;
   std::chrono::milliseconds hello_silence_;
+  bool peer_on_this_host_ = false;  // the connected server is on this host: /proc can name it
   Limits limits_;
   bool connected_ = false;
 };
