@@ -8,15 +8,25 @@
 #   scripts/slurm_localhost.sh stop DIR              stop them and remove DIR
 #   scripts/slurm_localhost.sh with -- CMD [ARGS...] start, run CMD with SLURM_CONF set, stop (also when
 #                                                    CMD fails or this script is killed)
+#   scripts/slurm_localhost.sh start DIR OWNER_PID --sim NAME K
+#                                                    the same across the K simulated hosts of
+#                                                    scripts/sim_cluster.sh's cluster NAME: nodes node0 ..
+#                                                    node(K-1), slurmctld and a slurmd on host 0, a slurmd
+#                                                    on each other host; srun works inside the hosts
+#                                                    (sim_cluster.sh run NAME I srun ...)
 #
 # Nothing outside DIR is touched: its own munge key and socket, its own ports (free ones, picked at
 # start), state, spool and logs under DIR; clients find it through SLURM_CONF. The node is this host,
 # reached at 127.0.0.1, with 8 CPUs declared whatever the hardware (config_overrides), so a test can
 # start more tasks than there are cores. Needs root (slurmd starts jobs as their users) and Debian's
-# slurmctld, slurmd, slurm-client and munge.
+# slurmctld, slurmd, slurm-client and munge. With --sim, munged stays on this machine: its socket is a
+# file, which processes in any network namespace reach; the Slurm daemons run inside the hosts (their
+# pid files hold pids of the hosts' own pid spaces, so they are stopped there).
 set -euo pipefail
 
 die() { echo "slurm_localhost.sh: $*" >&2; exit 2; }
+
+sim="$(cd "$(dirname "$0")" && pwd)/sim_cluster.sh"
 
 check() {
   [ "$(id -u)" -eq 0 ] || { echo "needs root (slurmd runs the tasks)"; return 1; }
@@ -31,12 +41,26 @@ free_port() {
     echo $(( 20000 + RANDOM % 10000 ))
 }
 
+# The node lines: this host at 127.0.0.1, or with --sim the simulated hosts (node<I>, on host I's
+# hostname and address).
+node_lines() {
+  if [ -z "${sim_name:-}" ]; then
+    echo "NodeName=$(hostname) NodeAddr=127.0.0.1 CPUs=8 State=UNKNOWN"
+    return
+  fi
+  local i
+  for ((i = 0; i < sim_hosts; i++)); do
+    echo "NodeName=node$i NodeHostname=$sim_name-$i NodeAddr=$("$sim" addr "$sim_name" "$i") CPUs=8 State=UNKNOWN"
+  done
+}
+
 write_config() {
-  local dir=$1 host
-  host=$(hostname)
+  local dir=$1 controller
+  controller="$(hostname)(127.0.0.1)"
+  [ -n "${sim_name:-}" ] && controller="$sim_name-0($("$sim" addr "$sim_name" 0))"
   cat >"$dir/slurm.conf" <<EOF
 ClusterName=tinyddp
-SlurmctldHost=$host(127.0.0.1)
+SlurmctldHost=$controller
 SlurmctldPort=$(free_port)
 SlurmdPort=$(free_port)
 SlurmUser=root
@@ -45,11 +69,11 @@ AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket=$dir/munge.sock
 StateSaveLocation=$dir/state
-SlurmdSpoolDir=$dir/spool
+SlurmdSpoolDir=$dir/spool/%n
 SlurmctldPidFile=$dir/slurmctld.pid
-SlurmdPidFile=$dir/slurmd.pid
+SlurmdPidFile=$dir/slurmd-%n.pid
 SlurmctldLogFile=$dir/slurmctld.log
-SlurmdLogFile=$dir/slurmd.log
+SlurmdLogFile=$dir/slurmd-%n.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
@@ -58,38 +82,87 @@ SlurmdParameters=config_overrides
 MpiDefault=none
 ReturnToService=2
 SchedulerType=sched/builtin
-NodeName=$host NodeAddr=127.0.0.1 CPUs=8 State=UNKNOWN
+$(node_lines)
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 EOF
+}
+
+# The daemons' pid files: munged's and, unless they ran inside simulated hosts, Slurm's.
+local_pidfiles() {
+  local dir=$1
+  if [ -f "$dir/sim" ]; then
+    echo "$dir/munged.pid"
+  else
+    echo "$dir"/slurmd-*.pid "$dir/slurmctld.pid" "$dir/munged.pid"
+  fi
 }
 
 stop() {
   local dir=$1
   [ -d "$dir" ] || return 0
-  for pidfile in "$dir"/slurmd.pid "$dir"/slurmctld.pid "$dir"/munged.pid; do
+  if [ -f "$dir/sim" ]; then
+    # Inside the hosts, by the pids their own pid spaces gave (the hosts may already be gone).
+    local name hosts i pidfile
+    read -r name hosts <"$dir/sim"
+    for ((i = 0; i < hosts; i++)); do
+      for pidfile in "$dir/slurmd-node$i.pid" "$dir/slurmctld.pid"; do
+        [ -f "$pidfile" ] || continue
+        [ "$pidfile" = "$dir/slurmctld.pid" ] && [ "$i" -ne 0 ] && continue
+        "$sim" run "$name" "$i" kill -KILL "$(cat "$pidfile")" 2>/dev/null || true
+      done
+    done
+  fi
+  local pidfiles
+  pidfiles=$(local_pidfiles "$dir")
+  for pidfile in $pidfiles; do
     [ -f "$pidfile" ] && kill -TERM "$(cat "$pidfile" 2>/dev/null)" 2>/dev/null || true
   done
   for _ in $(seq 50); do
     local alive=0
-    for pidfile in "$dir"/slurmd.pid "$dir"/slurmctld.pid "$dir"/munged.pid; do
+    for pidfile in $pidfiles; do
       [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile" 2>/dev/null)" 2>/dev/null && alive=1
     done
     [ $alive -eq 0 ] && break
     sleep 0.1
   done
-  for pidfile in "$dir"/slurmd.pid "$dir"/slurmctld.pid "$dir"/munged.pid; do
+  for pidfile in $pidfiles; do
     [ -f "$pidfile" ] && kill -KILL "$(cat "$pidfile" 2>/dev/null)" 2>/dev/null || true
   done
   rm -rf "$dir"
 }
 
+# `ip netns exec` gives each simulated host a sysfs of its own, without this machine's cgroup mounts,
+# and slurmd does not start without them: the same hierarchies are mounted there (those missing).
+mount_cgroups() {
+  local host=$1 mounts
+  mounts=$(awk '$2 ~ "^/sys/fs/cgroup" {print $3, $2, $4}' /proc/self/mounts)
+  "$sim" run "$sim_name" "$host" sh -c 'echo "$1" | while read -r type dir opts; do
+      mountpoint -q "$dir" || { mkdir -p "$dir" && mount -t "$type" -o "$opts" "$type" "$dir"; } || exit 1
+    done' _ "$mounts"
+}
+
+# Runs a Slurm command where the cluster is: here, or inside simulated host $1.
+on_host() {
+  local host=$1
+  shift
+  if [ -n "${sim_name:-}" ]; then "$sim" run "$sim_name" "$host" "$@"; else "$@"; fi
+}
+
 start() {
   local dir=$1 owner=${2:-}
+  shift $(( $# >= 2 ? 2 : $# ))
+  sim_name="" sim_hosts=1
+  if [ "${1:-}" = --sim ]; then
+    sim_name=${2:?--sim needs the name of the cluster}
+    sim_hosts=${3:?--sim needs the number of hosts}
+    "$sim" addr "$sim_name" $((sim_hosts - 1)) >/dev/null || die "no simulated host $((sim_hosts - 1)) in cluster '$sim_name'"
+  fi
   local why
   why=$(check) || die "$why"
   mkdir -p "$dir/state" "$dir/spool"
   chmod 700 "$dir"
   dir=$(cd "$dir" && pwd)
+  [ -n "$sim_name" ] && echo "$sim_name $sim_hosts" >"$dir/sim"
   # A watcher that cleans up when the owner goes, however it goes.
   if [ -n "$owner" ]; then
     ( trap '' INT TERM; while kill -0 "$owner" 2>/dev/null && [ -d "$dir" ]; do sleep 1; done; "$0" stop "$dir" ) \
@@ -101,16 +174,26 @@ start() {
     --log-file="$dir/munged.log" --seed-file="$dir/munged.seed" || die "munged did not start: $(tail -3 "$dir/munged.log" 2>/dev/null)"
   write_config "$dir"
   export SLURM_CONF=$dir/slurm.conf
-  /usr/sbin/slurmctld -f "$SLURM_CONF" || die "slurmctld did not start: $(tail -3 "$dir/slurmctld.log" 2>/dev/null)"
-  /usr/sbin/slurmd -f "$SLURM_CONF" || die "slurmd did not start: $(tail -3 "$dir/slurmd.log" 2>/dev/null)"
+  on_host 0 /usr/sbin/slurmctld -f "$SLURM_CONF" || die "slurmctld did not start: $(tail -3 "$dir/slurmctld.log" 2>/dev/null)"
+  local i node
+  for ((i = 0; i < sim_hosts; i++)); do
+    node=()
+    if [ -n "$sim_name" ]; then
+      node=(-N "node$i")
+      mount_cgroups "$i" || die "cannot mount the cgroup hierarchies inside simulated host $i"
+    fi
+    on_host "$i" /usr/sbin/slurmd -f "$SLURM_CONF" "${node[@]}" ||
+      die "slurmd did not start on host $i: $(tail -3 "$dir"/slurmd-*.log 2>/dev/null)"
+  done
   for _ in $(seq 300); do
-    if sinfo -h -o %T 2>/dev/null | grep -qE '^(idle|mixed|allocated)'; then
+    if [ "$(on_host 0 sinfo -h -o %T 2>/dev/null | grep -cE '^(idle|mixed|allocated)')" -ge 1 ] &&
+       ! on_host 0 sinfo -h -N -o %T 2>/dev/null | grep -qvE '^(idle|mixed|allocated)'; then
       echo "SLURM_CONF=$SLURM_CONF"
       return 0
     fi
     sleep 0.1
   done
-  die "the node did not become idle within 30 s: $(sinfo -h -o '%T %E' 2>&1 | head -2); slurmd log: $(tail -3 "$dir/slurmd.log" 2>/dev/null)"
+  die "the nodes did not become idle within 30 s: $(on_host 0 sinfo -h -N -o '%N %T %E' 2>&1 | head -4); slurmd logs: $(tail -3 "$dir"/slurmd-*.log 2>/dev/null)"
 }
 
 with() {

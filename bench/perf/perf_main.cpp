@@ -64,6 +64,10 @@ std::optional<Reports> prepare(PerfJob& job, const PerfOptions& o, const PerfCol
     try {
       reports.emplace();
       std::string json_file = o.json_file.empty() ? "" : NcclTestsJson::create_file(o.json_file);
+      if (json_file != o.json_file)  // said on stderr too: the table's own line is easily missed
+        std::fprintf(stderr, "%s: -J %s: that file exists, so this run writes %s (as nccl-tests does, -J never "
+                     "overwrites); hint: remove %s or name another file to write there\n", o.program.c_str(),
+                     o.json_file.c_str(), json_file.c_str(), o.json_file.c_str());
       if (!json_file.empty()) reports->json.emplace(json_file, o, c, job);
       if (!o.csv_file.empty()) reports->csv.emplace(o.csv_file, o, c, job);
       reports->table.emplace(o, c);

@@ -38,12 +38,13 @@ std::string placement_columns(const PlacementResult& r, bool per_iteration) {
 }
 
 // tinyddp's own -I 1 columns for one placement: p50, p95, the slowest rank and its lag in percent.
+// Both placements' groups sit at the end of the row, so their labels name the placement (oop_, ip_).
 std::string spread_columns(const PlacementResult& r) {
   char text[96];
   if (!r.ran) {
-    std::snprintf(text, sizeof text, "  %7s  %7s  %5s  %7s", "N/A", "N/A", "N/A", "N/A");
+    std::snprintf(text, sizeof text, "  %7s  %7s  %8s  %8s", "N/A", "N/A", "N/A", "N/A");
   } else {
-    std::snprintf(text, sizeof text, "  %7s  %7s  %5d  %7s", fit_number(r.stats.p50, 7).c_str(),
+    std::snprintf(text, sizeof text, "  %7s  %7s  %8d  %8s", fit_number(r.stats.p50, 7).c_str(),
                   fit_number(r.stats.p95, 7).c_str(), r.slowest.rank, fit_number(r.slowest.spread_pct, 7).c_str());
   }
   return text;
@@ -115,10 +116,10 @@ void PerfTable::column_headings() const {
                "in-place (+ per-iteration)             out-of-place: spread, slowest   in-place: spread, slowest\n",
                "", "", "", "", "");
   const char* row = "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %7s  %7s  %7s  %7s  %6s  %6s  %6s  %7s  %7s  %7s  "
-                    "%7s  %7s  %7s  %5s  %7s  %7s  %7s  %5s  %7s %*s\n";
+                    "%7s  %7s  %7s  %8s  %8s  %7s  %7s  %8s  %8s %*s\n";
   std::fprintf(out_, row, "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "i_min", "i_max",
-               "i_p99", "i_cv%", "time", "algbw", "busbw", "#wrong", "i_min", "i_max", "i_p99", "i_cv%", "i_p50", "i_p95",
-               "slow", "lag%", "i_p50", "i_p95", "slow", "lag%", ts_pad, ts_label);
+               "i_p99", "i_cv%", "time", "algbw", "busbw", "#wrong", "i_min", "i_max", "i_p99", "i_cv%", "oop_p50",
+               "oop_p95", "oop_slow", "oop_lag%", "ip_p50", "ip_p95", "ip_slow", "ip_lag%", ts_pad, ts_label);
   std::fprintf(out_, row, "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(us)", "(us)", "(%)",
                "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(us)", "(us)", "(%)", "(us)", "(us)", "(rank)", "", "(us)", "(us)",
                "(rank)", "", ts_pad, ts_format);

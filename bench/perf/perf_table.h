@@ -4,9 +4,9 @@
 // place), the same "# Out of bounds values" and "# Avg bus bandwidth" lines.
 //
 // With -I 1 each placement also gets nccl-tests' i_min, i_max, i_p99 and i_cv% columns, and the row
-// ends with tinyddp's own: per placement the median and p95 iteration, the slowest rank (the one
-// whose iterations took longest on average) and how much slower it was than the fastest, so that a
-// straggler shows in the table itself.
+// ends with tinyddp's own, labelled oop_ and ip_ for the placement they belong to: the median and p95
+// iteration, the slowest rank (the one whose iterations took longest on average) and how much slower
+// it was than the fastest, so that a straggler shows in the table itself.
 #pragma once
 
 #include <cstdint>

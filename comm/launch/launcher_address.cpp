@@ -104,15 +104,39 @@ std::optional<DerivedStoreAddress> from_slurm(const EnvironmentLookup& lookup, s
   return address;
 }
 
+// Open MPI 5 runs its jobs under PRRTE, which names every job "prterun-<mpirun's host>-<its pid>@<job>"
+// and gives each process that name in PMIX_NAMESPACE: the host, and a number no other mpirun on that
+// host shares at the same time (its pid, with the job).
+std::optional<DerivedStoreAddress> from_prrte_namespace(const std::string& name, std::string& why) {
+  const std::string prefix = "prterun-";
+  const size_t at = name.rfind('@');
+  const size_t dash = at == std::string::npos ? std::string::npos : name.rfind('-', at);
+  const auto pid = dash == std::string::npos ? std::nullopt : parse_number(name.substr(dash + 1, at - dash - 1));
+  const auto job = at == std::string::npos ? std::nullopt : parse_number(name.substr(at + 1));
+  if (name.rfind(prefix, 0) != 0 || !pid || !job || dash <= prefix.size()) {
+    why = "PMIX_NAMESPACE ('" + name + "') is not PRRTE's prterun-<host>-<pid>@<job>, and Open MPI set no "
+          "OMPI_MCA_orte_hnp_uri";
+    return std::nullopt;
+  }
+  DerivedStoreAddress address;
+  address.host = name.substr(prefix.size(), dash - prefix.size());
+  address.port = derived_port(*pid * 16 + *job);
+  address.how = "mpirun's host and a port from its pid and job, both from PMIX_NAMESPACE " + name + " (Open MPI 5)";
+  return address;
+}
+
 std::optional<DerivedStoreAddress> from_open_mpi(const EnvironmentLookup& lookup, std::string& why) {
   auto uri = lookup("OMPI_MCA_orte_hnp_uri");
+  if (!uri) {
+    if (auto name = lookup("PMIX_NAMESPACE"); name && !name->empty()) return from_prrte_namespace(*name, why);
+  }
   std::vector<std::string> addresses = uri ? hnp_uri_addresses(*uri) : std::vector<std::string>{};
   // The application's job id (the URI leads with mpirun's own, one less).
   auto job = parse_number(lookup("OMPI_MCA_ess_base_jobid").value_or(""));
   if (!job && uri) job = parse_number(uri->substr(0, uri->find_first_of(".;")));
   if (addresses.empty() || !job) {
     why = uri ? "OMPI_MCA_orte_hnp_uri ('" + *uri + "') names no IPv4 address and job id"
-              : "Open MPI set no OMPI_MCA_orte_hnp_uri (Open MPI 5 does not say where mpirun runs)";
+              : "Open MPI set neither OMPI_MCA_orte_hnp_uri (Open MPI 4) nor PMIX_NAMESPACE (Open MPI 5)";
     return std::nullopt;
   }
   DerivedStoreAddress address;

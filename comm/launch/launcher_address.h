@@ -6,9 +6,11 @@
 //            Slurm's hostlist syntax ("gpu[01-04,07],login2"), where task 0 runs with srun's block and
 //            cyclic distributions; the port: 15000 + (job id x 16 + step id) mod 17000, the same on
 //            every task of the step and different for the steps of one job.
-//   Open MPI the host: mpirun's own (OMPI_MCA_orte_hnp_uri lists its addresses), where rank 0 runs
-//            when mpirun's host is the first in its host list, as it is by default; the port:
-//            15000 + job id mod 17000 (the job id leads the same URI).
+//   Open MPI the host: mpirun's own, where rank 0 runs when mpirun's host is the first in its host
+//            list, as it is by default. Open MPI 4 lists its addresses in OMPI_MCA_orte_hnp_uri, and
+//            the port is 15000 + job id mod 17000 (the job id leads the same URI). Open MPI 5 (PRRTE)
+//            names it in PMIX_NAMESPACE, "prterun-<host>-<pid>@<job>", and the port is 15000 +
+//            (pid x 16 + job) mod 17000. Both still set OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE.
 //   either   every rank on one host (the world is the local world): 127.0.0.1.
 //
 // Where that cannot work (rank 0 placed elsewhere, a port another job holds), the error names the two

@@ -1,6 +1,7 @@
 #include "tinyddp/comm/store/tcp_store.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <random>
 #include <sstream>
@@ -10,6 +11,7 @@
 
 #include "tinyddp/comm/store/store_server.h"
 #include "tinyddp/comm/timeout.h"
+#include "tinyddp/comm/transport/port_owner.h"
 #include "tinyddp/core/env.h"
 #include "tinyddp/core/error.h"
 #include "tinyddp/core/short_list.h"
@@ -27,6 +29,20 @@ namespace {
 constexpr auto kWaitAnswerSlack = std::chrono::seconds(5);
 constexpr auto kFirstBackoff = std::chrono::milliseconds(10);
 constexpr auto kMaxBackoff = std::chrono::seconds(1);
+// Up to 48 bytes as text a person can read: printable ASCII as is, the rest as \xNN.
+std::string printable(std::string_view bytes) {
+  std::string out;
+  for (unsigned char c : bytes.substr(0, 48)) {
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      out += char(c);
+    } else {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", c);
+      out += hex;
+    }
+  }
+  return out + (bytes.size() > 48 ? "..." : "");
+}
 
 // now + budget, saturating: a caller may well pass Duration::max() to mean "no limit".
 Clock::time_point deadline_after(Store::Duration budget) {
@@ -59,8 +75,8 @@ std::string choose_listen_host(const std::string& host) {
 // operation is done or the deadline passes, and on the deadline close the socket, which aborts it.
 class TcpStore::Connection {
  public:
-  Connection(std::string host, int port, std::string token)
-      : host_(std::move(host)), port_(port), token_(std::move(token)) {}
+  Connection(std::string host, int port, std::string token, std::chrono::milliseconds hello_silence)
+      : host_(std::move(host)), port_(port), token_(std::move(token)), hello_silence_(hello_silence) {}
 
   bool connected() const { return connected_; }
   const Limits& limits() const { return limits_; }
@@ -149,9 +165,9 @@ class TcpStore::Connection {
     }
     if (ec) {
       disconnect();
-      TINYDDP_FAIL("store ", what, " at ", address(), ": lost the connection (", ec.message(), ")",
-                   hint("the process hosting the store (rank 0, tinyddp-run or tinyddp-store) has probably "
-                        "exited, or its token does not match TINYDDP_TOKEN"));
+      TINYDDP_FAIL("store ", what, " at ", address(), ": lost the connection (", ec.message(),
+                   ")", hint("the process hosting the store (rank 0, tinyddp-run or tinyddp-store) has probably "
+                   "exited: its own output says why"));
     }
   }
 
@@ -194,6 +210,9 @@ class TcpStore::Connection {
     if (!wait_for(deadline, done)) return out_of_time("timed out connecting");
     if (ec) return give_up(ec.message());
     socket_.set_option(tcp::no_delay(true), ec);
+    // Asked now: a read that runs out of time closes the socket, and with it the endpoints.
+    const auto remote = socket_.remote_endpoint(ec);
+    peer_on_this_host_ = !ec && (remote.address().is_loopback() || remote.address() == socket_.local_endpoint(ec).address());
 
     // Hello: magic, version, token; the reply carries the server's limits, or why it refuses us.
     std::string hello = encode_hello(Hello{kMagic, kVersion, token_});
@@ -201,9 +220,26 @@ class TcpStore::Connection {
     asio::async_write(socket_, asio::buffer(hello), [&](asio::error_code e, size_t) { ec = e, done = true; });
     if (!wait_for(deadline, done)) return out_of_time("timed out sending the hello");
     if (ec) return give_up("hello failed: " + ec.message());
+    // The magic first: its four bytes tell a tinyddp store from any other server on the port, and
+    // another server is named at once, since no retry can turn it into a store.
     char head[kHelloReplyHeadBytes];
     done = false;
-    asio::async_read(socket_, asio::buffer(head), [&](asio::error_code e, size_t) { ec = e, done = true; });
+    const auto silence_deadline = std::min(deadline, Clock::now() + hello_silence_);
+    asio::async_read(socket_, asio::buffer(head, 4), [&](asio::error_code e, size_t) { ec = e, done = true; });
+    if (!wait_for(silence_deadline, done)) {
+      if (silence_deadline < deadline)
+        not_a_store("accepted the connection but sent no reply to the hello in " + seconds_text(hello_silence_) +
+                    " (a tinyddp store answers at once, unless its process is stopped)");
+      return out_of_time("timed out waiting for the hello reply");
+    }
+    if (ec) return give_up("the server closed the connection during the hello (" + ec.message() + ")");
+    if (std::string_view(head, 4) != encode_hello(Hello{kMagic, kVersion, ""}).substr(0, 4)) {
+      std::string first(head, 4);
+      more_bytes(first, Clock::now() + std::chrono::milliseconds(200));
+      not_a_store("answered \"" + printable(first) + "\"");
+    }
+    done = false;
+    asio::async_read(socket_, asio::buffer(head + 4, sizeof head - 4), [&](asio::error_code e, size_t) { ec = e, done = true; });
     if (!wait_for(deadline, done)) return out_of_time("timed out waiting for the hello reply");
     if (ec) return give_up("the server closed the connection during the hello (" + ec.message() + ")");
     HelloReply reply;
@@ -228,12 +264,38 @@ class TcpStore::Connection {
     return true;
   }
 
+  // What else a server that is not a store sends within `until`, for the message; best effort.
+  void more_bytes(std::string& text, Clock::time_point until) {
+    char buffer[64];
+    while (text.size() < 48) {
+      asio::error_code ec;
+      bool done = false;
+      size_t got = 0;
+      socket_.async_read_some(asio::buffer(buffer), [&](asio::error_code e, size_t n) { ec = e, got = n, done = true; });
+      if (!wait_for(until, done) || ec) return;
+      text.append(buffer, got);
+    }
+  }
+
+  // Fails for good: the port is held by a server that is not a tinyddp store, named where this host's
+  // /proc can tell (a port of this host).
+  [[noreturn]] void not_a_store(const std::string& what_it_did) {
+    const std::string owner = peer_on_this_host_ ? port_owner(port_) : "";
+    disconnect();
+    TINYDDP_FAIL("the server at ", address(), " ", what_it_did, ": it is not a tinyddp store",
+                 owner.empty() ? std::string() : " (the port is held by " + owner + ")",
+                 hint("MASTER_ADDR/MASTER_PORT (or tcp://host:port) name another program's port: choose a free "
+                 "port, or stop that program"));
+  }
+
   asio::io_context io_;
   tcp::socket socket_{io_};
   tcp::resolver resolver_{io_};
   std::string host_;
   int port_;
   std::string token_;
+  std::chrono::milliseconds hello_silence_;
+  bool peer_on_this_host_ = false;  // the connected server is on this host: /proc can name it
   Limits limits_;
   bool connected_ = false;
 };
@@ -262,7 +324,7 @@ TcpStore::TcpStore(std::string host, int port, bool is_master, TcpStoreOptions o
     server_ = std::make_unique<StoreServer>(std::move(server));
     port_ = server_->port();
   }
-  connection_ = std::make_unique<Connection>(host_, port_, token);
+  connection_ = std::make_unique<Connection>(host_, port_, token, options.hello_silence);
   connection_->connect(deadline_after(timeout_));
 }
 

@@ -32,6 +32,11 @@ class StoreServer;
 
 struct TcpStoreOptions {
   Store::Duration timeout = Store::kDefaultTimeout;  // every call, and the connect retries
+  // A tinyddp store answers a hello within microseconds (its event loop does nothing that blocks). A
+  // server that accepts the connection and then says nothing for this long is another kind of
+  // server, waiting for its own protocol's first words, and the client fails saying so instead of
+  // retrying until `timeout`. A server that answers with other bytes than a store's fails at once.
+  std::chrono::milliseconds hello_silence = std::chrono::seconds(10);
   // The shared secret presented to the server, and required by it when this store hosts it.
   // nullopt: read TINYDDP_TOKEN from the environment (unset or empty: no token).
   std::optional<std::string> token;

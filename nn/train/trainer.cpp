@@ -419,15 +419,44 @@ void Trainer::apply_best_weights() {
   }
 }
 
-Metadata Trainer::progress_metadata() const {
-  json history = json::array();
-  for (const EpochRecord& r : history_)
-    history.push_back({{"epoch", r.epoch},
-                       {"train", means_to_json(r.train)},
-                       {"valid", means_to_json(r.valid)},
-                       {"lr", r.lr},
-                       {"seconds", r.seconds}});
-  Metadata out{{key::history, history.dump()}, {key::global_step, std::to_string(global_step_)}};
+namespace {
+
+json record_to_json(const EpochRecord& r) {
+  return {{"epoch", r.epoch}, {"train", means_to_json(r.train)}, {"valid", means_to_json(r.valid)}, {"lr", r.lr},
+          {"seconds", r.seconds}};
+}
+
+// Throws nlohmann's exceptions for anything that is not a record; the callers say where it came from.
+EpochRecord record_from_json(const json& r) {
+  EpochRecord record;
+  record.epoch = r.at("epoch").get<int64_t>();
+  record.train = means_from_json(r.at("train"));
+  record.valid = means_from_json(r.at("valid"));
+  record.lr = r.at("lr").get<double>();
+  record.seconds = r.at("seconds").get<double>();
+  return record;
+}
+
+}  // namespace
+
+std::string epoch_record_json(const EpochRecord& record) { return record_to_json(record).dump(); }
+
+EpochRecord epoch_record_from_json(const std::string& line) {
+  try {
+    return record_from_json(json::parse(line));
+  } catch (const json::exception& e) {
+    TINYDDP_FAIL("not an epoch record (", e.what(), "): ", line.substr(0, 80), line.size() > 80 ? "..." : "",
+                 hint("the history file was edited or damaged"));
+  }
+}
+
+Metadata Trainer::progress_metadata(bool with_history) const {
+  Metadata out{{key::global_step, std::to_string(global_step_)}};
+  if (with_history) {
+    json history = json::array();
+    for (const EpochRecord& r : history_) history.push_back(record_to_json(r));
+    out[key::history] = history.dump();
+  }
   if (Metadata extra = get_extra_state(); !extra.empty()) out[key::extra_state] = json(extra).dump();
   if (best_epoch_) {
     out[key::best_epoch] = std::to_string(*best_epoch_);
@@ -448,12 +477,7 @@ void Trainer::restore_progress(const Metadata& metadata, int64_t epochs_done) {
   try {
     if (auto it = metadata.find(key::history); it != metadata.end()) {
       for (const json& r : json::parse(it->second)) {
-        EpochRecord record;
-        record.epoch = r.at("epoch").get<int64_t>();
-        record.train = means_from_json(r.at("train"));
-        record.valid = means_from_json(r.at("valid"));
-        record.lr = r.at("lr").get<double>();
-        record.seconds = r.at("seconds").get<double>();
+        EpochRecord record = record_from_json(r);
         if (record.epoch < epochs_done) history.push_back(std::move(record));
       }
     }

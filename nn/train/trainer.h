@@ -122,6 +122,12 @@ struct EpochRecord {
   double seconds = 0;
 };
 
+// One record as one line of JSON, and back: what the history file beside a checkpoint holds, a line
+// an epoch (nn/train/addons/history_file.h). epoch_record_from_json throws tinyddp::Error for a line
+// that is not such a record.
+std::string epoch_record_json(const EpochRecord& record);
+EpochRecord epoch_record_from_json(const std::string& line);
+
 struct InferenceResult {
   Tensor outputs;                         // every batch's StepOutput::output, stacked along the rows (CPU)
   std::map<std::string, double> metrics;  // "loss" and every metric, means over the samples
@@ -209,10 +215,14 @@ class Trainer {
 
   // ---- progress, as checkpoints and spawned workers hand it on ----
   // The history, the best loss and epoch, and the step count as string metadata ("trainer.*"), and
-  // the loss scaler's state ("loss_scaler.*") under fp16.
-  Metadata progress_metadata() const;
-  // Restores what progress_metadata() wrote; `epochs_done` epochs count as finished.
+  // the loss scaler's state ("loss_scaler.*") under fp16. Without the history, the metadata's size does
+  // not grow with the epochs (StateManager keeps the history in a file of its own).
+  Metadata progress_metadata(bool with_history = true) const;
+  // Restores what progress_metadata() wrote; `epochs_done` epochs count as finished. Metadata without
+  // a history leaves the history empty.
   void restore_progress(const Metadata& metadata, int64_t epochs_done);
+  // Replaces the history (the records of the epochs done, in order), as a history file holds it.
+  void restore_history(std::vector<EpochRecord> history) { history_ = std::move(history); }
   void set_best_weights(NamedTensors weights) { best_weights_ = std::move(weights); }
 
  protected:

@@ -129,6 +129,15 @@ TEST_CASE("-J writes nccl-tests' JSON, key for key, and --csv the same rows") {
     CHECK(d["device"] == -1);
   }
 
+  // -I 1's spread groups, both at the end of the row, each labelled with its placement.
+  const size_t labels = run.report.find("oop_p50");
+  REQUIRE_MESSAGE(labels != std::string::npos, run.report);
+  const std::string heading = run.report.substr(labels, run.report.find('\n', labels) - labels);
+  std::istringstream words(heading);
+  std::vector<std::string> tail;
+  for (std::string w; words >> w;) tail.push_back(w);
+  CHECK(tail == std::vector<std::string>{"oop_p50", "oop_p95", "oop_slow", "oop_lag%", "ip_p50", "ip_p95", "ip_slow", "ip_lag%"});
+
   const auto rows = table_rows(run.report);
   REQUIRE(doc["results"].size() == 3);  // 1K, 8K, 64K
   REQUIRE(rows.size() == 3);
@@ -180,7 +189,8 @@ TEST_CASE("-J writes nccl-tests' JSON, key for key, and --csv the same rows") {
   }
 }
 
-TEST_CASE("-J: a placement that did not run is null, an unchecked #wrong is null, a file is never overwritten") {
+TEST_CASE("-J: a placement that did not run is null, an unchecked #wrong is null, a file is never overwritten and the "
+          "new name is said") {
   if (!built("broadcast_perf")) {
     TINYDDP_SKIP("build broadcast_perf first");
   }
@@ -189,6 +199,11 @@ TEST_CASE("-J: a placement that did not run is null, an unchecked #wrong is null
   for (int attempt = 0; attempt < 2; ++attempt) {
     auto run = run_perf("broadcast_perf", 1, {"-b", "64", "-e", "64", "-n", "2", "-c", "0", "-J", json});
     REQUIRE_MESSAGE(run.ok(), run.describe());
+    // The second run says, on stderr as well as in the table's header, where its JSON went instead.
+    const std::string moved = "broadcast_perf: -J " + json + ": that file exists, so this run writes " + json +
+                              ".0 (as nccl-tests does, -J never overwrites); hint: remove " + json;
+    CHECK_MESSAGE((run.report.find(moved) != std::string::npos) == (attempt == 1), run.report);
+    CHECK(run.report.find("# Writing JSON output to " + json + (attempt ? ".0\n" : "\n")) != std::string::npos);
   }
   const Json first = Json::parse(read_file(json));
   const Json second = Json::parse(read_file(json + ".0"));  // nccl-tests' rule: FILE, then FILE.0, FILE.1, ...

@@ -3,6 +3,9 @@
 // message and exit status 2, by rank 0 alone; --help with the defaults.
 #include <doctest/doctest.h>
 
+#include <cctype>
+#include <sstream>
+
 #include "bench/perf/perf_collective.h"
 #include "test/bench/perf_programs.h"
 #include "test/test_skip.h"
@@ -128,4 +131,32 @@ TEST_CASE("--help shows every flag with its default") {
                             "-c,--check 0|1=1", "-z,--blocking 0|1=0", "-d,--datatype TYPE=float", "-r,--root RANK=0",
                             "--backend NAME=host", "--transport NAME=auto", "--algo NAME=auto", "busbw = algbw x 1"})
     CHECK_MESSAGE(run.report.find(shown) != std::string::npos, shown, " is not in:\n", run.report);
+}
+
+TEST_CASE("under tinyddp-run --print-ranks 0 --prefix '', standard output is nccl-tests' own: rank 0's table alone") {
+  if (!programs_built()) {
+    TINYDDP_SKIP("build the benchmarks first");
+  }
+  // Standard output alone, as a parser of nccl-tests' output reads it (2>/dev/null).
+  auto plain = finish_child(spawn_program({"/bin/sh", "-c", "\"$0\" --print-ranks 0 --prefix '' -n 3 \"$1\" -b 1K -e 4K -f 4 -n 2 2>/dev/null",
+                                           bin_path("tinyddp-run"), bin_path("all_reduce_perf")}),
+                            std::chrono::seconds(120));
+  REQUIRE_MESSAGE(plain.ok(), plain.describe());
+  CHECK(plain.report.rfind("# tinyddp collective test, nccl-tests ", 0) == 0);
+  std::istringstream lines(plain.report);
+  int rows = 0;
+  for (std::string line; std::getline(lines, line);) {
+    // nccl-tests' output has two kinds of lines: comments and rows that start with the size.
+    const bool row = line.find_first_not_of(' ') != std::string::npos && std::isdigit(line[line.find_first_not_of(' ')]);
+    CHECK_MESSAGE((line.empty() || line[0] == '#' || row), "not a line nccl-tests writes: '", line, "'");
+    rows += row;
+  }
+  CHECK(rows == 2);  // 1K, 4K
+  CHECK(plain.report.find("# Avg bus bandwidth") != std::string::npos);
+  // With the default prefix, still only rank 0 prints.
+  auto raw = finish_child(spawn_program({bin_path("tinyddp-run"), "-n", "3", bin_path("all_reduce_perf"), "-b", "1K", "-e", "1K", "-n", "2"}),
+                          std::chrono::seconds(120));
+  REQUIRE_MESSAGE(raw.ok(), raw.describe());
+  CHECK_MESSAGE(raw.report.find("[rank 1]") == std::string::npos, raw.report);
+  CHECK_MESSAGE(raw.report.find("[rank 2]") == std::string::npos, raw.report);
 }

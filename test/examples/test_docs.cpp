@@ -7,8 +7,20 @@
 //
 // is run as the page tells a reader to run it (bash, from a directory laid out like the repository
 // root: build/bin, scripts, data), within a time limit, and must exit 0 and print the expected text.
+// A listing marked
+//
+//   <!-- doc-test output order="any" -->
+//   ```
+//   ...
+//   ```
+//
+// after such a block is that command's whole output, and is compared with it whole, line for line,
+// after masking what changes from run to run (ports, pids, host names and identities, random tags,
+// client numbers); order="any" compares the lines as a multiset, for output that several processes
+// interleave. Any other drift (a key renamed, a request added or gone) fails.
 // Blocks are skipped, with a message, when a program they name is not built or the digits data set
-// is absent. Also checked: every relative link of the page leads to a file that exists.
+// is absent. Also checked: every relative link of the page leads to a file that exists, and no
+// command writes into the directory it runs from (a reader's checkout).
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -17,10 +29,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <iterator>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -45,11 +61,25 @@ struct DocCommand {
   int line = 0;          // of the marker, for messages
   std::string expect;    // text the output must contain
   std::string script;    // the block's lines
+  std::optional<std::string> listing;  // the whole output, as the page shows it
+  bool any_order = false;              // the listing's lines in any order
 };
+
+// The lines of a ``` block that starts after the current line of `in`; false when it is never closed.
+bool read_block(std::istream& in, int& number, std::string& text) {
+  std::string line;
+  while (std::getline(in, line)) {
+    ++number;
+    if (line == "```") return true;
+    text += line + "\n";
+  }
+  return false;
+}
 
 // The marked blocks of a markdown page, in order.
 std::vector<DocCommand> marked_commands(const std::string& markdown) {
   static const std::regex marker(R"re(^<!-- doc-test expect="([^"]*)" -->$)re");
+  static const std::regex listing(R"re(^<!-- doc-test output( order="any")? -->$)re");
   std::vector<DocCommand> commands;
   std::istringstream in(markdown);
   std::string line;
@@ -57,22 +87,28 @@ std::vector<DocCommand> marked_commands(const std::string& markdown) {
   while (std::getline(in, line)) {
     ++number;
     std::smatch m;
+    if (std::regex_match(line, m, listing)) {
+      const int at = number;
+      REQUIRE_MESSAGE(!commands.empty(), "line ", at, ": an output listing before any marked command");
+      std::string fence;
+      std::getline(in, fence);
+      ++number;
+      REQUIRE_MESSAGE(fence == "```", "line ", number, ": a doc-test output marker must be followed by a ``` block");
+      std::string text;
+      REQUIRE_MESSAGE(read_block(in, number, text), "the listing after line ", at, " is never closed");
+      commands.back().listing = text;
+      commands.back().any_order = m[1].matched;
+      continue;
+    }
     if (!std::regex_match(line, m, marker)) continue;
-    DocCommand command{number, m[1].str(), ""};
+    DocCommand command;
+    command.line = number;
+    command.expect = m[1].str();
     std::string fence;
     std::getline(in, fence);
     ++number;
     REQUIRE_MESSAGE(fence == "```sh", "line ", number, ": a doc-test marker must be followed by a ```sh block");
-    bool closed = false;
-    while (std::getline(in, line)) {
-      ++number;
-      if (line == "```") {
-        closed = true;
-        break;
-      }
-      command.script += line + "\n";
-    }
-    REQUIRE_MESSAGE(closed, "the block after line ", command.line, " is never closed");
+    REQUIRE_MESSAGE(read_block(in, number, command.script), "the block after line ", command.line, " is never closed");
     commands.push_back(command);
   }
   return commands;
@@ -152,6 +188,59 @@ struct TempDir {
   }
 };
 
+// What changes from one run of a command to the next, replaced by a placeholder: ports, pids, host
+// names and identities, random tags, shared-memory names, and (for interleaved output) which client
+// number each process got.
+std::string mask_volatile(std::string text, bool any_order) {
+  static const std::vector<std::pair<std::regex, std::string>> masks = {
+      {std::regex(R"re(:\d{2,5}\b)re"), ":<port>"},
+      {std::regex(R"re("[^" ]+ pid \d+ #[0-9a-f]+")re"), "\"<host> pid <pid> #<tag>\""},
+      {std::regex(R"re("\d+ [^"]*")re"), "\"<pid> <host identity>\""},
+      {std::regex(R"re(/tinyddp-[^" ]+)re"), "/tinyddp-<segment>"},
+      {std::regex(R"re(\([^ ()"]+ pid \d+\))re"), "(<host> pid <pid>)"},
+      {std::regex(R"re(\bpid \d+)re"), "pid <pid>"},
+  };
+  for (const auto& [pattern, placeholder] : masks) text = std::regex_replace(text, pattern, placeholder);
+  if (any_order) text = std::regex_replace(text, std::regex(R"re(\bclient \d+)re"), "client <n>");
+  return text;
+}
+
+std::vector<std::string> listing_lines(const std::string& text, bool any_order) {
+  std::vector<std::string> lines;
+  std::istringstream in(mask_volatile(text, any_order));
+  for (std::string line; std::getline(in, line);) {
+    while (!line.empty() && (line.back() == ' ' || line.back() == '\r')) line.pop_back();
+    lines.push_back(line);
+  }
+  while (!lines.empty() && lines.back().empty()) lines.pop_back();
+  if (any_order) std::sort(lines.begin(), lines.end());
+  return lines;
+}
+
+// The lines of `a` that `b` lacks, as a multiset difference (both sorted), for the failure message.
+std::string lines_missing(std::vector<std::string> a, std::vector<std::string> b) {
+  std::sort(a.begin(), a.end());
+  std::sort(b.begin(), b.end());
+  std::vector<std::string> only;
+  std::set_difference(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(only));
+  std::string text;
+  for (const std::string& line : only) text += "  " + line + "\n";
+  return text.empty() ? "  (none)\n" : text;
+}
+
+// Every file under `directory`, for the check that a command writes nowhere else.
+std::set<std::string> files_under(const fs::path& directory) {
+  std::set<std::string> files;
+  for (auto it = fs::recursive_directory_iterator(directory); it != fs::recursive_directory_iterator(); ++it) {
+    if (it->is_symlink()) {
+      it.disable_recursion_pending();  // build/bin, scripts, data: the reader's tree, not written here
+      continue;
+    }
+    files.insert(fs::relative(it->path(), directory).string());
+  }
+  return files;
+}
+
 bool python3_available() {
   return run_script("command -v python3 > /dev/null", fs::temp_directory_path(), 10s).exit_code == 0;
 }
@@ -166,13 +255,14 @@ TEST_CASE("docs/how-ddp-works.md: every marked command runs and prints what the 
   // The page marks its commands (store, ring, all-reduce table, buckets, trace, two failures):
   // losing the markers must not pass for success.
   CHECK(commands.size() >= 8);
+  // and section 1's store listing is compared whole.
+  CHECK(std::count_if(commands.begin(), commands.end(), [](const DocCommand& c) { return c.listing.has_value(); }) >= 1);
 
   // A directory laid out like the repository root, as the page's commands expect.
   TempDir dir;
   fs::create_directories(dir.path / "build");
   fs::create_directory_symlink(TINYDDP_BIN_DIR, dir.path / "build/bin");
   fs::create_directory_symlink(root / "scripts", dir.path / "scripts");
-  fs::create_directories(dir.path / "docs/images");  // trace_to_svg writes here, not into the repository
   const std::string digits = tinyddp::testing::digits_data();  // ../shared/data, or data/ (make data)
   const bool have_data = !digits.empty();
   if (have_data) fs::create_directory_symlink(fs::path(digits).parent_path(), dir.path / "data");
@@ -197,12 +287,25 @@ TEST_CASE("docs/how-ddp-works.md: every marked command runs and prints what the 
       TINYDDP_SKIP_PART("the block after line ", command.line, ": no python3 on PATH");
       continue;
     }
+    const std::set<std::string> before = files_under(dir.path);
     ScriptOutcome outcome = run_script(command.script, dir.path, 60s);
     INFO("output:\n", outcome.output);
     CHECK_MESSAGE(!outcome.timed_out, "did not finish within 60 s");
     CHECK(outcome.exit_code == 0);
     CHECK_MESSAGE(outcome.output.find(command.expect) != std::string::npos, "expected \"", command.expect,
                   "\" in the output");
+    // A reader runs these in a checkout: what a command writes goes to a scratch directory.
+    std::string written;
+    for (const std::string& file : files_under(dir.path))
+      if (!before.count(file)) written += " " + file;
+    CHECK_MESSAGE(written.empty(), "the command wrote into the directory it ran from:", written);
+    if (command.listing) {
+      const auto shown = listing_lines(*command.listing, command.any_order);
+      const auto printed = listing_lines(outcome.output, command.any_order);
+      CHECK_MESSAGE(shown == printed, "the page's listing differs from the output (masked, ",
+                    command.any_order ? "in any order" : "line for line", ").\nOnly on the page:\n",
+                    lines_missing(shown, printed), "Only in the output:\n", lines_missing(printed, shown));
+    }
   }
 }
 

@@ -89,13 +89,14 @@ void check_one_clean_failure(const ChildOutcome& out, const std::string& expecte
   CHECK_FALSE(contains(out.report, "--checkpoint-dir"));  // a library hint names no example's flag
 }
 
-// Nothing left: $TMPDIR as empty as it was given, the checkpoint directory holding only checkpoints,
-// no segment of the spawner or its workers in /dev/shm.
+// Nothing left: $TMPDIR as empty as it was given, the checkpoint directory holding only checkpoints
+// and their history, no segment of the spawner or its workers in /dev/shm.
 void check_nothing_left(const TempDir& tmp, const std::string& checkpoint_dir, const std::vector<pid_t>& pids) {
   CHECK(names_in(tmp.path).empty());
   if (!checkpoint_dir.empty())
     for (const std::string& name : names_in(checkpoint_dir))
-      CHECK_MESSAGE((name == "last.safetensors" || name == "best.safetensors"), "left in the checkpoint directory: ", name);
+      CHECK_MESSAGE((name == "last.safetensors" || name == "best.safetensors" || name == "history.jsonl"),
+                    "left in the checkpoint directory: ", name);
   CHECK(shm_segments_of(pids).empty());
 }
 

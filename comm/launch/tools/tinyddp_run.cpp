@@ -3,7 +3,12 @@
 //   tinyddp-run -n 4 ./train --epochs 3
 //   tinyddp-run -n 8 --nnodes 2 --node-rank $NODE --master-addr node0 --master-port 29500 ./train
 //
-// Every line a worker prints comes out prefixed with its rank ("[rank 2] loss 0.31"). The exit
+// Every line a worker prints comes out prefixed with its rank ("[rank 2] loss 0.31"), unless
+// --prefix and --print-ranks say otherwise (comm/launch/worker_output.h):
+//
+//   tinyddp-run --print-ranks 0 --prefix '' -n 4 all_reduce_perf -b 8 -e 128M
+//
+// prints rank 0's table alone, as nccl-tests does under mpirun. The exit
 // status is 0 when every worker succeeded, else the first failed worker's exit code (128 + signal
 // when a signal killed it); the last line on stderr names that worker. See comm/launch/launcher.h.
 //
@@ -26,6 +31,7 @@
 
 #include "tinyddp/comm/launch/flight_explain.h"
 #include "tinyddp/comm/launch/launcher.h"
+#include "tinyddp/comm/launch/worker_output.h"
 #include "tinyddp/comm/transport/shm_budget.h"
 #include "tinyddp/comm/tuning.h"
 #include "tinyddp/core/command_line.h"
@@ -46,14 +52,6 @@ void on_stop_signal(int signal) {
   }
 }
 
-void write_all(int fd, const std::string& text) {
-  for (size_t at = 0; at < text.size();) {
-    ssize_t n = write(fd, text.data() + at, text.size() - at);
-    if (n <= 0) return;
-    at += size_t(n);
-  }
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -64,6 +62,8 @@ int main(int argc, char** argv) {
   LauncherOptions options;
   int grace_ms = 5000;
   std::string explain_dir;
+  WorkerOutputOptions output;
+  std::string print_ranks = "all";
   double timeout_s = 0;
   using tinyddp::command_line::at_least;
   using tinyddp::command_line::between;
@@ -82,6 +82,12 @@ int main(int argc, char** argv) {
   app.add_option("--run-id", options.run_id, "names the job in the store [default: $TINYDDP_RUN_ID or 'default']");
   app.add_option("--timeout", timeout_s, "seconds any wait may last (rendezvous, collectives): sets TINYDDP_TIMEOUT "
                  "for the workers [default: $TINYDDP_TIMEOUT or 300]")->check(CLI::PositiveNumber);
+  app.add_option("--prefix", output.prefix, "what each printed line starts with: {rank}, {local_rank} and {node} are "
+                 "filled in; '' for none")->capture_default_str();
+  app.add_option("--print-ranks", print_ranks, "whose standard output is printed: all, or ranks and ranges (0 or "
+                 "0,4-7); every rank's standard error always is")->capture_default_str();
+  app.add_option("--log-dir", output.log_dir, "also write every rank's whole output, unprefixed, to "
+                 "DIR/rank<N>.stdout and DIR/rank<N>.stderr");
   app.add_option("--explain", explain_dir, "read the flight records in this directory, say which rank lags, and exit");
   // Everything from the program's name on belongs to the program, options included.
   app.prefix_command();
@@ -108,9 +114,13 @@ int main(int argc, char** argv) {
     return tinyddp::command_line::usage_error(app, "--node-rank " + std::to_string(options.node_rank) +
                                                        " is not below --nnodes " + std::to_string(options.nnodes));
   options.grace = std::chrono::milliseconds(grace_ms);
-  options.output = [](int rank, int stream, std::string_view line) {
-    write_all(stream == 2 ? 2 : 1, "[rank " + std::to_string(rank) + "] " + std::string(line) + "\n");
-  };
+  try {
+    output.print_ranks = parse_rank_list(print_ranks, options.nnodes * options.nproc_per_node);
+    options.output = WorkerOutput(output, options.nproc_per_node, options.node_rank);
+  } catch (const tinyddp::Error& e) {  // the message names the flag and has its own hint
+    std::cerr << "tinyddp-run: " << e.message() << std::endl;
+    return tinyddp::command_line::kUsageError;
+  }
   signal(SIGPIPE, SIG_IGN);
   try {
     // A job this host cannot hold is refused before any worker starts (comm/transport/shm_budget.h).

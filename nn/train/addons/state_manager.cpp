@@ -34,14 +34,14 @@ uint64_t expected_file_size(const std::string& path, Trainer& trainer) {
 
 }  // namespace
 
-void save_training_state(const std::string& path, Trainer& trainer) {
+void save_training_state(const std::string& path, Trainer& trainer, bool with_history) {
   // The checkpoint_write fault: die with the new file half written, the old one still in place.
   if (fault::armed() && fault::due("checkpoint_write"))
     fault::kill_when_file_exceeds(std::max<uint64_t>(1, expected_file_size(path, trainer) / 2), "checkpoint_write");
   CheckpointInfo info;
   info.epoch = trainer.epochs_done();
   info.step = trainer.global_step();
-  info.extra = trainer.progress_metadata();
+  info.extra = trainer.progress_metadata(with_history);
   save_checkpoint(path, trainer.model(), &trainer.optimizer(), trainer.scheduler(), info);
 }
 
@@ -108,7 +108,7 @@ void remove_stale_temporaries(const std::string& directory) {
   for (const auto& entry : std::filesystem::directory_iterator(directory, error)) {
     const std::string name = entry.path().filename().string();
     // Only what save_safetensors names its temporaries after our two files: nothing of the user's.
-    for (const char* ours : {"last.safetensors.tmp.", "best.safetensors.tmp."})
+    for (const char* ours : {"last.safetensors.tmp.", "best.safetensors.tmp.", "history.jsonl.tmp."})
       if (name.rfind(ours, 0) == 0) stale.push_back(entry.path());
   }
   for (const auto& path : stale) std::filesystem::remove(path, error);
@@ -119,7 +119,7 @@ void remove_dead_writers_temporaries(const std::string& directory) {
   std::vector<std::filesystem::path> stale;
   for (const auto& entry : std::filesystem::directory_iterator(directory, error)) {
     const std::string name = entry.path().filename().string();
-    for (const std::string ours : {"last.safetensors.tmp.", "best.safetensors.tmp."}) {
+    for (const std::string ours : {"last.safetensors.tmp.", "best.safetensors.tmp.", "history.jsonl.tmp."}) {
       if (name.rfind(ours, 0) != 0) continue;
       // <file>.tmp.<pid>.<n>: save_safetensors' temporary, written by process <pid>.
       const std::string rest = name.substr(ours.size());

@@ -7,9 +7,11 @@
 //
 // Files, in safetensors (nn/train/checkpoint.h; PyTorch reads the model part):
 //   <dir>/last.safetensors   after every epoch: the model, the optimizer's state (Adam's moments and
-//                            step count), the scheduler's step, the epochs done and the history
+//                            step count), the scheduler's step, the epochs done and the best loss; one
+//                            size however many epochs have run
 //   <dir>/best.safetensors   the same, written after each epoch whose loss is the lowest so far (the
 //                            validation loss when there is a validation set)
+//   <dir>/history.jsonl      the history, one line per epoch, appended (history_file.h)
 //   <dir>/lock               while a job runs: who holds the directory (checkpoint_dir_lock.h); a
 //                            second job started into it fails naming that one
 // Only rank 0 writes, so N ranks do not race on one file (their replicas are identical anyway), and
@@ -43,13 +45,16 @@
 #include "tinyddp/core/fault_injection.h"
 #include "tinyddp/core/log.h"
 #include "tinyddp/nn/train/addons/checkpoint_dir_lock.h"
+#include "tinyddp/nn/train/addons/history_file.h"
 #include "tinyddp/nn/train/trainer.h"
 
 namespace tinyddp::nn {
 
 // The training state of `trainer` (model, optimizer, scheduler, epochs done, history, best loss) in
 // one checkpoint file, and back. MultiDevice uses the same pair to hand rank 0's result to the parent.
-void save_training_state(const std::string& path, Trainer& trainer);
+// Without the history (StateManager keeps it in history.jsonl), the file's size does not grow with
+// the epochs.
+void save_training_state(const std::string& path, Trainer& trainer, bool with_history = true);
 // Restores everything save_training_state wrote; returns the number of epochs done.
 int64_t load_training_state(const std::string& path, Trainer& trainer);
 // The model tensors of a checkpoint file (what best_weights() holds), read without touching the model.
@@ -111,6 +116,7 @@ class StateManager : public Base {
   const std::string& checkpoint_dir() const { return directory_; }
   std::string last_checkpoint_path() const { return directory_ + "/last.safetensors"; }
   std::string best_checkpoint_path() const { return directory_ + "/best.safetensors"; }
+  std::string history_path() const { return directory_ + "/history.jsonl"; }
   // The epochs done in the checkpoint the last run() resumed from (nullopt: it started fresh).
   std::optional<int64_t> resumed_from() const { return resumed_from_; }
 
@@ -142,11 +148,15 @@ class StateManager : public Base {
     }
     if (resume_ && checkpoint_exists(last_checkpoint_path())) {
       resumed_from_ = load_training_state(last_checkpoint_path(), *this);
+      resume_history();
       restore_best_weights();
       // Said whether or not a progress bar is drawn (by rank 0), so nobody wonders why epoch 1 never
       // shows, or why a second run of the same command trains nothing.
       if (this->is_rank_zero()) tell_resumed(n_epoch);
     }
+    // The file holds exactly the history the run goes on from (none, for a fresh start): a line of an
+    // epoch the checkpoint does not hold, or half a line, goes now, before this run appends.
+    if (this->is_rank_zero()) write_history(history_path(), this->history());
     const double e = double(this->epochs_done()), s = double(this->global_step());
     std::vector<double> sums{1, e, e * e, s, s * s};
     this->all_reduce_sum(sums);
@@ -158,10 +168,14 @@ class StateManager : public Base {
   void on_epoch_end(const EpochRecord& record) override {
     Base::on_epoch_end(record);
     if (directory_.empty() || !this->is_rank_zero()) return;
-    // last first: it records which epoch was best. If the process dies between the two writes,
-    // restore_best_weights() finds best.safetensors one best behind and repairs it.
-    save_training_state(last_checkpoint_path(), *this);
-    if (this->best_epoch() && *this->best_epoch() == record.epoch) save_training_state(best_checkpoint_path(), *this);
+    // The history line first, then last: a line ahead of the checkpoint is dropped on resuming
+    // (history_file.h). last before best: it records which epoch was best. If the process dies
+    // between the two writes, restore_best_weights() finds best.safetensors one best behind and
+    // repairs it.
+    append_history_line(history_path(), record);
+    save_training_state(last_checkpoint_path(), *this, /*with_history=*/false);
+    if (this->best_epoch() && *this->best_epoch() == record.epoch)
+      save_training_state(best_checkpoint_path(), *this, /*with_history=*/false);
   }
 
   void on_run_end() override {
@@ -196,6 +210,18 @@ class StateManager : public Base {
       line += ", nothing left to train; hint: pass more epochs, another directory, or set_checkpoint_dir(dir, "
               "/*resume=*/false) to start over";
     log_line(LogLevel::info, "checkpoint", line);
+  }
+
+  // The history after resuming: from history.jsonl; from the checkpoint itself when it was written
+  // with its history inside (by an earlier version) and the file holds fewer records.
+  void resume_history() {
+    std::vector<EpochRecord> records = read_history(history_path(), this->epochs_done());
+    if (records.size() < this->history().size()) return;
+    if (int64_t(records.size()) < this->epochs_done() && this->is_rank_zero())
+      log_line(LogLevel::warn, "checkpoint",
+               history_path() + " holds the records of " + std::to_string(records.size()) + " of the " +
+                   std::to_string(this->epochs_done()) + " epochs done; the history goes on from those");
+    this->restore_history(std::move(records));
   }
 
   // The best weights after resuming: from best.safetensors when it holds the epoch that last says was

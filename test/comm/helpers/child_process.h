@@ -233,6 +233,23 @@ inline bool process_is_gone(pid_t pid) {
 
 // A loopback port that was free a moment ago (bound to port 0, read back, released), for tests whose
 // processes must agree on a port before any of them listens on it.
+// A socket listening on a free loopback port (its port in *port), for tests that play a server
+// themselves; the caller closes it. -1 when the system refuses.
+inline int loopback_listener(int* port, int backlog = 16) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof addr;
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(fd, backlog) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length) != 0) {
+    if (fd >= 0) ::close(fd);
+    return -1;
+  }
+  *port = ntohs(addr.sin_port);
+  return fd;
+}
+
 inline int free_loopback_port() {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};

@@ -103,13 +103,45 @@ TEST_CASE("mpirun without MASTER_ADDR/MASTER_PORT: mpirun's host and a port from
   CHECK(read_launch_environment(from(ranks)).master_addr == "127.0.0.1");
 }
 
+TEST_CASE("mpirun of Open MPI 5 (PRRTE): mpirun's host and a port from PMIX_NAMESPACE's pid and job") {
+  // What Open MPI 5.0's mpirun sets (its docs' "Environment variables set for MPI applications", and
+  // PRRTE's job names, prterun-<host>-<pid>@<job>): still OMPI_COMM_WORLD_*, no OMPI_MCA_orte_hnp_uri.
+  std::map<std::string, std::string> ranks = {{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"},
+                                              {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+                                              {"OMPI_COMM_WORLD_NODE_RANK", "1"}, {"OMPI_UNIVERSE_SIZE", "4"},
+                                              {"PMIX_RANK", "3"}, {"PMIX_NAMESPACE", "prterun-gpu-a-01-48213@1"},
+                                              {"PMIX_SERVER_URI41", "prterun-gpu-a-01-48213@0.1;tcp4://10.1.0.2:40321"}};
+  auto env = read_launch_environment(from(ranks));
+  CHECK(env.rank == 3);
+  CHECK(env.world_size == 4);
+  CHECK(env.local_rank == 1);
+  CHECK(env.master_addr == "gpu-a-01");  // a host name with dashes of its own
+  CHECK(env.master_port == 15000 + (48213 * 16 + 1) % 17000);
+  // The next job of the same mpirun (@2) gets another port.
+  ranks["PMIX_NAMESPACE"] = "prterun-gpu-a-01-48213@2";
+  CHECK(read_launch_environment(from(ranks)).master_port == 15000 + (48213 * 16 + 2) % 17000);
+  // One host: loopback, whatever the namespace says.
+  ranks["OMPI_COMM_WORLD_LOCAL_SIZE"] = "4";
+  CHECK(read_launch_environment(from(ranks)).master_addr == "127.0.0.1");
+  // A namespace of another shape (another PMIx launcher) is said; rendezvous adds what to export.
+  ranks["OMPI_COMM_WORLD_LOCAL_SIZE"] = "2";
+  for (const char* other : {"slurm.pmix.42.0", "prterun-host@1", "prterun--12@1", "prterun-h-x@1", "prterun-h-12@x"}) {
+    ranks["PMIX_NAMESPACE"] = other;
+    const LaunchEnvironment unknown = read_launch_environment(from(ranks));
+    CHECK(unknown.master_addr.empty());
+    CHECK_MESSAGE(unknown.address_problem.find("PMIX_NAMESPACE ('" + std::string(other) +
+                                               "') is not PRRTE's prterun-<host>-<pid>@<job>") != std::string::npos,
+                  unknown.address_problem);
+  }
+}
+
 TEST_CASE("when the address cannot be derived, the error says exactly what to export, and how") {
   RendezvousOptions options;
   options.timeout = std::chrono::seconds(2);
-  options.environment = from({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}});  // Open MPI 5: no HNP URI
+  options.environment = from({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}});  // neither 4's nor 5's
   CHECK_THROWS_WITH_AS(rendezvous("env://", options),
-                       doctest::Contains("could not be derived from Open MPI (OMPI_COMM_WORLD_RANK/SIZE): Open MPI set no "
-                                         "OMPI_MCA_orte_hnp_uri"),
+                       doctest::Contains("could not be derived from Open MPI (OMPI_COMM_WORLD_RANK/SIZE): Open MPI set "
+                                         "neither OMPI_MCA_orte_hnp_uri (Open MPI 4) nor PMIX_NAMESPACE (Open MPI 5)"),
                        Error);
   CHECK_THROWS_WITH_AS(rendezvous("env://", options), doctest::Contains("mpirun -x MASTER_ADDR=<host> -x MASTER_PORT=<port>"),
                        Error);

@@ -194,7 +194,10 @@ TEST_CASE("large values travel intact; values over the limit are refused with th
   CHECK(master.multi_get({"q0", "q1", "q2", "q3"}) == quarters);
 
   CHECK_THROWS_WITH_AS(client.set("too-big", std::string((16u << 20) + 1, 'x')),
-                       doctest::Contains("over the store's limit of 16777216"), Error);
+                       doctest::Contains("over the store's limit of 16777216 bytes; hint: split the value over several "
+                                         "keys, or raise the store's limit (TcpStoreOptions::limits where rank 0 hosts "
+                                         "it, tinyddp-store --max-value-bytes)"),
+                       Error);
   CHECK_THROWS_WITH_AS(client.append("big", "one byte too many"), doctest::Contains("would grow"), Error);
   CHECK_THROWS_WITH_AS(client.set(std::string(5000, 'k'), "v"), doctest::Contains("over the limit of 4096"), Error);
   // Two maximal values do not fit in one multi_get answer: an error, not a dropped connection.
@@ -374,7 +377,12 @@ TEST_CASE("the store server survives its client going away mid-call, and the cli
   REQUIRE(eventually([&] { return server->server()->stats().waiting == 1; }));
   server.reset();  // the store's host exits while a get is parked
   REQUIRE(parked.wait_for(10s) == std::future_status::ready);
-  CHECK(parked.get().find("lost the connection") != std::string::npos);
+  const std::string lost = parked.get();
+  CHECK(lost.find("lost the connection") != std::string::npos);
+  // The hint names what happened (a token is refused at the hello, never here).
+  CHECK_MESSAGE(lost.find("; hint: the process hosting the store (rank 0, tinyddp-run or tinyddp-store) has probably "
+                          "exited: its own output says why") != std::string::npos,
+                lost);
   // A new server on the same port: the client's next call connects again.
   StoreServerOptions again;
   again.host = "127.0.0.1";

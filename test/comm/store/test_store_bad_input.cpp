@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <fstream>
 #include <mutex>
 #include <random>
@@ -372,14 +373,9 @@ TEST_CASE("a storm of random frames after a valid hello never stops the server")
 TEST_CASE("a client is not made to allocate by a reply's length prefix: a peer claiming a 4 GiB reply is refused") {
   // A fake store on a socket: a well-formed hello reply advertising a huge value limit, then a
   // response frame that claims 0xfffffff0 bytes, sends 100 and hangs up.
-  int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-  REQUIRE(::listen(listener, 4) == 0);
-  REQUIRE(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  int fake_port = 0;
+  int listener = tinyddp::testing::loopback_listener(&fake_port, 4);
+  REQUIRE(listener >= 0);
   std::thread fake([listener] {
     pollfd p{listener, POLLIN, 0};
     if (::poll(&p, 1, 10000) != 1) return;
@@ -415,9 +411,100 @@ TEST_CASE("a client is not made to allocate by a reply's length prefix: a peer c
     // allocation that is never written to does not raise the RSS.
     AddressSpaceCap cap(1ull << 30);
     CHECK(cap.refuses(4ull << 30));
-    TcpStore client("127.0.0.1", ntohs(addr.sin_port), false, client_options());
+    TcpStore client("127.0.0.1", fake_port, false, client_options());
     CHECK_THROWS_AS(client.get("k"), Error);
   }
   fake.join();
   ::close(listener);
+}
+
+namespace {
+
+// A server of another protocol on a loopback port: on each connection it sends `greeting` (nothing
+// when empty) and then keeps the connection open without reading, as a server waiting for its own
+// protocol's first words does.
+struct ForeignServer {
+  int listener = -1;
+  int port = 0;
+  std::string greeting;
+  std::atomic<bool> stop{false};
+  std::thread thread;
+  std::vector<int> accepted;
+
+  explicit ForeignServer(std::string words) : greeting(std::move(words)) {
+    listener = tinyddp::testing::loopback_listener(&port);
+    REQUIRE(listener >= 0);
+    thread = std::thread([this] {
+      while (!stop) {
+        pollfd p{listener, POLLIN, 0};
+        if (::poll(&p, 1, 50) != 1) continue;
+        int fd = ::accept(listener, nullptr, nullptr);
+        if (fd < 0) continue;
+        if (!greeting.empty()) ::send(fd, greeting.data(), greeting.size(), MSG_NOSIGNAL);
+        accepted.push_back(fd);
+      }
+    });
+  }
+  ~ForeignServer() {
+    stop = true;
+    thread.join();
+    for (int fd : accepted) ::close(fd);
+    ::close(listener);
+  }
+};
+
+std::string connect_error(int port, std::chrono::milliseconds hello_silence, std::chrono::milliseconds* took) {
+  TcpStoreOptions options;
+  options.timeout = 60s;
+  options.token = "";
+  options.hello_silence = hello_silence;
+  const auto start = std::chrono::steady_clock::now();
+  std::string message = "(connected)";
+  try {
+    TcpStore client("127.0.0.1", port, false, options);
+  } catch (const Error& e) {
+    message = e.message();
+  }
+  *took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+  return message;
+}
+
+}  // namespace
+
+TEST_CASE("a port held by another kind of server fails at once, saying it is not a tinyddp store and who holds it") {
+  const std::string holder = "(the port is held by pid " + std::to_string(::getpid()) + " (";
+  std::chrono::milliseconds took{};
+  {
+    // A server that speaks first (SSH, SMTP, FTP do): its words are quoted, and the client does not
+    // retry for the 60 s it was given.
+    ForeignServer ssh("SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n");
+    const std::string message = connect_error(ssh.port, 10s, &took);
+    CHECK_MESSAGE(message.rfind("the server at 127.0.0.1:" + std::to_string(ssh.port) +
+                                    " answered \"SSH-2.0-OpenSSH_9.2p1 Debian-2\\x0d\\x0a\": it is not a tinyddp store " +
+                                    holder, 0) == 0,
+                  message);
+    CHECK(message.find("; hint: MASTER_ADDR/MASTER_PORT (or tcp://host:port) name another program's port: choose a "
+                       "free port, or stop that program") != std::string::npos);
+    CHECK(took < 5s);
+  }
+  {
+    // A server that answers with something else than a store's reply (an HTTP server's 400).
+    ForeignServer http("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
+    const std::string message = connect_error(http.port, 10s, &took);
+    CHECK_MESSAGE(message.find("answered \"HTTP/1.1 400 Bad Request\\x0d\\x0aContent-Length: 0\\x0d\\x0a\\x0d\\x0a\": it "
+                               "is not a tinyddp store") != std::string::npos,
+                  message);
+    CHECK(took < 5s);
+  }
+  {
+    // A server that waits for its own protocol's first words: silent for hello_silence, then named.
+    ForeignServer silent("");
+    const std::string message = connect_error(silent.port, 1s, &took);
+    CHECK_MESSAGE(message.rfind("the server at 127.0.0.1:" + std::to_string(silent.port) +
+                                    " accepted the connection but sent no reply to the hello in 1.0 s (a tinyddp "
+                                    "store answers at once, unless its process is stopped): it is not a tinyddp store " +
+                                    holder, 0) == 0,
+                  message);
+    CHECK(took < 5s);
+  }
 }

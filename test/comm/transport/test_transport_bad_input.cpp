@@ -30,6 +30,7 @@
 #include "tinyddp/comm/transport/tcp_transport.h"
 #include "tinyddp/core/error.h"
 #include "tinyddp/core/log.h"
+#include "test/comm/helpers/child_process.h"
 #include "test/test_skip.h"
 #include "test/test_support.h"
 
@@ -103,16 +104,11 @@ std::string impostor_error(const std::string& prefix, const std::string& rank0_a
 // The 32-byte handshake a genuine rank 1 of (prefix, token) sends first: it dials a socket this test
 // listens on and hangs up on after reading it.
 std::string capture_genuine_hello(const std::string& prefix, const std::string& token) {
-  int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-  REQUIRE(::listen(listener, 4) == 0);
-  REQUIRE(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  int port = 0;
+  int listener = tinyddp::testing::loopback_listener(&port, 4);
+  REQUIRE(listener >= 0);
   std::string error;
-  std::thread rank1([&] { error = impostor_error(prefix, "127.0.0.1:" + std::to_string(ntohs(addr.sin_port)), 1, 2, token); });
+  std::thread rank1([&] { error = impostor_error(prefix, "127.0.0.1:" + std::to_string(port), 1, 2, token); });
   std::string hello;
   pollfd p{listener, POLLIN, 0};
   if (::poll(&p, 1, 10000) == 1) {

@@ -4,8 +4,10 @@
 // the timeline.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -366,6 +368,80 @@ TEST_CASE("StateManager: checkpoints every epoch and at the best loss, and a res
   fresh.run(1, loader_d);
   CHECK_FALSE(fresh.resumed_from().has_value());
   CHECK(load_safetensors(dir.file("b/last.safetensors")).metadata.at("tinyddp.epoch") == "1");
+}
+
+namespace {
+
+// Records the size of last.safetensors after each epoch's checkpoint.
+class SizeWatchingTrainer : public nn::WithAddOns<MlpTrainer, nn::StateManager> {
+ public:
+  using nn::WithAddOns<MlpTrainer, nn::StateManager>::WithAddOns;
+  std::vector<uintmax_t> sizes;
+
+ protected:
+  void on_epoch_end(const nn::EpochRecord& record) override {
+    nn::WithAddOns<MlpTrainer, nn::StateManager>::on_epoch_end(record);
+    sizes.push_back(std::filesystem::file_size(last_checkpoint_path()));
+  }
+};
+
+std::vector<std::string> lines_of(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+}  // namespace
+
+TEST_CASE("StateManager: the checkpoint keeps one size across epochs, the history goes to history.jsonl and comes "
+          "back on resuming") {
+  const int64_t epochs = 30;
+  TempDir dir;
+  Setup a;
+  nn::DataLoader loader_a = shuffled_loader(), valid_a = ordered_loader(12);
+  SizeWatchingTrainer uninterrupted(*a.model, Device::cpu(), *a.optimizer, a.scheduler.get(), {.log_bar = false});
+  uninterrupted.set_checkpoint_dir(dir.file("a"));
+  uninterrupted.run(epochs, loader_a, &valid_a);
+  REQUIRE(uninterrupted.sizes.size() == size_t(epochs));
+  // Each epoch's record is about 150 bytes of JSON: inside the checkpoint, 30 of them would add kilobytes.
+  // What may change is a few digits (the epoch, the step, the best loss's shortest text).
+  const auto [smallest, largest] = std::minmax_element(uninterrupted.sizes.begin(), uninterrupted.sizes.end());
+  CHECK_MESSAGE(*largest - *smallest <= 32, "last.safetensors went from ", *smallest, " to ", *largest, " bytes");
+  CHECK(lines_of(dir.file("a/history.jsonl")).size() == size_t(epochs));
+  CHECK(load_safetensors(dir.file("a/last.safetensors")).metadata.count("trainer.history") == 0);
+
+  // Stopped after 2 epochs, resumed to 30: the history is the uninterrupted run's, record for record.
+  {
+    Setup b;
+    nn::DataLoader loader_b = shuffled_loader(), valid_b = ordered_loader(12);
+    SizeWatchingTrainer first(*b.model, Device::cpu(), *b.optimizer, b.scheduler.get(), {.log_bar = false});
+    first.set_checkpoint_dir(dir.file("b"));
+    first.run(2, loader_b, &valid_b);
+  }
+  // As a crash leaves it: the line of an epoch the checkpoint never recorded, and half a line.
+  nn::EpochRecord never_checkpointed;
+  never_checkpointed.epoch = 2;
+  never_checkpointed.train = {{"loss", 12345.0}};
+  { std::ofstream(dir.file("b/history.jsonl"), std::ios::app) << nn::epoch_record_json(never_checkpointed) << "\n{\"epoch\": 3, \"tr"; }
+  Setup c(/*model_seed=*/99);
+  nn::DataLoader loader_c = shuffled_loader(), valid_c = ordered_loader(12);
+  SizeWatchingTrainer resumed(*c.model, Device::cpu(), *c.optimizer, c.scheduler.get(), {.log_bar = false});
+  resumed.set_checkpoint_dir(dir.file("b"));
+  resumed.run(epochs, loader_c, &valid_c);
+  REQUIRE(resumed.resumed_from() == 2);
+  REQUIRE(resumed.history().size() == size_t(epochs));
+  for (size_t e = 0; e < size_t(epochs); ++e) {
+    CHECK(resumed.history()[e].epoch == int64_t(e));
+    CHECK(resumed.history()[e].train == uninterrupted.history()[e].train);
+    CHECK(resumed.history()[e].valid == uninterrupted.history()[e].valid);
+    CHECK(resumed.history()[e].lr == uninterrupted.history()[e].lr);
+  }
+  CHECK(flat_weights(*c.model) == flat_weights(*a.model));
+  const std::vector<std::string> lines = lines_of(dir.file("b/history.jsonl"));
+  REQUIRE(lines.size() == size_t(epochs));
+  for (size_t e = 0; e < lines.size(); ++e) CHECK(nn::epoch_record_from_json(lines[e]).epoch == int64_t(e));
+  CHECK(std::max(resumed.sizes.back(), *largest) - std::min(resumed.sizes.back(), *smallest) <= 32);
 }
 
 TEST_CASE("StateManager refuses a checkpoint directory it cannot use") {
