@@ -5,4 +5,6 @@
 //   tinyddp-run -n 4 build/bin/all_reduce_perf -b 8 -e 128M -f 2
 #include "bench/perf/perf_main.h"
 
-int main(int argc, char** argv) { return tinyddp::bench::perf_main(argc, argv, tinyddp::bench::all_reduce_collective()); }
+int main(int argc, char** argv) {
+  return tinyddp::bench::perf_main(argc, argv, tinyddp::bench::all_reduce_collective());
+}

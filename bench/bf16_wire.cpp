@@ -116,8 +116,9 @@ void print_row(int world, const char* method, const ErrorStats& vs_inputs, const
 }
 
 void measure_error(size_t count, uint64_t seed) {
-  std::printf("| world | all-reduce | mean rel. error (sum) | max rel. error (sum) | normwise (sum) | "
-              "mean rel. error (incl. f32->bf16) | normwise (incl. f32->bf16) |\n|---|---|---|---|---|---|---|\n");
+  std::printf(
+      "| world | all-reduce | mean rel. error (sum) | max rel. error (sum) | normwise (sum) | "
+      "mean rel. error (incl. f32->bf16) | normwise (incl. f32->bf16) |\n|---|---|---|---|---|---|---|\n");
   for (int world : {2, 4, 8}) {
     std::vector<std::vector<float>> g(static_cast<size_t>(world));
     for (int r = 0; r < world; ++r) g[size_t(r)] = gradients(count, r, seed);
@@ -239,7 +240,9 @@ void measure_hooks(double mib, int rounds, int warmup, const std::string& transp
   std::vector<Variant> variants;
   for (const char* name : {"allreduce", "fp16_compress", "bf16_compress", "bf16_single_rounding"}) {
     nn::CommHook hook = nn::comm_hooks::by_name(name);
-    variants.push_back({name, [&pg, &bucket, hook] { hook(*pg, bucket).wait(); }, {},
+    variants.push_back({name,
+                        [&pg, &bucket, hook] { hook(*pg, bucket).wait(); },
+                        {},
                         [&bucket, &grad] { bucket.buffer.copy_from(grad); }});
   }
   run_rounds(*pg, variants, rounds, warmup);
@@ -258,19 +261,30 @@ int main(int argc, char** argv) {
   app.add_option("--mode", mode, "error (in one process, world sizes 2, 4, 8), time or hooks (under tinyddp-run)")
       ->check(CLI::IsMember({"error", "time", "hooks"}))
       ->capture_default_str();
-  app.add_option("--count", count, "error: elements per rank")->check(command_line::at_least<size_t>(1))->capture_default_str();
+  app.add_option("--count", count, "error: elements per rank")
+      ->check(command_line::at_least<size_t>(1))
+      ->capture_default_str();
   app.add_option("--seed", seed, "error: the gradients' seed")->capture_default_str();
-  app.add_option("--mib", mib, "time, hooks: MiB of f32 gradients per rank")->check(command_line::positive<double>())->capture_default_str();
-  app.add_option("--rounds", rounds, "time, hooks: measured rounds")->check(command_line::at_least(1))->capture_default_str();
-  app.add_option("--warmup", warmup, "time, hooks: rounds before measuring")->check(command_line::at_least(0))->capture_default_str();
+  app.add_option("--mib", mib, "time, hooks: MiB of f32 gradients per rank")
+      ->check(command_line::positive<double>())
+      ->capture_default_str();
+  app.add_option("--rounds", rounds, "time, hooks: measured rounds")
+      ->check(command_line::at_least(1))
+      ->capture_default_str();
+  app.add_option("--warmup", warmup, "time, hooks: rounds before measuring")
+      ->check(command_line::at_least(0))
+      ->capture_default_str();
   app.add_option("--transport", transport, "time, hooks: the ring's transport")
       ->check(CLI::IsMember({"tcp", "shm", "auto"}))
       ->capture_default_str();
   if (auto code = command_line::parse(app, argc, argv)) return *code;
   try {
-    if (mode == "error") measure_error(count, seed);
-    else if (mode == "time") measure_time(mib, rounds, warmup, transport);
-    else measure_hooks(mib, rounds, warmup, transport);
+    if (mode == "error")
+      measure_error(count, seed);
+    else if (mode == "time")
+      measure_time(mib, rounds, warmup, transport);
+    else
+      measure_hooks(mib, rounds, warmup, transport);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bf16_wire: %s\n", e.what());
     return command_line::kFailed;

@@ -27,8 +27,8 @@ namespace {
 
 // The algorithm whose traffic is counted: the hierarchical one with the cross-host step it would choose.
 Traffic traffic_of(AllReduceAlgorithm a, const AllReduceSelector& selector, double bytes) {
-  const AllReduceAlgorithm across =
-      a == AllReduceAlgorithm::hierarchical ? selector.choose_across_hosts(size_t(bytes)) : AllReduceAlgorithm::ring;
+  const AllReduceAlgorithm across = a == AllReduceAlgorithm::hierarchical ? selector.choose_across_hosts(size_t(bytes))
+                                                                          : AllReduceAlgorithm::ring;
   return all_reduce_traffic(a, selector.layout(), bytes, across);
 }
 
@@ -70,11 +70,14 @@ void print_markdown(const CostModel& model, const std::vector<AllReduceAlgorithm
   for (size_t i = 0; i < list.size(); ++i) std::printf("---|");
   std::printf("---|\n");
   for (int world : worlds) {
-    if (world % per_host != 0) throw std::runtime_error("--ranks " + std::to_string(world) + " is not a multiple of --per-host");
-    const AllReduceSelector selector(AllReduceAlgorithm::automatic, model, HostLayout::uniform(world / per_host, per_host), 0);
+    if (world % per_host != 0)
+      throw std::runtime_error("--ranks " + std::to_string(world) + " is not a multiple of --per-host");
+    const AllReduceSelector selector(AllReduceAlgorithm::automatic, model,
+                                     HostLayout::uniform(world / per_host, per_host), 0);
     for (double bytes : sizes) {
       std::printf("| %d | %s |", world, size_name(bytes).c_str());
-      for (AllReduceAlgorithm a : list) std::printf(" %.0f |", predicted_seconds(model, traffic_of(a, selector, bytes)) * 1e6);
+      for (AllReduceAlgorithm a : list)
+        std::printf(" %.0f |", predicted_seconds(model, traffic_of(a, selector, bytes)) * 1e6);
       std::printf(" %s |\n", algorithm_name(selector.choose(size_t(bytes))));
     }
   }
@@ -94,14 +97,16 @@ int main(int argc, char** argv) {
   app.add_option("--alpha-us", alpha_us, "override: latency of a step across hosts, µs");
   app.add_option("--gbit", gbit, "override: each host's link, Gbit/s");
   app.add_option("--reduce-gbyte", reduce_gbyte, "override: reduction speed, GB/s");
-  app.add_option("--call-us", call_us, "override: fixed cost of one call, µs (0 allowed)")->check(CLI::NonNegativeNumber);
+  app.add_option("--call-us", call_us, "override: fixed cost of one call, µs (0 allowed)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("-b", begin, "smallest size per rank (K, M, G suffixes: powers of 1024)")
       ->transform(CLI::AsSizeValue(false));
   app.add_option("-e", end, "largest size per rank")->transform(CLI::AsSizeValue(false));
   app.add_option("-f", factor, "size step factor")->check(CLI::Range(1.01, 1e6));
   app.add_option("--algos", algos, "comma-separated algorithms");
   std::vector<int> ranks;
-  app.add_option("--ranks", ranks, "world sizes (comma-separated): one markdown table for all, --per-host ranks per host")
+  app.add_option("--ranks", ranks,
+                 "world sizes (comma-separated): one markdown table for all, --per-host ranks per host")
       ->delimiter(',')
       ->check(CLI::Range(1, 1 << 24));
   CLI11_PARSE(app, argc, argv);

@@ -144,9 +144,12 @@ int main(int argc, char** argv) {
   double seconds = 0.3;
   bool choice_only = false;
   app.add_option("--threads", threads, "threads of every library")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--rounds", rounds, "rounds; each figure is their median")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--rounds", rounds, "rounds; each figure is their median")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--seconds", seconds, "time per measurement")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_flag("--choice", choice_only, "print which CPU GEMM library tinyddp chooses on this machine, and why, then exit");
+  app.add_flag("--choice", choice_only,
+               "print which CPU GEMM library tinyddp chooses on this machine, and why, then exit");
   if (auto code = tinyddp::command_line::parse(app, argc, argv)) return *code;
 
   try {
@@ -178,8 +181,10 @@ int main(int argc, char** argv) {
         for (size_t i = 0; i < contenders.size(); ++i)
           if (calls[i]) results[i].push_back(gflops(calls[i], flop, seconds));
       for (size_t i = 0; i < contenders.size(); ++i) {
-        if (!calls[i]) std::printf("  %-40s  not implemented on this CPU\n", contenders[i].name.c_str());
-        else std::printf("  %-40s %7.1f\n", contenders[i].name.c_str(), median(results[i]));
+        if (!calls[i])
+          std::printf("  %-40s  not implemented on this CPU\n", contenders[i].name.c_str());
+        else
+          std::printf("  %-40s %7.1f\n", contenders[i].name.c_str(), median(results[i]));
       }
     }
     kernels::set_cpu_gemm(chosen);

@@ -20,9 +20,9 @@
 
 #include <CLI/CLI.hpp>
 
-#include "tinyddp/core/command_line.h"
 #include "tinyddp/comm/store/store_server.h"
 #include "tinyddp/comm/store/tcp_store.h"
+#include "tinyddp/core/command_line.h"
 #include "tinyddp/core/error.h"
 
 namespace {
@@ -44,9 +44,10 @@ void make_room_for_descriptors(int clients) {
   limit.rlim_cur = std::min(wanted, limit.rlim_max);
   ::setrlimit(RLIMIT_NOFILE, &limit);
   if (limit.rlim_cur < wanted)
-    std::fprintf(stderr, "store_bench: %d clients in one process need about %llu open files, but the hard limit is %llu;"
-                 " hint: raise it (ulimit -Hn) or run fewer clients\n", clients, (unsigned long long)wanted,
-                 (unsigned long long)limit.rlim_max);
+    std::fprintf(stderr,
+                 "store_bench: %d clients in one process need about %llu open files, but the hard limit is %llu;"
+                 " hint: raise it (ulimit -Hn) or run fewer clients\n",
+                 clients, (unsigned long long)wanted, (unsigned long long)limit.rlim_max);
 }
 
 double percentile(std::vector<double>& sorted, double p) {

@@ -181,8 +181,9 @@ int main(int argc, char** argv) {
     std::printf("tcp one stream                 %6.2f GB/s\n", one);
     std::printf("tcp two streams, 4 threads     %6.2f GB/s per direction (%.2f both)\n", two4, 2 * two4);
     std::printf("tcp two streams, 2 threads     %6.2f GB/s per direction (%.2f both)\n", two2, 2 * two2);
-    std::printf("tcp two streams, %3zu MiB bufs  %6.2f GB/s per direction (%.2f both; the bytes of a %zu MiB all-reduce)\n",
-                o.message >> 20, message, 2 * message, o.message >> 20);
+    std::printf(
+        "tcp two streams, %3zu MiB bufs  %6.2f GB/s per direction (%.2f both; the bytes of a %zu MiB all-reduce)\n",
+        o.message >> 20, message, 2 * message, o.message >> 20);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 1;

@@ -21,7 +21,8 @@
 //   build/bin/train_bench --precision bf16          # mixed precision (nn/precision); bench/compare_precision.py
 //                                                   # runs it beside PyTorch's autocast
 //   build/bin/tinyddp-run -n 2 build/bin/train_bench --world-size 2   # the data-parallel part, launched
-//   build/bin/tinyddp-run -n 2 build/bin/train_bench --world-size 2 --zero 1   # ... with ZeRO-1 (bench/compare_zero.sh)
+//   build/bin/tinyddp-run -n 2 build/bin/train_bench --world-size 2 --zero 1   # ... with ZeRO-1
+//   (bench/compare_zero.sh)
 //
 // The PyTorch figure for the same job: bench/peers/torch_train.py (its defaults are this job)
 // (bench/run_all.sh runs both in one command).
@@ -34,8 +35,6 @@
 #include <optional>
 #include <string>
 
-#include "examples/dummy_dataset.h"
-#include "examples/example_cli.h"
 #include "tinyddp/core/command_line.h"
 #include "tinyddp/kernels/cpu_gemm.h"
 #include "tinyddp/kernels/ops.h"
@@ -44,14 +43,16 @@
 #include "tinyddp/nn/linear.h"
 #include "tinyddp/nn/loss.h"
 #include "tinyddp/nn/optim/adam.h"
-#include "tinyddp/nn/optim/zero_redundancy_optimizer.h"
 #include "tinyddp/nn/optim/schedulers.h"
+#include "tinyddp/nn/optim/zero_redundancy_optimizer.h"
 #include "tinyddp/nn/precision/loss_scaler.h"
 #include "tinyddp/nn/precision/precision.h"
 #include "tinyddp/nn/sequential.h"
 #include "tinyddp/nn/train/addons/multi_device.h"
 #include "tinyddp/nn/train/addons/trace.h"
 #include "tinyddp/nn/train/trainer.h"
+#include "examples/dummy_dataset.h"
+#include "examples/example_cli.h"
 
 using namespace tinyddp;
 using Clock = std::chrono::steady_clock;
@@ -171,9 +172,9 @@ DataParallelResult data_parallel(int world, int64_t in, int64_t hidden, int64_t 
   auto model = make_mlp(in, hidden, out, init);
   nn::Adam optimizer(model->named_parameters(), 1e-3);
   nn::CosineAnnealing scheduler(optimizer, nn::length_of_run);  // each rank's batches, as the anchor's T_max
-  nn::WithAddOns<BenchTrainer, nn::MultiDevice, nn::Trace> trainer(*model, std::vector<Device>(size_t(world), Device::cpu()),
-                                                         optimizer, &scheduler,
-                                                         {.log_bar = false, .scheduler_step_on_batch = true, .precision = precision});
+  nn::WithAddOns<BenchTrainer, nn::MultiDevice, nn::Trace> trainer(
+      *model, std::vector<Device>(size_t(world), Device::cpu()), optimizer, &scheduler,
+      {.log_bar = false, .scheduler_step_on_batch = true, .precision = precision});
   trainer.multi_device_options().zero_stage = zero_stage;
   trainer.run(epochs, loader);
   DataParallelResult result;
@@ -220,39 +221,53 @@ int main(int argc, char** argv) {
   int64_t interleaved = 64;
   std::string anchor, cpu_gemm = "auto", precision_text = "fp32";
   app.add_option("--in", in, "input features")->check(at_least<int64_t>(1))->capture_default_str();
-  app.add_option("--hidden", hidden, "width of both hidden layers (in-hidden-hidden-out); 0 for a single Linear(in, out)")
-      ->check(at_least<int64_t>(0))->capture_default_str();
+  app.add_option("--hidden", hidden,
+                 "width of both hidden layers (in-hidden-hidden-out); 0 for a single Linear(in, out)")
+      ->check(at_least<int64_t>(0))
+      ->capture_default_str();
   app.add_option("--out", out, "classes")->check(at_least<int64_t>(2))->capture_default_str();
-  app.add_option("--samples", samples, "size of the dummy data set")->check(at_least<int64_t>(1))->capture_default_str();
+  app.add_option("--samples", samples, "size of the dummy data set")
+      ->check(at_least<int64_t>(1))
+      ->capture_default_str();
   app.add_option("--batch-size", batch, "samples per step (per rank in the data-parallel part)")
-      ->check(at_least<int64_t>(1))->capture_default_str();
+      ->check(at_least<int64_t>(1))
+      ->capture_default_str();
   app.add_option("--epochs", epochs, "passes over the data")->check(at_least<int64_t>(1))->capture_default_str();
   app.add_option("--threads", threads, "BLAS threads")->check(command_line::between(1, 1024))->capture_default_str();
   app.add_option("--world-size", world_size, "also train data-parallel on this many CPU workers (batch per rank)")
-      ->check(command_line::between(1, 4096))->capture_default_str();
+      ->check(command_line::between(1, 4096))
+      ->capture_default_str();
   app.add_option("--zero", zero_stage, "the data-parallel part's ZeRO stage: 0 (plain DDP) or 1 (sharded Adam state)")
-      ->check(CLI::Range(0, 1))->capture_default_str();
+      ->check(CLI::Range(0, 1))
+      ->capture_default_str();
   app.add_option("--interleaved", interleaved, "then this many training steps, each beside a GEMM-only step (0: none)")
-      ->check(at_least<int64_t>(0))->capture_default_str();
+      ->check(at_least<int64_t>(0))
+      ->capture_default_str();
   app.add_option("--torch-anchor", anchor, "bench/peers/torch_train.py: run PyTorch on the same job and compare");
   app.add_option("--cpu-gemm", cpu_gemm, "the CPU GEMM library: auto (this machine's choice), openblas or onednn")
-      ->check(CLI::IsMember({"auto", "openblas", "onednn"}))->capture_default_str();
-  app.add_option("--precision", precision_text, "the training steps' precision: fp32, bf16 or fp16 (mixed, f32 master "
+      ->check(CLI::IsMember({"auto", "openblas", "onednn"}))
+      ->capture_default_str();
+  app.add_option("--precision", precision_text,
+                 "the training steps' precision: fp32, bf16 or fp16 (mixed, f32 master "
                  "weights; fp16 with dynamic loss scaling); the GEMM-only bound stays f32")
-      ->check(examples::precision_choice())->capture_default_str();
+      ->check(examples::precision_choice())
+      ->capture_default_str();
   if (auto code = command_line::parse(app, argc, argv)) return *code;
 
   try {
     // Before anything computes, in the spawned workers too (they run with the same arguments).
-    if (cpu_gemm != "auto") kernels::set_cpu_gemm(cpu_gemm == "onednn" ? kernels::CpuGemm::onednn : kernels::CpuGemm::openblas);
+    if (cpu_gemm != "auto")
+      kernels::set_cpu_gemm(cpu_gemm == "onednn" ? kernels::CpuGemm::onednn : kernels::CpuGemm::openblas);
     const nn::Precision precision = nn::parse_precision(precision_text, "--precision");
     // A worker of the data-parallel run (spawned by it, or started by tinyddp-run) does only that part.
     nn::ProcessRole role = nn::detect_process_role(size_t(world_size));
     if (role == nn::ProcessRole::spawned_worker || role == nn::ProcessRole::launched_worker) {
       DataParallelResult dp = data_parallel(world_size, in, hidden, out, samples, batch, epochs, zero_stage, precision);
       if (role == nn::ProcessRole::launched_worker && dp.main_process)
-        std::printf("  data-parallel : %.3f s  %8.0f samples/s  (launched ranks, last epoch loss %.4f, optimizer state "
-                    "%zu bytes on rank 0)\n", dp.seconds, dp.samples_per_second, dp.last_loss, dp.optimizer_state_bytes);
+        std::printf(
+            "  data-parallel : %.3f s  %8.0f samples/s  (launched ranks, last epoch loss %.4f, optimizer state "
+            "%zu bytes on rank 0)\n",
+            dp.seconds, dp.samples_per_second, dp.last_loss, dp.optimizer_state_bytes);
       return 0;
     }
     kernels::set_cpu_threads(threads);
@@ -304,7 +319,8 @@ int main(int argc, char** argv) {
     }
     double train_s = std::chrono::duration<double>(Clock::now() - t0).count();
 
-    std::vector<int64_t> widths = hidden ? std::vector<int64_t>{in, hidden, hidden, out} : std::vector<int64_t>{in, out};
+    std::vector<int64_t> widths = hidden ? std::vector<int64_t>{in, hidden, hidden, out}
+                                         : std::vector<int64_t>{in, out};
     GemmOnlyStep gemm_only(batch, widths);
     std::vector<double> gemm_step_seconds;
     for (int64_t s = 0; s < steps; ++s) gemm_step_seconds.push_back(gemm_only.run());
@@ -352,11 +368,13 @@ int main(int argc, char** argv) {
 
     if (world_size > 1) {
       DataParallelResult dp = data_parallel(world_size, in, hidden, out, samples, batch, epochs, zero_stage, precision);
-      std::printf("  data-parallel : %.3f s  %8.0f samples/s  (%d CPU ranks, batch %lld per rank, last epoch loss %.4f)\n",
-                  dp.seconds, dp.samples_per_second, world_size, (long long)batch, dp.last_loss);
-      std::printf("  scaling efficiency = %.1f%%  (%d-rank samples/s / (%d x single-process samples/s); speed-up %.2fx)\n",
-                  100.0 * dp.samples_per_second / (world_size * train_rate), world_size, world_size,
-                  dp.samples_per_second / train_rate);
+      std::printf(
+          "  data-parallel : %.3f s  %8.0f samples/s  (%d CPU ranks, batch %lld per rank, last epoch loss %.4f)\n",
+          dp.seconds, dp.samples_per_second, world_size, (long long)batch, dp.last_loss);
+      std::printf(
+          "  scaling efficiency = %.1f%%  (%d-rank samples/s / (%d x single-process samples/s); speed-up %.2fx)\n",
+          100.0 * dp.samples_per_second / (world_size * train_rate), world_size, world_size,
+          dp.samples_per_second / train_rate);
       if (!anchor.empty()) {
         double torch_rate = torch_anchor(anchor, world_size, in, hidden, out, samples, batch, epochs);
         if (torch_rate > 0)

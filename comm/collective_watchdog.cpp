@@ -15,16 +15,21 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
-constexpr auto kTick = 100ms;                // how often the thread looks (SIGUSR1 waits at most this)
-constexpr auto kBoardStoreTimeout = 2s;      // each board call, on the watchdog's own connection
+constexpr auto kTick = 100ms;            // how often the thread looks (SIGUSR1 waits at most this)
+constexpr auto kBoardStoreTimeout = 2s;  // each board call, on the watchdog's own connection
 
 int64_t unix_ms_now() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
-int64_t unix_ms_of(Clock::time_point t) { return unix_ms_now() - std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count(); }
+int64_t unix_ms_of(Clock::time_point t) {
+  return unix_ms_now() - std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
+}
 
-std::string seconds_of(double s) { return seconds_text(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(s))); }
+std::string seconds_of(double s) {
+  return seconds_text(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(s)));
+}
 
 std::string rank_list(const std::vector<int>& ranks) {
   std::string text = ranks.size() == 1 ? "rank " : "ranks ";
@@ -63,7 +68,8 @@ StallVerdict judge_board(const std::vector<BoardEntry>& board, int64_t sequence,
     else if (e.sequence < 0)
       where = "it has run no collective yet, for " + seconds_of(e.seconds);
     else
-      where = "it is outside any collective since #" + std::to_string(e.sequence) + " finished " + seconds_of(e.seconds) + " ago";
+      where = "it is outside any collective since #" + std::to_string(e.sequence) + " finished " +
+              seconds_of(e.seconds) + " ago";
     details += (details.empty() ? "" : "; ") + who + " has not entered " + what + " (" + where + ")";
   }
   if (verdict.lagging.empty()) return verdict;
@@ -133,8 +139,10 @@ void CollectiveWatchdog::tick() {
   }
   if (world_size_ < 2) return;
   FlightRecorder::Position p = recorder_.position();
-  std::string standing = p.running ? "in " + std::to_string(p.running->fingerprint.sequence)
-                                   : "idle " + std::to_string(p.last_finished ? int64_t(p.last_finished->fingerprint.sequence) : -1);
+  std::string standing = p.running
+                             ? "in " + std::to_string(p.running->fingerprint.sequence)
+                             : "idle " + std::to_string(p.last_finished ? int64_t(p.last_finished->fingerprint.sequence)
+                                                                        : -1);
   if (standing != standing_) standing_ = standing, standing_since_ = Clock::now();
   if (Clock::now() - standing_since_ >= settle_time() && published_ != standing_) publish(false);
   if (p.running) report_progress(p);
@@ -165,12 +173,12 @@ bool CollectiveWatchdog::publish(bool force) {
     state = "in", sequence = int64_t(p.running->fingerprint.sequence), since = unix_ms_of(p.running->started_at);
   } else {
     state = "idle";
-    if (p.last_finished) sequence = int64_t(p.last_finished->fingerprint.sequence), since = unix_ms_of(p.last_finished->finished_at);
+    if (p.last_finished)
+      sequence = int64_t(p.last_finished->fingerprint.sequence), since = unix_ms_of(p.last_finished->finished_at);
   }
   std::string standing = state + " " + std::to_string(sequence);
   if (!force && standing == published_) return false;
-  board_store()->set(prefix_ + "board/" + std::to_string(rank_),
-                     standing + " " + std::to_string(since));
+  board_store()->set(prefix_ + "board/" + std::to_string(rank_), standing + " " + std::to_string(since));
   published_ = standing;
   return true;
 }

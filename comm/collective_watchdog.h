@@ -38,11 +38,11 @@ namespace tinyddp::comm {
 // One rank's board entry, as read back.
 struct BoardEntry {
   int rank = -1;
-  bool reported = false;    // false: the rank never published (stopped, or stalled before its first collective)
-  bool running = false;     // true: "in #sequence"; false: "idle after #sequence" (-1: none yet)
+  bool reported = false;  // false: the rank never published (stopped, or stalled before its first collective)
+  bool running = false;   // true: "in #sequence"; false: "idle after #sequence" (-1: none yet)
   int64_t sequence = -1;
-  double seconds = 0;       // how long it has been so, as of reading
-  int pid = 0;          // known from the group's setup even when the rank never reported
+  double seconds = 0;  // how long it has been so, as of reading
+  int pid = 0;         // known from the group's setup even when the rank never reported
   std::string host;
 };
 

@@ -22,7 +22,8 @@ const char* collective_kind_name(CollectiveKind kind) {
   return "?";
 }
 
-Fingerprint make_fingerprint(CollectiveKind kind, const Tensor& t, int64_t count, std::optional<ReduceOp> op, int root) {
+Fingerprint make_fingerprint(CollectiveKind kind, const Tensor& t, int64_t count, std::optional<ReduceOp> op,
+                             int root) {
   Fingerprint f;
   f.kind = uint8_t(kind);
   f.dtype = uint8_t(t.defined() ? t.dtype() : DType::i32);
@@ -42,7 +43,9 @@ std::string describe_fingerprint(const Fingerprint& f) {
 }
 
 namespace {
-auto key(const Fingerprint& f) { return std::make_tuple(f.sequence, f.kind, f.dtype, f.count, f.reduces, f.op, f.root); }
+auto key(const Fingerprint& f) {
+  return std::make_tuple(f.sequence, f.kind, f.dtype, f.count, f.reduces, f.op, f.root);
+}
 }  // namespace
 
 std::string fingerprint_mismatch(std::span<const Fingerprint> by_rank) {
@@ -56,7 +59,8 @@ std::string fingerprint_mismatch(std::span<const Fingerprint> by_rank) {
   for (auto& [k, ranks] : groups) {
     std::string who = ranks.size() == 1 ? "rank " : "ranks ";
     for (size_t i = 0; i < ranks.size(); ++i) who += (i ? ", " : "") + std::to_string(ranks[i]);
-    text += (first ? "" : "; ") + who + (ranks.size() == 1 ? " calls " : " call ") + describe_fingerprint(by_rank[ranks[0]]);
+    text += (first ? "" : "; ") + who + (ranks.size() == 1 ? " calls " : " call ") +
+            describe_fingerprint(by_rank[ranks[0]]);
     first = false;
   }
   std::vector<std::string> fields;

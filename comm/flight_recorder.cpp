@@ -103,7 +103,8 @@ void FlightRecorder::finished(uint64_t sequence, bool succeeded) {
   e->state = succeeded ? State::finished : State::failed;
   e->finished_at = Clock::now();
   totals_.collectives += 1;
-  if (e->started_at != Clock::time_point{}) totals_.seconds += std::chrono::duration<double>(e->finished_at - e->started_at).count();
+  if (e->started_at != Clock::time_point{})
+    totals_.seconds += std::chrono::duration<double>(e->finished_at - e->started_at).count();
 }
 
 FlightRecorder::Totals FlightRecorder::totals() const {
@@ -133,11 +134,14 @@ std::string FlightRecorder::describe(const Entry& e) {
   const Fingerprint& f = e.fingerprint;
   char size[32];
   const double bytes = double(f.count) * double(dtype_size(DType(f.dtype)));
-  if (bytes < 1024) std::snprintf(size, sizeof size, "%.0f B", bytes);
-  else if (bytes < 1024 * 1024) std::snprintf(size, sizeof size, "%.1f KiB", bytes / 1024);
-  else std::snprintf(size, sizeof size, "%.1f MiB", bytes / (1024 * 1024));
-  std::string text = std::string(collective_kind_name(CollectiveKind(f.kind))) + " #" + std::to_string(f.sequence) + " (" +
-                     dtype_name(DType(f.dtype)) + " x" + std::to_string(f.count) + ", " + size;
+  if (bytes < 1024)
+    std::snprintf(size, sizeof size, "%.0f B", bytes);
+  else if (bytes < 1024 * 1024)
+    std::snprintf(size, sizeof size, "%.1f KiB", bytes / 1024);
+  else
+    std::snprintf(size, sizeof size, "%.1f MiB", bytes / (1024 * 1024));
+  std::string text = std::string(collective_kind_name(CollectiveKind(f.kind))) + " #" + std::to_string(f.sequence) +
+                     " (" + dtype_name(DType(f.dtype)) + " x" + std::to_string(f.count) + ", " + size;
   if (e.bucket >= 0) text += ", bucket " + std::to_string(e.bucket);
   return text + ")";
 }
@@ -197,8 +201,8 @@ std::string FlightRecorder::dump(const std::string& reason) const {
     std::ofstream out(temporary, std::ios::trunc);
     out << to_json(reason) << "\n";
     if (!out.flush()) {
-      log_line(LogLevel::warn, "flight recorder", "cannot write " + temporary +
-                                                         "; hint: TINYDDP_FLIGHT_RECORDER must name a writable directory");
+      log_line(LogLevel::warn, "flight recorder",
+               "cannot write " + temporary + "; hint: TINYDDP_FLIGHT_RECORDER must name a writable directory");
       return "";
     }
   }

@@ -106,7 +106,7 @@ class FlightRecorder {
   mutable std::mutex mutex_;
   std::vector<Entry> ring_;
   bool any_ = false;
-  uint64_t oldest_ = 0, next_ = 0;  // the sequence numbers held: [oldest_, next_)
+  uint64_t oldest_ = 0, next_ = 0;                                     // the sequence numbers held: [oldest_, next_)
   int64_t last_started_ = -1, last_finished_ = -1, last_failed_ = -1;  // last_finished_: succeeded
   std::string error_;
   Totals totals_;

@@ -15,11 +15,11 @@
 #include "tinyddp/comm/algorithms/small_message_allreduce.h"
 #include "tinyddp/comm/algorithms/symmetric_all_reduce.h"
 #include "tinyddp/comm/cpu_binding.h"
-#include "tinyddp/comm/timeout.h"
 #include "tinyddp/comm/store/prefix_store.h"
 #include "tinyddp/comm/store/tcp_store.h"
 #include "tinyddp/comm/store/torch_tcp_store.h"
 #include "tinyddp/comm/symmetric/symmetric_memory.h"
+#include "tinyddp/comm/timeout.h"
 #include "tinyddp/comm/transport/shm_transport.h"
 #include "tinyddp/comm/transport/tcp_transport.h"
 #include "tinyddp/comm/tuning.h"
@@ -96,7 +96,8 @@ WorkPtr HostBackend::all_reduce_into(const Tensor& output, const Tensor& input, 
                 [this, output, input](const CollectiveContext& ctx) {
                   // An output in symmetric memory: the input is copied there, and reduced in place.
                   if (output.device().is_cpu() && input.device().is_cpu() && is_symmetric(output)) {
-                    if (bytes_of(output) != bytes_of(input)) std::memmove(bytes_of(output), bytes_of(input), input.nbytes());
+                    if (bytes_of(output) != bytes_of(input))
+                      std::memmove(bytes_of(output), bytes_of(input), input.nbytes());
                     if (symmetric_all_reduce_bytes(bytes_of(output), size_t(output.numel()), ctx)) return;
                     all_reduce_bytes(bytes_of(output), bytes_of(output), size_t(output.numel()), ctx);
                     return;
@@ -139,8 +140,9 @@ WorkPtr HostBackend::broadcast(const Tensor& tensor, int root, const CallOptions
                   if (size() == 1 || tensor.numel() == 0) return;
                   Tensor staging;
                   const Tensor& host = host_input(tensor, staging);
-                  host_ordered_broadcast(all_reduce_->layout(), [this](int r) { return peer(r); }, rank(), bytes_of(host),
-                                         host.nbytes(), root, ctx);
+                  host_ordered_broadcast(
+                      all_reduce_->layout(), [this](int r) { return peer(r); }, rank(), bytes_of(host), host.nbytes(),
+                      root, ctx);
                   if (rank() != root) write_back(tensor, host);
                 });
 }
@@ -157,11 +159,13 @@ WorkPtr HostBackend::all_gather(const Tensor& output, const Tensor& input, const
                   const Tensor& in = host_input(input, in_staging);
                   const Tensor& out = host_output(output, out_staging);
                   if (size() == 1) {
-                    if (in.numel() > 0 && bytes_of(out) != bytes_of(in)) std::memmove(bytes_of(out), bytes_of(in), in.nbytes());
+                    if (in.numel() > 0 && bytes_of(out) != bytes_of(in))
+                      std::memmove(bytes_of(out), bytes_of(in), in.nbytes());
                   } else if (hierarchical_all_gather_applies(all_reduce_->layout()) &&
                              all_reduce_->forced() != AllReduceAlgorithm::ring) {
-                    hierarchical_all_gather(all_reduce_->layout(), [this](int r) { return peer(r); }, rank(), bytes_of(in),
-                                            bytes_of(out), size_t(in.numel()), ctx);
+                    hierarchical_all_gather(
+                        all_reduce_->layout(), [this](int r) { return peer(r); }, rank(), bytes_of(in), bytes_of(out),
+                        size_t(in.numel()), ctx);
                   } else {
                     ring_all_gather(ring(), bytes_of(in), bytes_of(out), size_t(in.numel()), ctx);
                   }
@@ -207,7 +211,8 @@ WorkPtr HostBackend::all_reduce_single_rounding(const Tensor& tensor, ReduceOp o
                 [this, tensor](const CollectiveContext& ctx) {
                   Tensor staging;
                   const Tensor& host = host_input(tensor, staging);
-                  single_rounding_all_reduce(all_peers(), ring(), bytes_of(host), bytes_of(host), size_t(host.numel()), ctx);
+                  single_rounding_all_reduce(all_peers(), ring(), bytes_of(host), bytes_of(host), size_t(host.numel()),
+                                             ctx);
                   write_back(tensor, host);
                 });
 }
@@ -226,7 +231,8 @@ WorkPtr HostBackend::reduce_scatter_single_rounding(const Tensor& output, const 
                   Tensor in_staging, out_staging;
                   const Tensor& in = host_input(input, in_staging);
                   const Tensor& out = host_output(output, out_staging);
-                  single_rounding_reduce_scatter(all_peers(), rank(), bytes_of(in), bytes_of(out), size_t(in.numel()), ctx);
+                  single_rounding_reduce_scatter(all_peers(), rank(), bytes_of(in), bytes_of(out), size_t(in.numel()),
+                                                 ctx);
                   write_back(output, out);
                 });
 }
@@ -317,7 +323,8 @@ void HostBackend::run_task(const Executor::Task& task) {
 void HostBackend::explain_timeout(const Executor::Task& task, std::string& problem, std::string& advice) {
   std::string what = recorder_->describe(task.fingerprint.sequence);
   if (what.empty()) what = task.work->description();
-  const std::string verdict = watchdog_->explain_stall(task.fingerprint.sequence, what, CollectiveWatchdog::kVerdictPatience);
+  const std::string verdict = watchdog_->explain_stall(task.fingerprint.sequence, what,
+                                                       CollectiveWatchdog::kVerdictPatience);
   if (verdict.empty()) {
     (advice.empty() ? problem : advice) += "; " + timeout_hint(task.timeout);
     return;
@@ -333,8 +340,8 @@ void HostBackend::check_fingerprints(const Fingerprint& mine, const CollectiveCo
   std::vector<Fingerprint> all(static_cast<size_t>(size()));
   CollectiveContext check = ctx;
   check.phase = " (TINYDDP_DEBUG=DETAIL fingerprint exchange)";
-  direct_all_gather(all_peers(), rank(), reinterpret_cast<const std::byte*>(&mine), reinterpret_cast<std::byte*>(all.data()),
-                    sizeof(Fingerprint), check);
+  direct_all_gather(all_peers(), rank(), reinterpret_cast<const std::byte*>(&mine),
+                    reinterpret_cast<std::byte*>(all.data()), sizeof(Fingerprint), check);
   std::string mismatch = fingerprint_mismatch(all);
   if (!mismatch.empty()) throw MismatchError(mismatch, "", __FILE__, __LINE__);
 }
@@ -372,7 +379,8 @@ bool HostBackend::is_symmetric(const Tensor& t) const {
 }
 
 void HostBackend::all_reduce_bytes(const std::byte* in, std::byte* out, size_t count, const CollectiveContext& ctx) {
-  run_all_reduce(*all_reduce_, [this](int r) { return peer(r); }, rank(), in, out, count, ctx);
+  run_all_reduce(
+      *all_reduce_, [this](int r) { return peer(r); }, rank(), in, out, count, ctx);
 }
 
 Ring HostBackend::ring() {
@@ -432,11 +440,13 @@ HostBackend::HostBackend(std::shared_ptr<Store> store, int rank, int size, const
   // A forced algorithm needs no model, and so no probe.
   CostModel model = algorithm == AllReduceAlgorithm::automatic ? agree_on_cost_model(prefix, layout) : CostModel{};
   all_reduce_ = std::make_unique<AllReduceSelector>(algorithm, model, std::move(layout), small_message_bytes_);
-  recorder_ = std::make_unique<FlightRecorder>(rank, size, options.group_name, FlightRecorder::capacity_from_environment());
+  recorder_ = std::make_unique<FlightRecorder>(rank, size, options.group_name,
+                                               FlightRecorder::capacity_from_environment());
   if (!FlightRecorder::directory().empty()) FlightRecorder::install_dump_signal();
   std::vector<std::string> host_names;
   for (const std::string& id : hosts.ids) host_names.push_back(id.substr(0, id.find('/')));
-  watchdog_ = std::make_unique<CollectiveWatchdog>(store_, prefix, *recorder_, host_names, hosts.pids, options_.timeout);
+  watchdog_ = std::make_unique<CollectiveWatchdog>(store_, prefix, *recorder_, host_names, hosts.pids,
+                                                   options_.timeout);
   executor_ = std::make_shared<Executor>([this](const Executor::Task& task) { run_task(task); }, cpu_, wait_);
 }
 
@@ -455,8 +465,8 @@ CostModel HostBackend::agree_on_cost_model(const std::string& prefix, const Host
   ctx.wait = wait_;
   ctx.transports = transports_;
   const auto start = std::chrono::steady_clock::now();
-  CostModel model = probe_cost_model(*store_, prefix + "cost_model/", layout, [this](int r) { return peer(r); }, rank(), ctx,
-                                     CostModel{});
+  CostModel model = probe_cost_model(
+      *store_, prefix + "cost_model/", layout, [this](int r) { return peer(r); }, rank(), ctx, CostModel{});
   if (rank() == 0 && debug_level() != DebugLevel::off) {
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     std::string text = model.to_text();
@@ -520,18 +530,21 @@ void HostBackend::open_transports(const std::string& prefix, const Hosts& hosts)
       if (hosts.local.size() <= cores) shm_options.bytes_per_turn = tuning::kBytesPerTurnShmOwnCores;
       shm_ = std::make_unique<ShmTransport>(*store_, prefix, rank(), hosts.local, options_.timeout, shm_options);
       transports_.push_back(shm_.get());
-      symmetric_ = std::make_unique<SymmetricMemory>(store_, prefix + "symmetric/", rank(), hosts.local, options_.timeout);
+      symmetric_ = std::make_unique<SymmetricMemory>(store_, prefix + "symmetric/", rank(), hosts.local,
+                                                     options_.timeout);
       all_local_ = hosts.remote.empty();
     }
   }
   if (!tcp_peers.empty()) {
     TcpTransportOptions tcp_options;
     tcp_options.token = options_.token.value_or(TcpStore::token_from_environment());
-    tcp_options.socket_buffer_bytes =
-        options_.tcp_buffer_bytes ? options_.tcp_buffer_bytes : env::unsigned_integer("TINYDDP_TCP_BUFFER_BYTES").value_or(0);
+    tcp_options.socket_buffer_bytes = options_.tcp_buffer_bytes
+                                          ? options_.tcp_buffer_bytes
+                                          : env::unsigned_integer("TINYDDP_TCP_BUFFER_BYTES").value_or(0);
     // The store's host: every rank reaches it, so the interface toward it faces the other hosts.
     tcp_options.route_to = store_host(*store_);
-    tcp_ = std::make_unique<TcpTransport>(*store_, prefix, rank(), tcp_peers, hosts.ids, hosts.pids, options_.timeout, tcp_options);
+    tcp_ = std::make_unique<TcpTransport>(*store_, prefix, rank(), tcp_peers, hosts.ids, hosts.pids, options_.timeout,
+                                          tcp_options);
     transports_.push_back(tcp_.get());
   }
   // Connections are fetched on first use (peer()): shared memory maps a peer's fifos only then.

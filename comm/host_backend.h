@@ -103,7 +103,7 @@ class HostBackend : public ProcessGroup {
   bool cross_memory_all_reduce_bytes(const Tensor& t, const CollectiveContext& ctx);
   void open_cross_memory(const std::string& prefix, const Hosts& hosts);
   Ring ring();
-  Connection* peer(int r);                 // the connection to rank r, fetched on first use
+  Connection* peer(int r);                   // the connection to rank r, fetched on first use
   std::span<Connection* const> all_peers();  // every rank's (nullptr at this rank)
 
   std::shared_ptr<Store> store_;
@@ -111,7 +111,7 @@ class HostBackend : public ProcessGroup {
   bool debug_detail_;
   size_t small_message_bytes_;
   WaitPolicy wait_;
-  int cpu_ = -1;  // the communication thread's CPU (-1: unbound)
+  int cpu_ = -1;                                   // the communication thread's CPU (-1: unbound)
   std::unique_ptr<AllReduceSelector> all_reduce_;  // which all-reduce algorithm runs
   std::unique_ptr<ShmTransport> shm_;
   std::unique_ptr<TcpTransport> tcp_;
@@ -124,9 +124,9 @@ class HostBackend : public ProcessGroup {
   std::vector<Connection*> peers_;  // by rank, once used; nullptr at this rank
   std::vector<Transport*> routes_;  // by rank: the transport that reaches it; nullptr at this rank
   std::vector<Transport*> transports_;
-  uint64_t next_sequence_ = 0;      // the next collective's number (under submit_mutex_)
+  uint64_t next_sequence_ = 0;  // the next collective's number (under submit_mutex_)
   std::mutex submit_mutex_;
-  std::string aborted_;             // the first failure's message, once the group is aborted
+  std::string aborted_;                           // the first failure's message, once the group is aborted
   std::unique_ptr<FlightRecorder> recorder_;      // this group's last collectives (flight_recorder.h)
   std::unique_ptr<CollectiveWatchdog> watchdog_;  // progress lines and stall verdicts (collective_watchdog.h)
   std::shared_ptr<Executor> executor_;

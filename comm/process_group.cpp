@@ -3,10 +3,10 @@
 #include <algorithm>
 
 #include "tinyddp/comm/host_backend.h"
-#include "tinyddp/comm/store/rendezvous.h"
-#include "tinyddp/comm/store/tcp_store.h"
 #include "tinyddp/comm/nccl/nccl_api.h"
 #include "tinyddp/comm/nccl/nccl_backend.h"
+#include "tinyddp/comm/store/rendezvous.h"
+#include "tinyddp/comm/store/tcp_store.h"
 
 namespace tinyddp::comm {
 

@@ -51,8 +51,8 @@ struct ProcessGroupOptions {
   // "rabenseifner" | "hier" (hierarchical: in-host, then across hosts); empty: TINYDDP_ALGO, else
   // auto (comm/algorithms/algorithm_selection.h says how auto chooses).
   std::string algorithm;
-  size_t shm_fifo_bytes = 0;    // 0: TINYDDP_SHM_FIFO_BYTES or the default (comm/tuning.h)
-  size_t tcp_buffer_bytes = 0;  // 0: TINYDDP_TCP_BUFFER_BYTES or the kernel's auto-tuning
+  size_t shm_fifo_bytes = 0;         // 0: TINYDDP_SHM_FIFO_BYTES or the default (comm/tuning.h)
+  size_t tcp_buffer_bytes = 0;       // 0: TINYDDP_TCP_BUFFER_BYTES or the kernel's auto-tuning
   std::optional<std::string> token;  // the job token for transport handshakes; unset: TINYDDP_TOKEN
   // nccl backend: the rank's CUDA device; -1: LOCAL_RANK's, else the rank's (core/device.h, default_cuda_device).
   int device = -1;
@@ -61,7 +61,7 @@ struct ProcessGroupOptions {
 // Per-call settings.
 struct CallOptions {
   std::chrono::milliseconds timeout{0};  // 0: the group's timeout
-  int bucket = -1;  // DDP's gradient bucket this call reduces, for the flight recorder; -1: none
+  int bucket = -1;                       // DDP's gradient bucket this call reduces, for the flight recorder; -1: none
 };
 
 class ProcessGroup {
@@ -157,6 +157,7 @@ std::shared_ptr<ProcessGroup> create_process_group(const std::string& backend, s
 // torchrun, srun or mpirun, see rendezvous.h), then create_process_group. rank / world = -1 take
 // them from the environment. The group keeps the store (and, on rank 0, its server) alive.
 std::shared_ptr<ProcessGroup> init_process_group(const std::string& backend, const std::string& init_method = "env://",
-                                                 int rank = -1, int world = -1, const ProcessGroupOptions& options = {});
+                                                 int rank = -1, int world = -1,
+                                                 const ProcessGroupOptions& options = {});
 
 }  // namespace tinyddp::comm

@@ -50,7 +50,8 @@ using Arith = typename ArithOf<T>::type;
 // always_inline: the loops are compiled inside each target clone of reduce_elements below, so the
 // AVX2 clone gets AVX2 loops.
 template <typename T, typename Combine>
-[[gnu::always_inline]] inline void combine_loop(T* dst, const T* a, const T* __restrict b, size_t count, Combine combine) {
+[[gnu::always_inline]] inline void combine_loop(T* dst, const T* a, const T* __restrict b, size_t count,
+                                                Combine combine) {
   for (size_t i = 0; i < count; ++i) dst[i] = combine(a[i], b[i]);
 }
 
@@ -61,7 +62,8 @@ template <typename T, typename Combine>
 // unaligned loads; the aligned case keeps the loop above.
 template <typename T, typename Combine>
 [[gnu::always_inline]] inline void combine_any(T* dst, const T* a, const void* b, size_t count, Combine combine) {
-  if (reinterpret_cast<uintptr_t>(b) % alignof(T) == 0) return combine_loop(dst, a, static_cast<const T*>(b), count, combine);
+  if (reinterpret_cast<uintptr_t>(b) % alignof(T) == 0)
+    return combine_loop(dst, a, static_cast<const T*>(b), count, combine);
   const auto* bytes = static_cast<const std::byte*>(b);
   for (size_t i = 0; i < count; ++i) {
     T y;
@@ -75,18 +77,10 @@ template <typename T>
   using A = Arith<T>;
   switch (op) {
     case ReduceOp::sum:
-    case ReduceOp::avg:
-      combine_any(dst, a, b, count, [](T x, T y) { return T(A(x) + A(y)); });
-      return;
-    case ReduceOp::prod:
-      combine_any(dst, a, b, count, [](T x, T y) { return T(A(x) * A(y)); });
-      return;
-    case ReduceOp::max:
-      combine_any(dst, a, b, count, [](T x, T y) { return x < y ? y : x; });
-      return;
-    case ReduceOp::min:
-      combine_any(dst, a, b, count, [](T x, T y) { return y < x ? y : x; });
-      return;
+    case ReduceOp::avg: combine_any(dst, a, b, count, [](T x, T y) { return T(A(x) + A(y)); }); return;
+    case ReduceOp::prod: combine_any(dst, a, b, count, [](T x, T y) { return T(A(x) * A(y)); }); return;
+    case ReduceOp::max: combine_any(dst, a, b, count, [](T x, T y) { return x < y ? y : x; }); return;
+    case ReduceOp::min: combine_any(dst, a, b, count, [](T x, T y) { return y < x ? y : x; }); return;
   }
 }
 

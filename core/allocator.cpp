@@ -225,8 +225,10 @@ void deallocate(const Allocation& block, Device device) {
   if (device.is_cpu()) {
     const size_t size = CpuCache::block_size(block.bytes, block.pinned);
     if (CpuCache::cacheable(size, block.pinned) && CpuCache::instance().give(block.ptr, size, block.pinned)) return;
-    if (block.pinned) cuda_host_free_pinned(block.ptr);
-    else std::free(block.ptr);
+    if (block.pinned)
+      cuda_host_free_pinned(block.ptr);
+    else
+      std::free(block.ptr);
     return;
   }
   CudaCache::instance().give(block.ptr, block.bytes, device.index);

@@ -4,12 +4,12 @@
 // use, new CPU blocks are page-locked ("pinned") so host<->device copies run at full PCIe speed and can
 // be asynchronous: that is what staging buffers for the host backend need.
 //
-// CPU blocks of 64 KiB and more are cached too (pinned blocks of every size: see CpuCache): a training step allocates the same activation and
-// gradient sizes every iteration, and handing a freed block back to the C library lets it shrink the
-// heap (or munmap the block), so the next step pays page faults to touch the same memory again --
-// several percent of an MLP step. Freed blocks are kept in a free list by size and handed out again;
-// at most 256 MiB are kept, beyond that blocks go back to the system. (Not under AddressSanitizer,
-// which must see every free to catch a use after it.)
+// CPU blocks of 64 KiB and more are cached too (pinned blocks of every size: see CpuCache): a training step allocates
+// the same activation and gradient sizes every iteration, and handing a freed block back to the C library lets it
+// shrink the heap (or munmap the block), so the next step pays page faults to touch the same memory again -- several
+// percent of an MLP step. Freed blocks are kept in a free list by size and handed out again; at most 256 MiB are kept,
+// beyond that blocks go back to the system. (Not under AddressSanitizer, which must see every free to catch a use after
+// it.)
 //
 // CUDA memory comes from a caching allocator: cudaMalloc/cudaFree synchronise the whole device and
 // cost tens of microseconds, so freed blocks are kept in per-device free lists, by rounded size, and
@@ -45,9 +45,9 @@ void disable_pinned_cpu_memory();
 // Statistics of the CPU block cache (for tests: a training step that reuses its buffers makes no new
 // system allocations after the first step).
 struct CpuCacheStats {
-  size_t bytes_cached = 0;         // freed by tensors, kept for reuse
-  size_t system_allocations = 0;   // cacheable requests that the cache could not serve (malloc'd)
-  size_t reuses = 0;               // requests served from the cache
+  size_t bytes_cached = 0;        // freed by tensors, kept for reuse
+  size_t system_allocations = 0;  // cacheable requests that the cache could not serve (malloc'd)
+  size_t reuses = 0;              // requests served from the cache
 };
 CpuCacheStats cpu_cache_stats();
 // Returns every cached CPU block to the system.
@@ -56,7 +56,7 @@ void cpu_cache_release();
 // Statistics of the CUDA caching allocator for one device (for tests and the trace).
 struct CudaCacheStats {
   size_t bytes_in_use = 0;
-  size_t bytes_cached = 0;  // freed by tensors, kept for reuse
+  size_t bytes_cached = 0;        // freed by tensors, kept for reuse
   size_t device_allocations = 0;  // calls that reached cudaMalloc
 };
 CudaCacheStats cuda_cache_stats(int device);

@@ -44,8 +44,7 @@ void close_from(int first, int keep) {
 
 // The child's side of start(), from fork to exec: only async-signal-safe calls. `report` is the
 // close-on-exec pipe an exec failure's errno goes into.
-[[noreturn]] void become(const ChildCommand& command, char* const* argv, char* const* envp, pid_t parent,
-                         int report) {
+[[noreturn]] void become(const ChildCommand& command, char* const* argv, char* const* envp, pid_t parent, int report) {
   if (command.own_process_group) setpgid(0, 0);
   // Die with the parent, even if it is killed with SIGKILL; and if it already died before this line,
   // go now rather than run unsupervised.
@@ -121,8 +120,7 @@ size_t ChildProcesses::start(const ChildCommand& command) {
   while (n < 0 && errno == EINTR);
   close(report[0]);
   if (n > 0) {
-    while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
-    }
+    while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {}
     TINYDDP_FAIL(owner_, ": cannot execute ", command.program, ": ", std::strerror(exec_error),
                  hint("the command must name an executable file"));
   }

@@ -1,8 +1,9 @@
 // CommandLine: what every tinyddp program does with its command line, so they all speak alike.
 //
 //   CLI::App app{"digits: an MLP on the handwritten digits"};
-//   app.add_option("--epochs", epochs, "passes over the data")->check(command_line::at_least(1))->capture_default_str();
-//   if (auto code = command_line::parse(app, argc, argv)) return *code;
+//   app.add_option("--epochs", epochs, "passes over the
+//   data")->check(command_line::at_least(1))->capture_default_str(); if (auto code = command_line::parse(app, argc,
+//   argv)) return *code;
 //
 // The exit codes are the same in every program (docs/reference.md, "Flags, exit codes and environment variables"):
 //   0  done (--help and --version too)
@@ -111,8 +112,8 @@ inline std::optional<int> parse(CLI::App& app, int argc, char** argv) {
                  flag ? "unknown flag" : "unexpected argument", extras.c_str(), app.get_name().c_str());
     return kUsageError;
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "%s: %s; hint: run %s --help for the flags and their ranges\n", app.get_name().c_str(), e.what(),
-                 app.get_name().c_str());
+    std::fprintf(stderr, "%s: %s; hint: run %s --help for the flags and their ranges\n", app.get_name().c_str(),
+                 e.what(), app.get_name().c_str());
     return kUsageError;
   }
 }

@@ -7,13 +7,13 @@
 
 #include "tinyddp/core/error.h"
 
-#define CUDA_CHECK(call)                                                                             \
-  do {                                                                                               \
-    cudaError_t tinyddp_cuda_status = (call);                                                        \
-    if (tinyddp_cuda_status != cudaSuccess)                                                          \
-      ::tinyddp::detail::fail(#call, __FILE__, __LINE__,                                             \
+#define CUDA_CHECK(call)                                                                                             \
+  do {                                                                                                               \
+    cudaError_t tinyddp_cuda_status = (call);                                                                        \
+    if (tinyddp_cuda_status != cudaSuccess)                                                                          \
+      ::tinyddp::detail::fail(#call, __FILE__, __LINE__,                                                             \
                               ::tinyddp::detail::concat("CUDA call failed: ", cudaGetErrorName(tinyddp_cuda_status), \
-                                                        " (", cudaGetErrorString(tinyddp_cuda_status), ")")); \
+                                                        " (", cudaGetErrorString(tinyddp_cuda_status), ")"));        \
   } while (0)
 
 // Checks the launch of the kernel just issued (bad configuration, no device code for this GPU).

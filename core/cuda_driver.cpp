@@ -47,7 +47,8 @@ Driver probe() {
   CuDriverGetVersion get_version = nullptr;
   CuDeviceGetCount get_count = nullptr;
   CuGetErrorString error_string = nullptr;
-  bool all = find(library, "cuInit", init, f.library_error) && find(library, "cuDriverGetVersion", get_version, f.library_error) &&
+  bool all = find(library, "cuInit", init, f.library_error) &&
+             find(library, "cuDriverGetVersion", get_version, f.library_error) &&
              find(library, "cuDeviceGetCount", get_count, f.library_error) &&
              find(library, "cuDeviceGet", d.device_get, f.library_error) &&
              find(library, "cuDevicePrimaryCtxGetState", d.primary_context_state, f.library_error) &&
@@ -85,11 +86,12 @@ CudaDriverAssessment assess_cuda_driver(const CudaDriverFacts& f, int toolkit_ve
   if (!f.library_loaded) {
     if (f.kernel_module_loaded)
       a.reason = "the NVIDIA kernel driver is loaded, but its library libcuda.so.1 could not be opened (" +
-                 f.library_error + "); hint: install the driver's user-space part (libcuda), in a container run it with "
-                 "the NVIDIA container toolkit (--gpus all), or " + kCpuHint;
-    else
-      a.reason = "no NVIDIA driver found (" + f.library_error + "); hint: install the NVIDIA driver, or " +
+                 f.library_error +
+                 "); hint: install the driver's user-space part (libcuda), in a container run it with "
+                 "the NVIDIA container toolkit (--gpus all), or " +
                  kCpuHint;
+    else
+      a.reason = "no NVIDIA driver found (" + f.library_error + "); hint: install the NVIDIA driver, or " + kCpuHint;
     return a;
   }
   if (f.init_result == kCudaErrorNoDevice) {
@@ -98,14 +100,16 @@ CudaDriverAssessment assess_cuda_driver(const CudaDriverFacts& f, int toolkit_ve
     return a;
   }
   if (f.init_result != 0) {
-    a.reason = "the NVIDIA driver could not start (cuInit: " + f.init_error + "); hint: check nvidia-smi, or " + kCpuHint;
+    a.reason = "the NVIDIA driver could not start (cuInit: " + f.init_error + "); hint: check nvidia-smi, or " +
+               kCpuHint;
     return a;
   }
   if (toolkit_version > 0 && f.driver_version / 1000 < toolkit_version / 1000) {
-    a.reason = "the NVIDIA driver supports CUDA " + cuda_version_string(f.driver_version) + ", but this build needs CUDA " +
-               std::to_string(toolkit_version / 1000) + ".0 or newer (it was compiled with CUDA " +
-               cuda_version_string(toolkit_version) + "); hint: update the driver, rebuild tinyddp with a CUDA toolkit " +
-               "the driver supports, or " + kCpuHint;
+    a.reason = "the NVIDIA driver supports CUDA " + cuda_version_string(f.driver_version) +
+               ", but this build needs CUDA " + std::to_string(toolkit_version / 1000) +
+               ".0 or newer (it was compiled with CUDA " + cuda_version_string(toolkit_version) +
+               "); hint: update the driver, rebuild tinyddp with a CUDA toolkit " + "the driver supports, or " +
+               kCpuHint;
     return a;
   }
   if (f.device_count <= 0) {

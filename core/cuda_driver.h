@@ -17,13 +17,13 @@
 namespace tinyddp {
 
 struct CudaDriverFacts {
-  bool library_loaded = false;         // libcuda.so.1 opened, and its functions found
-  std::string library_error;           // dlerror() when it was not
-  bool kernel_module_loaded = false;   // /proc/driver/nvidia/version exists
-  int init_result = 0;                 // cuInit's CUresult (0: success; 100: no device)
-  std::string init_error;              // the driver's description of init_result
-  int driver_version = 0;              // the newest CUDA the driver supports: 12040 is CUDA 12.4
-  int device_count = 0;                // cuDeviceGetCount (CUDA_VISIBLE_DEVICES applies)
+  bool library_loaded = false;        // libcuda.so.1 opened, and its functions found
+  std::string library_error;          // dlerror() when it was not
+  bool kernel_module_loaded = false;  // /proc/driver/nvidia/version exists
+  int init_result = 0;                // cuInit's CUresult (0: success; 100: no device)
+  std::string init_error;             // the driver's description of init_result
+  int driver_version = 0;             // the newest CUDA the driver supports: 12040 is CUDA 12.4
+  int device_count = 0;               // cuDeviceGetCount (CUDA_VISIBLE_DEVICES applies)
 };
 
 struct CudaDriverAssessment {

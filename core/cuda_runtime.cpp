@@ -28,8 +28,9 @@ const Availability& real_devices() {
   static const Availability result = [] {
     Availability a;
 #ifndef TINYDDP_WITH_CUDA
-    a.reason = "this build of tinyddp has no CUDA support; hint: install the CUDA toolkit (nvcc) and rebuild with "
-               "TINYDDP_CUDA=AUTO or ON, or run on the CPU instead (Device::cpu())";
+    a.reason =
+        "this build of tinyddp has no CUDA support; hint: install the CUDA toolkit (nvcc) and rebuild with "
+        "TINYDDP_CUDA=AUTO or ON, or run on the CPU instead (Device::cpu())";
 #else
     CudaDriverAssessment driver = assess_cuda_driver(cuda_driver_facts(), TINYDDP_CUDA_TOOLKIT_VERSION);
     a.device_count = driver.device_count;
@@ -37,8 +38,9 @@ const Availability& real_devices() {
     std::string searched;
     if (a.device_count > 0 && find_cuda_half(kCudaHalfLibrary, &searched).empty()) {
       a.device_count = 0;
-      a.reason = std::string("the GPUs cannot be used: tinyddp's CUDA half ") + kCudaHalfLibrary + " was not found (looked in " +
-                 searched + "); hint: keep it in the program's folder or in ../lib beside it, or set TINYDDP_PLUGIN_DIR";
+      a.reason = std::string("the GPUs cannot be used: tinyddp's CUDA half ") + kCudaHalfLibrary +
+                 " was not found (looked in " + searched +
+                 "); hint: keep it in the program's folder or in ../lib beside it, or set TINYDDP_PLUGIN_DIR";
     }
 #endif
     return a;

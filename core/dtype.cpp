@@ -47,9 +47,7 @@ namespace {
 constexpr DType kAllDTypes[] = {DType::f32, DType::f64, DType::i32, DType::i64, DType::u8, DType::bf16, DType::f16};
 }  // namespace
 
-bool is_floating_dtype(DType t) {
-  return t == DType::f32 || t == DType::f64 || t == DType::bf16 || t == DType::f16;
-}
+bool is_floating_dtype(DType t) { return t == DType::f32 || t == DType::f64 || t == DType::bf16 || t == DType::f16; }
 
 DType dtype_from_safetensors_name(const std::string& name) {
   for (DType t : kAllDTypes)

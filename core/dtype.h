@@ -23,19 +23,42 @@ DType dtype_from_safetensors_name(const std::string& name);
 DType dtype_from_name(const std::string& name);
 
 // Maps a C++ type to its DType at compile time: dtype_of<float>() == DType::f32.
-template <typename T> constexpr DType dtype_of();
-template <> constexpr DType dtype_of<float>() { return DType::f32; }
-template <> constexpr DType dtype_of<double>() { return DType::f64; }
-template <> constexpr DType dtype_of<int32_t>() { return DType::i32; }
-template <> constexpr DType dtype_of<int64_t>() { return DType::i64; }
-template <> constexpr DType dtype_of<uint8_t>() { return DType::u8; }
-template <> constexpr DType dtype_of<bfloat16>() { return DType::bf16; }
-template <> constexpr DType dtype_of<float16>() { return DType::f16; }
+template <typename T>
+constexpr DType dtype_of();
+template <>
+constexpr DType dtype_of<float>() {
+  return DType::f32;
+}
+template <>
+constexpr DType dtype_of<double>() {
+  return DType::f64;
+}
+template <>
+constexpr DType dtype_of<int32_t>() {
+  return DType::i32;
+}
+template <>
+constexpr DType dtype_of<int64_t>() {
+  return DType::i64;
+}
+template <>
+constexpr DType dtype_of<uint8_t>() {
+  return DType::u8;
+}
+template <>
+constexpr DType dtype_of<bfloat16>() {
+  return DType::bf16;
+}
+template <>
+constexpr DType dtype_of<float16>() {
+  return DType::f16;
+}
 
 // f32, f64, bf16 and f16.
 bool is_floating_dtype(DType t);
 
-// Calls fn with a value of the C++ type that `t` names: dispatch_dtype(t, [&](auto zero) { using T = decltype(zero); ... }).
+// Calls fn with a value of the C++ type that `t` names: dispatch_dtype(t, [&](auto zero) { using T = decltype(zero);
+// ... }).
 template <typename Fn>
 decltype(auto) dispatch_dtype(DType t, Fn&& fn) {
   switch (t) {

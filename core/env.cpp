@@ -87,7 +87,8 @@ size_t parse_choice_index(std::string_view name, std::string_view text, std::spa
   for (size_t i = 0; i < words.size(); ++i)
     if (same_word(text, words[i])) return i;
   std::string allowed;
-  for (size_t i = 0; i < words.size(); ++i) allowed += (i == 0 ? "" : i + 1 == words.size() ? " or " : ", ") + std::string(words[i]);
+  for (size_t i = 0; i < words.size(); ++i)
+    allowed += (i == 0 ? "" : i + 1 == words.size() ? " or " : ", ") + std::string(words[i]);
   TINYDDP_FAIL(name, "='", text, "' is not one of ", allowed,
                hint("set ", name, " to one of those (any case), ", "or unset it"));
 }

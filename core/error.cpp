@@ -18,7 +18,8 @@ std::string project_relative(const std::string& file) {
 }
 
 std::string locate(const std::string& expression, const std::string& file, int line) {
-  return (expression.empty() ? "raised at " : "check `" + expression + "` failed at ") + file + ":" + std::to_string(line);
+  return (expression.empty() ? "raised at " : "check `" + expression + "` failed at ") + file + ":" +
+         std::to_string(line);
 }
 
 // TINYDDP_DEBUG asks for the library's own details. Read here without core/log.h's parser, which

@@ -94,9 +94,9 @@ Plan* plan() {
 
 void say(std::string_view point, const char* how) {
   Plan* p = plan();
-  std::string line = "tinyddp fault injection: SIGKILL " + std::string(how) + " " + std::string(point) +
-                     " (rank " + std::to_string(p ? p->rank : 0) + ", attempt " +
-                     std::to_string(p ? p->attempt : 0) + ", " + kVariable + "=" + std::getenv(kVariable) + ")\n";
+  std::string line = "tinyddp fault injection: SIGKILL " + std::string(how) + " " + std::string(point) + " (rank " +
+                     std::to_string(p ? p->rank : 0) + ", attempt " + std::to_string(p ? p->attempt : 0) + ", " +
+                     kVariable + "=" + std::getenv(kVariable) + ")\n";
   ssize_t ignored = ::write(2, line.data(), line.size());
   (void)ignored;
 }

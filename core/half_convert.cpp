@@ -46,10 +46,10 @@ __attribute__((target("avx512f,avx512bf16"))) void f32_to_bf16_avx512(const floa
   size_t i = 0;
   for (; i + 32 <= n; i += 32) {
     const __m512i lo = _mm512_loadu_si512(in + i), hi = _mm512_loadu_si512(in + i + 16);
-    const __mmask16 subnormal_lo = _mm512_mask_test_epi32_mask(
-        _mm512_testn_epi32_mask(lo, exponent_bits), lo, mantissa_bits);
-    const __mmask16 subnormal_hi = _mm512_mask_test_epi32_mask(
-        _mm512_testn_epi32_mask(hi, exponent_bits), hi, mantissa_bits);
+    const __mmask16 subnormal_lo = _mm512_mask_test_epi32_mask(_mm512_testn_epi32_mask(lo, exponent_bits), lo,
+                                                               mantissa_bits);
+    const __mmask16 subnormal_hi = _mm512_mask_test_epi32_mask(_mm512_testn_epi32_mask(hi, exponent_bits), hi,
+                                                               mantissa_bits);
     if ((subnormal_lo | subnormal_hi) != 0) {
       portable::convert_f32_to_bf16(in + i, out + i, 32);
       continue;

@@ -10,7 +10,7 @@
 namespace tinyddp {
 
 constexpr uint64_t fnv1a(std::string_view text) {
-  uint64_t h = 14695981039346656037ull;  // the FNV-1a offset basis
+  uint64_t h = 14695981039346656037ull;                         // the FNV-1a offset basis
   for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;  // the FNV prime
   return h;
 }

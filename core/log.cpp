@@ -24,8 +24,10 @@ const char* log_level_name(LogLevel level) {
 
 LogLevel log_threshold() {
   static const LogLevel threshold = [] {
-    return env::choice<LogLevel>("TINYDDP_LOG_LEVEL", {{"debug", LogLevel::debug}, {"info", LogLevel::info},
-                                                       {"warn", LogLevel::warn}, {"error", LogLevel::error},
+    return env::choice<LogLevel>("TINYDDP_LOG_LEVEL", {{"debug", LogLevel::debug},
+                                                       {"info", LogLevel::info},
+                                                       {"warn", LogLevel::warn},
+                                                       {"error", LogLevel::error},
                                                        {"off", LogLevel::off}})
         .value_or(LogLevel::info);
   }();
@@ -33,8 +35,8 @@ LogLevel log_threshold() {
 }
 
 DebugLevel debug_level() {
-  return env::choice<DebugLevel>("TINYDDP_DEBUG", {{"OFF", DebugLevel::off}, {"INFO", DebugLevel::info},
-                                                   {"DETAIL", DebugLevel::detail}})
+  return env::choice<DebugLevel>("TINYDDP_DEBUG",
+                                 {{"OFF", DebugLevel::off}, {"INFO", DebugLevel::info}, {"DETAIL", DebugLevel::detail}})
       .value_or(DebugLevel::off);
 }
 

@@ -20,8 +20,7 @@ std::string LogRateLimiter::kind_of(const std::string& message) {
 void LogRateLimiter::summarize(Kind& kind, Clock::time_point now) {
   if (kind.held_back > 0) {
     char seconds[32];
-    std::snprintf(seconds, sizeof seconds, "%.1f",
-                  std::chrono::duration<double>(now - kind.window_start).count());
+    std::snprintf(seconds, sizeof seconds, "%.1f", std::chrono::duration<double>(now - kind.window_start).count());
     sink_(kind.level, std::to_string(kind.held_back) + " more line" + (kind.held_back == 1 ? "" : "s") +
                           " like this one in the last " + seconds + " s, not written (the last: " + kind.last + ")");
   }

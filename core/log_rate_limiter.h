@@ -48,10 +48,10 @@ class LogRateLimiter {
  private:
   struct Kind {
     Clock::time_point window_start;
-    int written = 0;          // in this window
-    uint64_t held_back = 0;   // in this window
+    int written = 0;         // in this window
+    uint64_t held_back = 0;  // in this window
     LogLevel level = LogLevel::info;
-    std::string last;         // the last line held back, quoted in the summary
+    std::string last;  // the last line held back, quoted in the summary
   };
   void summarize(Kind& kind, Clock::time_point now);
 

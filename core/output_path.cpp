@@ -36,12 +36,12 @@ std::optional<Unwritable> why_unwritable(const std::string& directory) {
   const bool read_only = statvfs(directory.c_str(), &file_system) == 0 && (file_system.f_flag & ST_RDONLY);
   if (!read_only && access(directory.c_str(), W_OK | X_OK) == 0) return std::nullopt;
   if (read_only || errno == EROFS)
-    return Unwritable{"is on a read-only file system",
-                      "choose a directory on a writable file system (findmnt -T " + directory +
-                          " shows its mount and options)"};
+    return Unwritable{"is on a read-only file system", "choose a directory on a writable file system (findmnt -T " +
+                                                           directory + " shows its mount and options)"};
   if (errno == EACCES || errno == EPERM)
     return Unwritable{"is not writable by this user",
-                      "choose a directory you can write to, or ask its owner for write permission (ls -ld " + directory + ")"};
+                      "choose a directory you can write to, or ask its owner for write permission (ls -ld " +
+                          directory + ")"};
   return Unwritable{std::string("cannot be written: ") + std::strerror(errno), "choose another directory"};
 }
 

@@ -24,7 +24,7 @@ TINYDDP_HD void mulhilo(uint32_t a, uint32_t b, uint32_t& hi, uint32_t& lo) {
 
 // Ten rounds of the Philox S-box over a 128-bit counter with a 64-bit key.
 TINYDDP_HD Block philox4x32_10(Block counter, uint32_t key0, uint32_t key1) {
-  constexpr uint32_t kMul0 = 0xD2511F53u, kMul1 = 0xCD9E8D57u;  // round multipliers
+  constexpr uint32_t kMul0 = 0xD2511F53u, kMul1 = 0xCD9E8D57u;    // round multipliers
   constexpr uint32_t kWeyl0 = 0x9E3779B9u, kWeyl1 = 0xBB67AE85u;  // key schedule (golden ratio, sqrt(3)-1)
   for (int round = 0; round < 10; ++round) {
     uint32_t hi0, lo0, hi1, lo1;

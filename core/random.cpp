@@ -15,7 +15,8 @@ uint64_t Generator::next_below(uint64_t n) {
   uint64_t start = advance(2);
   uint64_t limit = UINT64_MAX - UINT64_MAX % n;
   for (uint64_t attempt = 0;; ++attempt) {
-    uint64_t x = (uint64_t(philox::bits(seed_, start, 4 * attempt)) << 32) | philox::bits(seed_, start, 4 * attempt + 1);
+    uint64_t x = (uint64_t(philox::bits(seed_, start, 4 * attempt)) << 32) |
+                 philox::bits(seed_, start, 4 * attempt + 1);
     if (x < limit) return x % n;
     start = advance(2);
   }

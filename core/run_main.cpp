@@ -29,8 +29,7 @@ std::terminate_handler g_previous_handler = nullptr;
       // Not exit(): other threads (a store server, a data loader) may still run, and static
       // destructors would pull their objects from under them.
       std::_Exit(kFailed);
-    } catch (...) {
-    }
+    } catch (...) {}
   }
   if (g_previous_handler) g_previous_handler();
   std::abort();
@@ -56,7 +55,9 @@ int run_main(const std::function<int()>& body) {
   } catch (const std::exception& failure) {
     print_failure(failure);
   } catch (...) {
-    std::fprintf(stderr, "error: an exception that is not a std::exception; hint: throw std::exception or one derived from it\n");
+    std::fprintf(
+        stderr,
+        "error: an exception that is not a std::exception; hint: throw std::exception or one derived from it\n");
   }
   return kFailed;
 }

@@ -172,7 +172,7 @@ Metadata parse_metadata(const json& info, const std::string& source) {
 // Sorted by offset, each tensor must begin where the previous one ended and the last must end at the
 // end of the file: no byte belongs to two tensors, and none to no tensor.
 void check_tiling(const std::vector<TensorEntry>& entries, uint64_t data_size, const std::string& source) {
-  uint64_t covered = 0;  // data bytes [0, covered) belong to the tensors seen so far
+  uint64_t covered = 0;               // data bytes [0, covered) belong to the tensors seen so far
   const TensorEntry* last = nullptr;  // the tensor that ends at `covered`
   for (const TensorEntry& e : entries) {
     if (e.begin < covered)  // then covered > 0, so `last` is set
@@ -196,8 +196,10 @@ Header parse_header(const char* text, size_t size, uint64_t data_size, const std
                 hint("the file is corrupt or not a safetensors file"));
   Header result;
   for (auto it = header.begin(); it != header.end(); ++it) {
-    if (it.key() == "__metadata__") result.metadata = parse_metadata(it.value(), source);
-    else result.entries.push_back(parse_entry(it.key(), it.value(), data_size, source));
+    if (it.key() == "__metadata__")
+      result.metadata = parse_metadata(it.value(), source);
+    else
+      result.entries.push_back(parse_entry(it.key(), it.value(), data_size, source));
   }
   std::sort(result.entries.begin(), result.entries.end(), [](const TensorEntry& a, const TensorEntry& b) {
     return std::tie(a.begin, a.end, a.name) < std::tie(b.begin, b.end, b.name);
@@ -298,8 +300,8 @@ std::string header_text(const NamedTensors& tensors, const Metadata& metadata) {
 
 SafetensorsFile parse_safetensors(const std::string& bytes, const std::string& source) {
   check_has_length_prefix(bytes.size(), source);
-  const uint64_t header_len =
-      checked_header_length(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), source);
+  const uint64_t header_len = checked_header_length(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(),
+                                                    source);
   const uint64_t data_size = bytes.size() - 8 - header_len;
   const char* data = bytes.data() + 8 + header_len;
   return materialize(parse_header(bytes.data() + 8, header_len, data_size, source),

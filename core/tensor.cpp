@@ -78,8 +78,8 @@ void Tensor::check_type(DType requested) const {
 Tensor Tensor::view(int64_t element_offset, const Shape& shape) const {
   TINYDDP_CHECK(defined(), "view() of an undefined tensor");
   int64_t n = shape_numel(shape);
-  TINYDDP_CHECK(element_offset >= 0 && element_offset + n <= numel_, "view of ", n, " elements at offset ", element_offset,
-                " does not fit in ", describe());
+  TINYDDP_CHECK(element_offset >= 0 && element_offset + n <= numel_, "view of ", n, " elements at offset ",
+                element_offset, " does not fit in ", describe());
   Tensor t = *this;
   t.offset_ = offset_ + element_offset;
   t.shape_ = shape;
@@ -111,7 +111,8 @@ Tensor Tensor::reshape(const Shape& shape) const {
 
 Tensor Tensor::slice_rows(int64_t begin, int64_t end) const {
   TINYDDP_CHECK(dim() >= 1, "slice_rows of a 0-d tensor");
-  TINYDDP_CHECK(0 <= begin && begin <= end && end <= shape_[0], "rows [", begin, ", ", end, ") are outside ", describe());
+  TINYDDP_CHECK(0 <= begin && begin <= end && end <= shape_[0], "rows [", begin, ", ", end, ") are outside ",
+                describe());
   Shape s = shape_;
   s[0] = end - begin;
   int64_t row = shape_[0] ? numel_ / shape_[0] : 0;
@@ -141,10 +142,14 @@ constexpr bool is_floating_v = std::is_floating_point_v<T> || std::is_same_v<T, 
 template <typename From, typename To>
 void convert_elements(const From* in, To* out, int64_t n, const Tensor& source) {
   // The conversions a 16-bit collective makes, through the vector instructions of this CPU.
-  if constexpr (std::is_same_v<From, float> && std::is_same_v<To, bfloat16>) return convert_f32_to_bf16(in, out, size_t(n));
-  if constexpr (std::is_same_v<From, bfloat16> && std::is_same_v<To, float>) return convert_bf16_to_f32(in, out, size_t(n));
-  if constexpr (std::is_same_v<From, float> && std::is_same_v<To, float16>) return convert_f32_to_f16(in, out, size_t(n));
-  if constexpr (std::is_same_v<From, float16> && std::is_same_v<To, float>) return convert_f16_to_f32(in, out, size_t(n));
+  if constexpr (std::is_same_v<From, float> && std::is_same_v<To, bfloat16>)
+    return convert_f32_to_bf16(in, out, size_t(n));
+  if constexpr (std::is_same_v<From, bfloat16> && std::is_same_v<To, float>)
+    return convert_bf16_to_f32(in, out, size_t(n));
+  if constexpr (std::is_same_v<From, float> && std::is_same_v<To, float16>)
+    return convert_f32_to_f16(in, out, size_t(n));
+  if constexpr (std::is_same_v<From, float16> && std::is_same_v<To, float>)
+    return convert_f16_to_f32(in, out, size_t(n));
   for (int64_t i = 0; i < n; ++i) {
     if constexpr (is_floating_v<From> && std::is_integral_v<To>) {
       const double whole = std::trunc(double(in[i]));
@@ -180,14 +185,18 @@ void Tensor::copy_from(const Tensor& src) {
   TINYDDP_CHECK(src.numel() == numel_ && src.dtype() == dtype_, "copy_from: cannot copy ", src.describe(), " into ",
                 describe(), hint("the element count and dtype must match"));
   if (nbytes() == 0 || (shares_storage_with(src) && offset_ == src.offset_)) return;
-  if (device().is_cpu() && src.device().is_cpu()) std::memmove(raw_data(), src.raw_data(), nbytes());
-  else cuda_memcpy(raw_data(), device(), src.raw_data(), src.device(), nbytes());
+  if (device().is_cpu() && src.device().is_cpu())
+    std::memmove(raw_data(), src.raw_data(), nbytes());
+  else
+    cuda_memcpy(raw_data(), device(), src.raw_data(), src.device(), nbytes());
 }
 
 void Tensor::zero_() {
   if (nbytes() == 0) return;
-  if (device().is_cpu()) std::memset(raw_data(), 0, nbytes());
-  else cuda_memset_zero(raw_data(), nbytes(), device().index);
+  if (device().is_cpu())
+    std::memset(raw_data(), 0, nbytes());
+  else
+    cuda_memset_zero(raw_data(), nbytes(), device().index);
 }
 
 std::string Tensor::describe() const {

@@ -78,7 +78,8 @@ class Tensor {
   template <typename T>
   T item(int64_t flat_index = 0) const {
     TINYDDP_CHECK(device().is_cpu(), "item() reads CPU tensors", hint("call .to(Device::cpu()) first"));
-    TINYDDP_CHECK(flat_index >= 0 && flat_index < numel_, "item(", flat_index, ") is outside a tensor of ", numel_, " elements");
+    TINYDDP_CHECK(flat_index >= 0 && flat_index < numel_, "item(", flat_index, ") is outside a tensor of ", numel_,
+                  " elements");
     return data<T>()[flat_index];
   }
   // Copies the elements into a std::vector, from any device.
@@ -97,7 +98,7 @@ class Tensor {
   // Rows [begin, end) of the first dimension, as a view.
   Tensor slice_rows(int64_t begin, int64_t end) const;
 
-  Tensor clone() const;  // a deep copy on the same device
+  Tensor clone() const;            // a deep copy on the same device
   Tensor to(Device device) const;  // a copy on `device` (a shared handle if already there)
   // A copy with elements of `dtype`, on the same device (a shared handle if already of that dtype),
   // converted as PyTorch's .to(dtype) converts them: to a floating type by rounding to nearest, from a

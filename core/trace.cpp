@@ -34,7 +34,8 @@ Recorder& recorder() {
 }
 
 int64_t wall_us() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 // TINYDDP_TRACE turns tracing on at first use, with the rank from the launcher's RANK variable. A
@@ -93,7 +94,8 @@ void record_span(const std::string& name, const char* category, Lane lane, int64
                  const std::string& args_json) {
   if (!enabled()) return;
   Recorder& r = recorder();
-  json e = {{"name", name}, {"cat", category}, {"ph", "X"}, {"ts", begin_us}, {"dur", end_us - begin_us}, {"tid", int(lane)}};
+  json e = {{"name", name},   {"cat", category},          {"ph", "X"},
+            {"ts", begin_us}, {"dur", end_us - begin_us}, {"tid", int(lane)}};
   if (!args_json.empty()) e["args"] = json::parse(args_json, nullptr, false);
   std::lock_guard<std::mutex> lock(r.mutex);
   e["pid"] = r.rank;
@@ -115,9 +117,14 @@ std::string flush() {
   Recorder& r = recorder();
   std::lock_guard<std::mutex> lock(r.mutex);
   json events = json::array();
-  events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", r.rank}, {"args", {{"name", "rank " + std::to_string(r.rank)}}}});
+  events.push_back(
+      {{"name", "process_name"}, {"ph", "M"}, {"pid", r.rank}, {"args", {{"name", "rank " + std::to_string(r.rank)}}}});
   for (Lane lane : {Lane::compute, Lane::comm, Lane::data, Lane::host})
-    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", r.rank}, {"tid", int(lane)}, {"args", {{"name", lane_name(lane)}}}});
+    events.push_back({{"name", "thread_name"},
+                      {"ph", "M"},
+                      {"pid", r.rank},
+                      {"tid", int(lane)},
+                      {"args", {{"name", lane_name(lane)}}}});
   for (const json& e : r.events) events.push_back(e);
   std::string file = r.path + ".rank" + std::to_string(r.rank);
   std::ofstream out(file);

@@ -5,9 +5,9 @@
 // Set TINYDDP_TRACE=run.json (or call trace::start) and every rank records spans: forward and backward
 // per layer on the "compute" lane, each gradient bucket's all-reduce on the "comm" lane, the optimizer
 // step, and instants such as "bucket 0 ready". At the end (trace::flush) rank r writes its events to
-// run.json.rank<r> and rank 0 merges every rank's file into run.json (and removes them), one process row per rank, which
-// opens in https://ui.perfetto.dev or chrome://tracing. That picture is how you *see* DDP overlap the
-// all-reduce of one bucket with the backward pass of the layers before it.
+// run.json.rank<r> and rank 0 merges every rank's file into run.json (and removes them), one process row per rank,
+// which opens in https://ui.perfetto.dev or chrome://tracing. That picture is how you *see* DDP overlap the all-reduce
+// of one bucket with the backward pass of the layers before it.
 //
 // Recording is cheap when off: one relaxed atomic load per span.
 #pragma once
@@ -47,7 +47,9 @@ void record_instant(const std::string& name, const char* category, Lane lane, co
 class Span {
  public:
   Span(std::string name, const char* category, Lane lane = Lane::compute)
-      : name_(enabled() ? std::move(name) : std::string()), category_(category), lane_(lane),
+      : name_(enabled() ? std::move(name) : std::string()),
+        category_(category),
+        lane_(lane),
         begin_(name_.empty() ? 0 : now_us()) {}
   ~Span() {
     if (!name_.empty()) record_span(name_, category_, lane_, begin_, now_us());

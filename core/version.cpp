@@ -18,8 +18,10 @@ std::optional<int> answer_without_flags(int argc, char** argv, const char* about
   program = program.substr(program.find_last_of('/') + 1);
   const std::string arg = argv[1];
   if (arg == "--help" || arg == "-h") {
-    std::printf("%s\n\n%s takes no flags but these:\n  -h, --help  print this and exit\n  --version   print the version and exit\n",
-                about, program.c_str());
+    std::printf(
+        "%s\n\n%s takes no flags but these:\n  -h, --help  print this and exit\n  --version   print the version and "
+        "exit\n",
+        about, program.c_str());
     return 0;
   }
   if (arg == "--version") {

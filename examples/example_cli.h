@@ -6,8 +6,8 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -30,7 +30,7 @@ struct ExampleOptions {
   uint64_t seed = 0;
   std::string device_kind = "auto", load_path, save_path, shuffle = "on", checkpoint_dir;
   std::string init_method = "tcp://localhost:12355";  // the seed's
-  std::string precision = "fp32";  // --precision: fp32, bf16 or fp16 (nn/precision/precision.h)
+  std::string precision = "fp32";                     // --precision: fp32, bf16 or fp16 (nn/precision/precision.h)
 };
 
 // --precision's check: one of the words nn::parse_precision reads, refused with its message
@@ -54,20 +54,31 @@ inline void add_example_options(CLI::App& app, ExampleOptions& options) {
   app.add_option("--world-size", options.world_size, "workers [default: every GPU, or 2 CPU workers without one]")
       ->check(command_line::between(1, 4096));
   app.add_option("--device", options.device_kind, "auto (GPUs when there are any), cpu or cuda")
-      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))->capture_default_str();
-  app.add_option("--epochs", options.epochs, "passes over the training data (0: none, e.g. to evaluate a --load'ed model)")
-      ->check(at_least(0))->capture_default_str();
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->capture_default_str();
+  app.add_option("--epochs", options.epochs,
+                 "passes over the training data (0: none, e.g. to evaluate a --load'ed model)")
+      ->check(at_least(0))
+      ->capture_default_str();
   app.add_option("--batch-size", options.batch_size, "samples per step on each worker")
-      ->check(at_least(1))->capture_default_str();
-  app.add_option("--lr", options.lr, "Adam learning rate")->check(command_line::positive<double>())->capture_default_str();
+      ->check(at_least(1))
+      ->capture_default_str();
+  app.add_option("--lr", options.lr, "Adam learning rate")
+      ->check(command_line::positive<double>())
+      ->capture_default_str();
   app.add_option("--seed", options.seed, "seed of the initial weights and the shuffle")->capture_default_str();
-  app.add_option("--load", options.load_path, "start from the weights in this safetensors file")->check(CLI::ExistingFile);
-  app.add_option("--save", options.save_path, "write the final weights here (empty: do not save)")->capture_default_str();
+  app.add_option("--load", options.load_path, "start from the weights in this safetensors file")
+      ->check(CLI::ExistingFile);
+  app.add_option("--save", options.save_path, "write the final weights here (empty: do not save)")
+      ->capture_default_str();
   app.add_option("--shuffle", options.shuffle, "shuffle the samples every epoch")
-      ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
-  app.add_option("--precision", options.precision, "the GEMMs' precision: fp32, bf16 (mixed: bf16 products, f32 sums "
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  app.add_option("--precision", options.precision,
+                 "the GEMMs' precision: fp32, bf16 (mixed: bf16 products, f32 sums "
                  "and master weights) or fp16 (the same in IEEE half, with dynamic loss scaling)")
-      ->check(precision_choice())->capture_default_str();
+      ->check(precision_choice())
+      ->capture_default_str();
   app.add_option("--checkpoint-dir", options.checkpoint_dir, "checkpoint every epoch here, and resume from it");
   app.add_option("--init-method", options.init_method,
                  "where the workers meet: the store's tcp://host:port (under a launcher: env:// unless given)")
@@ -103,9 +114,9 @@ int save_final_weights(const std::string& path, WriteModel write_model) {
 }
 
 // Where the workers meet. Spawning, the store listens on --init-method (the seed's
-// tcp://localhost:12355 by default; only the default moves to a free port when it is taken). Under a launcher (tinyddp-run, torchrun, srun, mpirun) they join
-// by env://, unless --init-method was given: then rank 0 hosts the store there, as all_reduce_perf
-// does with its --init-method.
+// tcp://localhost:12355 by default; only the default moves to a free port when it is taken). Under a launcher
+// (tinyddp-run, torchrun, srun, mpirun) they join by env://, unless --init-method was given: then rank 0 hosts the
+// store there, as all_reduce_perf does with its --init-method.
 template <class MultiDeviceTrainer>
 void use_init_method(const CLI::App& app, const ExampleOptions& options, MultiDeviceTrainer& trainer) {
   trainer.set_init_method(options.init_method);

@@ -12,13 +12,15 @@ int64_t count_correct(const Tensor& logits, const Tensor& labels) {
   detail::check_logits_and_labels(op, logits, labels);
   const int64_t rows = logits.size(0), classes = logits.size(1);
   if (rows == 0) return 0;
-  TINYDDP_CHECK(classes > 0, op, ": `logits` ", logits.describe(), " has no classes", hint("logits need one column per class"));
+  TINYDDP_CHECK(classes > 0, op, ": `logits` ", logits.describe(), " has no classes",
+                hint("logits need one column per class"));
 
   if (const cuda::Kernels* gpu = cuda_kernels_for(logits)) {
     int64_t bad_row = -1;
     int64_t correct = gpu->count_correct(logits.device().index, logits.data<float>(), labels.data<int64_t>(), rows,
-                                        classes, &bad_row);
-    if (bad_row >= 0) detail::label_out_of_range(op, bad_row, labels.slice_rows(bad_row, bad_row + 1).to_vector<int64_t>()[0], classes);
+                                         classes, &bad_row);
+    if (bad_row >= 0)
+      detail::label_out_of_range(op, bad_row, labels.slice_rows(bad_row, bad_row + 1).to_vector<int64_t>()[0], classes);
     return correct;
   }
 

@@ -53,7 +53,8 @@ void relu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
     gpu->relu_backward(x.device().index, x.data<float>(), dy.data<float>(), dx.data<float>(), x.numel());
     return;
   }
-  map2_cpu(x.data<float>(), dy.data<float>(), dx.data<float>(), x.numel(), [](float v, float g) { return relu_grad(v, g); });
+  map2_cpu(x.data<float>(), dy.data<float>(), dx.data<float>(), x.numel(),
+           [](float v, float g) { return relu_grad(v, g); });
 }
 
 void gelu_forward(const Tensor& x, Tensor& y) {
@@ -71,7 +72,8 @@ void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
     gpu->gelu_backward(x.device().index, x.data<float>(), dy.data<float>(), dx.data<float>(), x.numel());
     return;
   }
-  map2_cpu(x.data<float>(), dy.data<float>(), dx.data<float>(), x.numel(), [](float v, float g) { return gelu_grad(v, g); });
+  map2_cpu(x.data<float>(), dy.data<float>(), dx.data<float>(), x.numel(),
+           [](float v, float g) { return gelu_grad(v, g); });
 }
 
 }  // namespace tinyddp::kernels

@@ -9,7 +9,8 @@ namespace tinyddp::kernels::detail {
 
 // `t` exists and holds `dtype`.
 inline void check_tensor(const char* op, const char* arg, const Tensor& t, DType dtype = DType::f32) {
-  TINYDDP_CHECK(t.defined(), op, ": argument `", arg, "` is an undefined tensor", hint("allocate it with Tensor::empty first"));
+  TINYDDP_CHECK(t.defined(), op, ": argument `", arg, "` is an undefined tensor",
+                hint("allocate it with Tensor::empty first"));
   TINYDDP_CHECK(t.dtype() == dtype, op, ": argument `", arg, "` is ", t.describe(), " but must be ", dtype_name(dtype),
                 hint("convert it, or allocate it with DType::", dtype_name(dtype)));
 }
@@ -21,7 +22,8 @@ inline void check_dim(const char* op, const char* arg, const Tensor& t, int64_t 
 }
 
 // `t` lives on the same device as `ref` (all arguments of one kernel call must).
-inline void check_same_device(const char* op, const char* ref_arg, const Tensor& ref, const char* arg, const Tensor& t) {
+inline void check_same_device(const char* op, const char* ref_arg, const Tensor& ref, const char* arg,
+                              const Tensor& t) {
   TINYDDP_CHECK(t.device() == ref.device(), op, ": argument `", arg, "` is on ", t.device().str(), " but `", ref_arg,
                 "` is on ", ref.device().str(), hint("move both to one device with .to(device)"));
 }
@@ -47,8 +49,8 @@ inline void check_logits_and_labels(const char* op, const Tensor& logits, const 
 
 // The error for a class index outside [0, classes), the same whichever device found it.
 [[noreturn]] inline void label_out_of_range(const char* op, int64_t row, int64_t label, int64_t classes) {
-  TINYDDP_FAIL(op, ": labels[", row, "] = ", label, " is not a class index in [0, ", classes, ")", hint("labels must be ",
-               "0-based class indices below the number of logits columns (", classes, ")"));
+  TINYDDP_FAIL(op, ": labels[", row, "] = ", label, " is not a class index in [0, ", classes, ")",
+               hint("labels must be ", "0-based class indices below the number of logits columns (", classes, ")"));
 }
 
 }  // namespace tinyddp::kernels::detail

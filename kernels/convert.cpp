@@ -34,8 +34,8 @@ void convert(const Tensor& src, Tensor& dst) {
                 dst.device().str(), hint("move both to one device with .to(device)"));
   if (src.dtype() == dst.dtype()) return dst.copy_from(src);
   TINYDDP_CHECK(is_supported_pair(src.dtype(), dst.dtype()), op, ": ", dtype_name(src.dtype()), " -> ",
-                dtype_name(dst.dtype()), " is not supported", hint("convert between f32 and bf16 or f16 ",
-                "(Tensor::to converts between any two dtypes)"));
+                dtype_name(dst.dtype()), " is not supported",
+                hint("convert between f32 and bf16 or f16 ", "(Tensor::to converts between any two dtypes)"));
   if (src.numel() == 0) return;
   if (const cuda::Kernels* gpu = cuda_kernels_for(src)) {
     gpu->convert(src.device().index, src.raw_data(), src.dtype(), dst.raw_data(), dst.dtype(), src.numel());

@@ -181,8 +181,9 @@ void set_cpu_gemm(CpuGemm gemm) {
 }
 
 void set_cpu_threads(int threads) {
-  TINYDDP_CHECK(threads >= 1, "set_cpu_threads(", threads, "): at least one thread is needed", hint("pass 1 to run "
-                "BLAS on the calling thread only"));
+  TINYDDP_CHECK(threads >= 1, "set_cpu_threads(", threads, "): at least one thread is needed",
+                hint("pass 1 to run "
+                     "BLAS on the calling thread only"));
   // With several DDP processes on one host, each library spawning one thread per core would
   // oversubscribe the cores many times over; one thread per process is what torch.distributed users
   // set too. Both libraries are told, so a later set_cpu_gemm keeps the count.

@@ -55,7 +55,8 @@ VectorClass onednn_vector_class();
 // first call asks it, and says why not when it is not.
 bool onednn_bf16_matmul_available(std::string* why_not = nullptr);
 void onednn_bf16_gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
-                      const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c, int64_t ldc);
+                      const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c,
+                      int64_t ldc);
 #endif
 
 }  // namespace tinyddp::kernels::detail

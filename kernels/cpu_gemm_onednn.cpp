@@ -40,7 +40,7 @@ struct OneDnn {
   void (*omp_set_num_threads)(int) = nullptr;
   int (*omp_get_max_threads)() = nullptr;
   void* library = nullptr;  // the dlopen handle, for the other oneDNN calls (cpu_gemm_onednn_bf16.cpp)
-  std::string error;  // why it is not there; empty when loaded
+  std::string error;        // why it is not there; empty when loaded
 };
 
 template <typename Function>
@@ -63,8 +63,8 @@ OneDnn load() {
   void* gomp = dlopen("libgomp.so.1", RTLD_NOW | RTLD_NOLOAD);
   loaded.sgemm = symbol<decltype(&dnnl_sgemm)>(dnnl, "dnnl_sgemm", loaded.error);
   loaded.version = symbol<decltype(&dnnl_version)>(dnnl, "dnnl_version", loaded.error);
-  loaded.effective_isa =
-      symbol<decltype(&dnnl_get_effective_cpu_isa)>(dnnl, "dnnl_get_effective_cpu_isa", loaded.error);
+  loaded.effective_isa = symbol<decltype(&dnnl_get_effective_cpu_isa)>(dnnl, "dnnl_get_effective_cpu_isa",
+                                                                       loaded.error);
   loaded.omp_set_num_threads = symbol<void (*)(int)>(gomp, "omp_set_num_threads", loaded.error);
   loaded.omp_get_max_threads = symbol<int (*)()>(gomp, "omp_get_max_threads", loaded.error);
   if (!gomp && loaded.error.empty()) loaded.error = std::string(kLibrary) + " is not threaded with libgomp.so.1";
@@ -127,8 +127,8 @@ void onednn_sgemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int6
   // dnnl_sgemm is row-major, like the rest of tinyddp (unlike Fortran BLAS).
   dnnl_status_t status = dnnl.sgemm(transpose_a ? 'T' : 'N', transpose_b ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb,
                                     beta, c, ldc);
-  TINYDDP_CHECK(status == dnnl_success, "gemm: oneDNN's dnnl_sgemm failed with status ", int(status), " for [", m,
-                ", ", k, "] x [", k, ", ", n, "]", hint("run with TINYDDP_CPU_GEMM=openblas to use OpenBLAS instead"));
+  TINYDDP_CHECK(status == dnnl_success, "gemm: oneDNN's dnnl_sgemm failed with status ", int(status), " for [", m, ", ",
+                k, "] x [", k, ", ", n, "]", hint("run with TINYDDP_CPU_GEMM=openblas to use OpenBLAS instead"));
 }
 
 void onednn_set_threads(int threads) { requested_threads.store(threads); }
@@ -146,11 +146,14 @@ std::string onednn_version() {
 
 std::string onednn_isa_name() {
   // From the widest down: each ISA's flags include those of every ISA it extends.
-  static const std::pair<dnnl_cpu_isa_t, const char*> names[] = {
-      {dnnl_cpu_isa_avx512_core_amx, "avx512_core_amx"}, {dnnl_cpu_isa_avx512_core_bf16, "avx512_core_bf16"},
-      {dnnl_cpu_isa_avx512_core_vnni, "avx512_core_vnni"}, {dnnl_cpu_isa_avx512_core, "avx512_core"},
-      {dnnl_cpu_isa_avx2_vnni, "avx2_vnni"}, {dnnl_cpu_isa_avx2, "avx2"}, {dnnl_cpu_isa_avx, "avx"},
-      {dnnl_cpu_isa_sse41, "sse41"}};
+  static const std::pair<dnnl_cpu_isa_t, const char*> names[] = {{dnnl_cpu_isa_avx512_core_amx, "avx512_core_amx"},
+                                                                 {dnnl_cpu_isa_avx512_core_bf16, "avx512_core_bf16"},
+                                                                 {dnnl_cpu_isa_avx512_core_vnni, "avx512_core_vnni"},
+                                                                 {dnnl_cpu_isa_avx512_core, "avx512_core"},
+                                                                 {dnnl_cpu_isa_avx2_vnni, "avx2_vnni"},
+                                                                 {dnnl_cpu_isa_avx2, "avx2"},
+                                                                 {dnnl_cpu_isa_avx, "avx"},
+                                                                 {dnnl_cpu_isa_sse41, "sse41"}};
   const unsigned isa = unsigned(onednn().effective_isa());
   for (const auto& [flags, name] : names)
     if ((isa & unsigned(flags)) == unsigned(flags)) return name;

@@ -169,8 +169,8 @@ void onednn_bf16_gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, 
                   "] (status ", int(status), ")", hint("run with --precision fp32"));
     const dnnl_status_t created = dnnl.primitive_create(&p.primitive, pd);
     dnnl.primitive_desc_destroy(pd);
-    TINYDDP_CHECK(created == dnnl_success, "gemm: oneDNN could not create the bf16 matmul (status ", int(created),
-                  ")", hint("run with --precision fp32"));
+    TINYDDP_CHECK(created == dnnl_success, "gemm: oneDNN could not create the bf16 matmul (status ", int(created), ")",
+                  hint("run with --precision fp32"));
     found = products.emplace(key, p).first;
   }
   Product& p = found->second;

@@ -44,16 +44,20 @@ float softmax_cross_entropy(const Tensor& logits, const Tensor& labels, Tensor* 
     detail::check_like(op, "logits", logits, "dlogits", *dlogits);
   }
   const int64_t rows = logits.size(0), classes = logits.size(1);
-  TINYDDP_CHECK(rows > 0, op, ": `logits` ", logits.describe(), " has no rows, and the mean over an empty batch is "
-                "undefined", hint("skip empty batches"));
-  TINYDDP_CHECK(classes > 0, op, ": `logits` ", logits.describe(), " has no classes", hint("logits need one column per class"));
+  TINYDDP_CHECK(rows > 0, op, ": `logits` ", logits.describe(),
+                " has no rows, and the mean over an empty batch is "
+                "undefined",
+                hint("skip empty batches"));
+  TINYDDP_CHECK(classes > 0, op, ": `logits` ", logits.describe(), " has no classes",
+                hint("logits need one column per class"));
   float* d = dlogits ? dlogits->data<float>() : nullptr;
 
   if (const cuda::Kernels* gpu = cuda_kernels_for(logits)) {
     int64_t bad_row = -1;
     double loss = gpu->softmax_cross_entropy(logits.device().index, logits.data<float>(), labels.data<int64_t>(), d,
-                                            rows, classes, &bad_row);
-    if (bad_row >= 0) detail::label_out_of_range(op, bad_row, labels.slice_rows(bad_row, bad_row + 1).to_vector<int64_t>()[0], classes);
+                                             rows, classes, &bad_row);
+    if (bad_row >= 0)
+      detail::label_out_of_range(op, bad_row, labels.slice_rows(bad_row, bad_row + 1).to_vector<int64_t>()[0], classes);
     return float(loss);
   }
 

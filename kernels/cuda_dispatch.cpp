@@ -9,8 +9,8 @@ namespace tinyddp::kernels {
 
 namespace {
 const cuda::Kernels& loaded_kernels() {
-  static const cuda::Kernels* const table =
-      cuda_half_interface<const cuda::Kernels>(kCudaHalfLibrary, cuda::kKernelsEntryName);
+  static const cuda::Kernels* const table = cuda_half_interface<const cuda::Kernels>(kCudaHalfLibrary,
+                                                                                     cuda::kKernelsEntryName);
   return *table;
 }
 std::atomic<const cuda::Kernels*> g_stand_in{nullptr};

@@ -100,10 +100,10 @@ TINYDDP_HD void sgd_update(float& param, float grad, float& buf, const SgdScalar
 struct AdamScalars {
   float beta1, beta2, eps, weight_decay;
   float one_minus_beta1, one_minus_beta2;  // rounded from double, as PyTorch passes alpha = 1 - beta1
-  bool decoupled_weight_decay;  // AdamW
-  float decay_factor;           // AdamW: 1 - lr * wd, rounded from double
-  float step_size;              // lr / (1 - beta1^t)
-  float bias_correction2_sqrt;  // sqrt(1 - beta2^t)
+  bool decoupled_weight_decay;             // AdamW
+  float decay_factor;                      // AdamW: 1 - lr * wd, rounded from double
+  float step_size;                         // lr / (1 - beta1^t)
+  float bias_correction2_sqrt;             // sqrt(1 - beta2^t)
 };
 
 // torch.optim.Adam / AdamW (PyTorch 1.13, _single_tensor_adam, amsgrad off) for one element:
@@ -116,8 +116,10 @@ struct AdamScalars {
 TINYDDP_HD void adam_update(float& param, float grad, float& exp_avg, float& exp_avg_sq, const AdamScalars& s) {
   float p = param;
   float g = grad;
-  if (s.decoupled_weight_decay) p = p * s.decay_factor;
-  else g = g + s.weight_decay * p;
+  if (s.decoupled_weight_decay)
+    p = p * s.decay_factor;
+  else
+    g = g + s.weight_decay * p;
   float m = s.beta1 * exp_avg + s.one_minus_beta1 * g;
   float v = s.beta2 * exp_avg_sq + s.one_minus_beta2 * g * g;
   float denom = sqrtf(v) / s.bias_correction2_sqrt + s.eps;

@@ -47,13 +47,15 @@ void gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, 
   for (const auto& [name, operand] : {std::pair<const char*, const Tensor*>{"a", &a}, {"b", &b}}) {
     const bool overlap = c.shares_storage_with(*operand) && c.offset() < operand->offset() + operand->numel() &&
                          operand->offset() < c.offset() + c.numel();
-    TINYDDP_CHECK(!overlap, "gemm: the output `c` overlaps the memory of `", name, "`", hint("write the product into a ",
-                  "separate tensor and copy it back"));
+    TINYDDP_CHECK(!overlap, "gemm: the output `c` overlaps the memory of `", name, "`",
+                  hint("write the product into a ", "separate tensor and copy it back"));
   }
   if (m == 0 || n == 0) return;
   if (k == 0) {  // an empty sum: c = beta * c, which BLAS libraries do not all agree on for k = 0
-    if (beta == 0.f) fill(c, 0.f);
-    else scale(c, beta);
+    if (beta == 0.f)
+      fill(c, 0.f);
+    else
+      scale(c, beta);
     return;
   }
   // Row-major storage: each matrix's leading dimension is its row length as stored.
@@ -72,14 +74,15 @@ void gemm(const Tensor& a, bool transpose_a, const Tensor& b, bool transpose_b, 
     }
 #endif
     // Every narrow value is an f32, so widening changes nothing: the f32 GEMM computes the same products.
-    Tensor wide_a = Tensor::empty(a.shape(), DType::f32, a.device()), wide_b = Tensor::empty(b.shape(), DType::f32, b.device());
+    Tensor wide_a = Tensor::empty(a.shape(), DType::f32, a.device()),
+           wide_b = Tensor::empty(b.shape(), DType::f32, b.device());
     convert(a, wide_a);
     convert(b, wide_b);
     return gemm(wide_a, transpose_a, wide_b, transpose_b, c, alpha, beta);
   }
   if (const cuda::Kernels* gpu = cuda_kernels_for(c)) {
     gpu->gemm(c.device().index, transpose_a, transpose_b, m, n, k, alpha, a.data<float>(), lda, b.data<float>(), ldb,
-             beta, c.data<float>(), ldc);
+              beta, c.data<float>(), ldc);
     return;
   }
 #ifdef TINYDDP_WITH_ONEDNN

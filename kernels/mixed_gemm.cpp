@@ -111,12 +111,12 @@ std::string mixed_gemm_units(DType narrow, Device device) {
 
 void round_to(const Tensor& src, DType narrow, Tensor& dst) {
   constexpr const char* op = "round_to";
-  TINYDDP_CHECK(narrow == DType::bf16 || narrow == DType::f16, op, ": ", dtype_name(narrow),
-                " is not a narrow type", hint("round to bf16 or f16"));
+  TINYDDP_CHECK(narrow == DType::bf16 || narrow == DType::f16, op, ": ", dtype_name(narrow), " is not a narrow type",
+                hint("round to bf16 or f16"));
   TINYDDP_CHECK(src.defined() && src.dtype() == DType::f32, op, ": `src` is ", src.describe(), " but must be f32");
   TINYDDP_CHECK(dst.defined() && (dst.dtype() == narrow || dst.dtype() == DType::f32), op, ": `dst` is ",
-                dst.describe(), " but must be ", dtype_name(narrow),
-                " or f32", hint("allocate it with mixed_operand_dtype"));
+                dst.describe(), " but must be ", dtype_name(narrow), " or f32",
+                hint("allocate it with mixed_operand_dtype"));
   TINYDDP_CHECK(src.numel() == dst.numel() && src.device() == dst.device(), op, ": `src` is ", src.describe(),
                 " but `dst` is ", dst.describe(), hint("the same number of elements, on the same device"));
   if (dst.dtype() == narrow) return convert(src, dst);

@@ -18,7 +18,8 @@ float mse(const Tensor& pred, const Tensor& target, Tensor* dpred) {
     detail::check_like(op, "pred", pred, "dpred", *dpred);
   }
   const int64_t n = pred.numel();
-  TINYDDP_CHECK(n > 0, op, ": `pred` ", pred.describe(), " is empty, and the mean over no elements is undefined; "
+  TINYDDP_CHECK(n > 0, op, ": `pred` ", pred.describe(),
+                " is empty, and the mean over no elements is undefined; "
                 "hint: skip empty batches");
   float* d = dpred ? dpred->data<float>() : nullptr;
 

@@ -89,7 +89,7 @@ void adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_a
 // sum of x^2 in double precision (the global gradient norm is sqrt of the sum over all gradients).
 double sum_of_squares(const Tensor& x);
 void fill(Tensor& x, float value);
-void scale(Tensor& x, float alpha);  // x *= alpha
+void scale(Tensor& x, float alpha);                  // x *= alpha
 void axpy(float alpha, const Tensor& x, Tensor& y);  // y += alpha * x
 
 // ---- dtype conversion ----------------------------------------------------------------------------

@@ -33,9 +33,10 @@ void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const 
   }
   // The same argument rules as torch.optim.SGD's constructor.
   TINYDDP_CHECK(config.lr >= 0.f, op, ": lr = ", config.lr, " is negative", hint("use a learning rate >= 0"));
-  TINYDDP_CHECK(config.momentum >= 0.f, op, ": momentum = ", config.momentum, " is negative", hint("use 0 <= momentum < 1"));
-  TINYDDP_CHECK(config.weight_decay >= 0.f, op, ": weight_decay = ", config.weight_decay,
-                " is negative", hint("use weight_decay >= 0"));
+  TINYDDP_CHECK(config.momentum >= 0.f, op, ": momentum = ", config.momentum, " is negative",
+                hint("use 0 <= momentum < 1"));
+  TINYDDP_CHECK(config.weight_decay >= 0.f, op, ": weight_decay = ", config.weight_decay, " is negative",
+                hint("use weight_decay >= 0"));
   TINYDDP_CHECK(!config.nesterov || (use_momentum && config.dampening == 0.f), op,
                 ": nesterov momentum needs momentum > 0 and dampening = 0, got momentum = ", config.momentum,
                 ", dampening = ", config.dampening, hint("set a momentum and no dampening, or turn nesterov off"));
@@ -61,7 +62,8 @@ void sgd_step(Tensor& param, const Tensor& grad, Tensor& momentum_buffer, const 
 // The argument rules of torch.optim.Adam's constructor, in its words.
 void check_adam_config(const AdamConfig& config) {
   TINYDDP_CHECK(config.lr >= 0, "Adam: invalid learning rate: ", config.lr, hint("use a learning rate >= 0"));
-  TINYDDP_CHECK(config.eps >= 0, "Adam: invalid epsilon value: ", config.eps, hint("use a small positive eps such as 1e-8"));
+  TINYDDP_CHECK(config.eps >= 0, "Adam: invalid epsilon value: ", config.eps,
+                hint("use a small positive eps such as 1e-8"));
   const double betas[2] = {config.beta1, config.beta2};
   for (int i = 0; i < 2; ++i)
     TINYDDP_CHECK(betas[i] >= 0 && betas[i] < 1, "Adam: invalid beta parameter at index ", i, ": ", betas[i],
@@ -80,7 +82,9 @@ void adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_a
   detail::check_like(op, "param", param, "grad", grad);
   detail::check_like(op, "param", param, "exp_avg", exp_avg);
   detail::check_like(op, "param", param, "exp_avg_sq", exp_avg_sq);
-  TINYDDP_CHECK(step >= 1, op, ": step = ", step, " but steps count from 1 (the bias correction divides by 1 - beta^step)", hint("pass the number of steps taken including this one"));
+  TINYDDP_CHECK(step >= 1, op, ": step = ", step,
+                " but steps count from 1 (the bias correction divides by 1 - beta^step)",
+                hint("pass the number of steps taken including this one"));
   check_adam_config(config);
 
   // The bias corrections depend on the step only: computed once here, in double, as PyTorch does.
@@ -99,7 +103,7 @@ void adam_step(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_a
   const int64_t n = param.numel();
   if (const cuda::Kernels* gpu = cuda_kernels_for(param)) {
     gpu->adam_step(param.device().index, param.data<float>(), grad.data<float>(), exp_avg.data<float>(),
-                  exp_avg_sq.data<float>(), n, s);
+                   exp_avg_sq.data<float>(), n, s);
     return;
   }
   adam_cpu(param.data<float>(), grad.data<float>(), exp_avg.data<float>(), exp_avg_sq.data<float>(), n, s);

@@ -47,7 +47,7 @@ Tensor Linear::forward(const Tensor& input) {
     kernels::round_to(input, narrow, input_);
     if (!weight_operand_.defined() || weight_operand_.dtype() != stored || weight_operand_.device() != device_)
       weight_operand_ = Tensor::empty(weight_->value.shape(), stored, device_);
-    kernels::round_to(weight_->value, narrow, weight_operand_);  // the master weight stays f32
+    kernels::round_to(weight_->value, narrow, weight_operand_);   // the master weight stays f32
     kernels::gemm(input_, false, weight_operand_, true, output);  // y = x W^T, summed in f32
   }
   if (bias_) kernels::bias_add(output, bias_->value);

@@ -41,7 +41,7 @@ class Linear : public Module {
   int64_t in_features_, out_features_;
   Parameter* weight_ = nullptr;  // owned by Module (heap), so these stay valid when a Linear moves
   Parameter* bias_ = nullptr;
-  Tensor input_;  // saved by forward for dW (rounded, under a mixed precision)
+  Tensor input_;                           // saved by forward for dW (rounded, under a mixed precision)
   Precision precision_ = Precision::fp32;  // the precision forward ran in, which backward follows
   Tensor weight_operand_;  // the weight rounded by forward, under a mixed precision; reused while its shape lasts
 };

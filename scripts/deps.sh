@@ -6,7 +6,8 @@
 #   scripts/deps.sh --tests               also what the launcher tests run our programs under (make test):
 #                                         torchrun (python3-torch), numpy for the f16 check (python3-numpy),
 #                                         mpirun (openmpi-bin), a one-node Slurm
-#                                         (slurmctld, slurmd, slurm-client, munge). These are optional:
+#                                         (slurmctld, slurmd, slurm-client, munge), and clang-format for the
+#                                         format check (scripts/check_format.sh). These are optional:
 #                                         when they cannot be installed, make test goes on and those tests
 #                                         skip, each saying what is missing.
 #   scripts/deps.sh --bench               also the peers make bench runs beside tinyddp (bench/peers/):
@@ -22,7 +23,7 @@ if [ "${1:-}" = --tests ]; then
   shift
   # Not slurm-wlm, which also brings slurmdbd and the graphical sview: the three daemons' packages
   # are what a one-node cluster needs.
-  optional=(python3-torch python3-numpy openmpi-bin slurmctld slurmd slurm-client munge)
+  optional=(python3-torch python3-numpy openmpi-bin slurmctld slurmd slurm-client munge clang-format)
 elif [ "${1:-}" = --bench ]; then
   shift
   optional=(openmpi-bin libopenmpi-dev libgloo-dev python3-torch gnuplot-nox)

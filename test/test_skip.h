@@ -31,23 +31,23 @@ std::string skip_reason(const Parts&... parts) {
 
 // For a helper that returns a value its test case then returns on (a "program is built" check): says
 // why and records the whole test case as skipped, without returning itself.
-#define TINYDDP_RECORD_SKIP(...)                                                 \
-  do {                                                                           \
+#define TINYDDP_RECORD_SKIP(...)                                                          \
+  do {                                                                                    \
     const std::string tinyddp_skip_reason = ::tinyddp::testing::skip_reason(__VA_ARGS__); \
-    MESSAGE("skipped: ", tinyddp_skip_reason);                                   \
-    ::tinyddp::testing::record_skip(tinyddp_skip_reason, true);                  \
+    MESSAGE("skipped: ", tinyddp_skip_reason);                                            \
+    ::tinyddp::testing::record_skip(tinyddp_skip_reason, true);                           \
   } while (0)
 
 // Says why, records the skip and returns from the test case.
-#define TINYDDP_SKIP(...)                 \
-  do {                                    \
-    TINYDDP_RECORD_SKIP(__VA_ARGS__);     \
-    return;                               \
+#define TINYDDP_SKIP(...)             \
+  do {                                \
+    TINYDDP_RECORD_SKIP(__VA_ARGS__); \
+    return;                           \
   } while (0)
 
-#define TINYDDP_SKIP_PART(...)                                                   \
-  do {                                                                           \
+#define TINYDDP_SKIP_PART(...)                                                            \
+  do {                                                                                    \
     const std::string tinyddp_skip_reason = ::tinyddp::testing::skip_reason(__VA_ARGS__); \
-    MESSAGE("skipped some checks: ", tinyddp_skip_reason);                       \
-    ::tinyddp::testing::record_skip(tinyddp_skip_reason, false);                 \
+    MESSAGE("skipped some checks: ", tinyddp_skip_reason);                                \
+    ::tinyddp::testing::record_skip(tinyddp_skip_reason, false);                          \
   } while (0)

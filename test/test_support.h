@@ -22,7 +22,8 @@ inline std::string fixture(const std::string& name) { return std::string(TINYDDP
 
 // The UCI digits: ../shared/data beside the checkout, or data/ inside it (make data); "" when neither.
 inline std::string digits_data() {
-  for (std::string path : {std::string(TINYDDP_SHARED_DATA) + "/digits.csv.gz", std::string(TINYDDP_SOURCE_DIR) + "/data/digits.csv.gz"})
+  for (std::string path :
+       {std::string(TINYDDP_SHARED_DATA) + "/digits.csv.gz", std::string(TINYDDP_SOURCE_DIR) + "/data/digits.csv.gz"})
     if (std::filesystem::exists(path)) return path;
   return "";
 }
@@ -41,8 +42,8 @@ inline void check_close(const std::vector<float>& got, const std::vector<float>&
 }
 
 inline void check_close(const Tensor& got, const Tensor& ref, double atol, double rtol, const std::string& what) {
-  REQUIRE_MESSAGE(got.shape() == ref.shape(), what << ": shape " << shape_str(got.shape()) << " vs reference "
-                                                   << shape_str(ref.shape()));
+  REQUIRE_MESSAGE(got.shape() == ref.shape(),
+                  what << ": shape " << shape_str(got.shape()) << " vs reference " << shape_str(ref.shape()));
   check_close(got.to_vector<float>(), ref.to_vector<float>(), atol, rtol, what);
 }
 
@@ -84,8 +85,10 @@ inline std::vector<double> gemm_rounding_bound(const Tensor& a, bool ta, const T
       double magnitude = 0;
       for (int64_t l = 0; l < k; ++l) magnitude += std::fabs(at(i, l) * bt(l, j));
       double c = 0;
-      if (c0.size() == size_t(m * n)) c = c0[size_t(i * n + j)];
-      else if (c0.size() == size_t(n)) c = c0[size_t(j)];
+      if (c0.size() == size_t(m * n))
+        c = c0[size_t(i * n + j)];
+      else if (c0.size() == size_t(n))
+        c = c0[size_t(j)];
       bound[size_t(i * n + j)] = gamma_n(k + 2) * (std::fabs(alpha) * magnitude + std::fabs(beta * c));
     }
   return bound;

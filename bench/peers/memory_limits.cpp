@@ -22,7 +22,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-__attribute__((target_clones("avx2", "default"))) void add_into(float* __restrict a, const float* __restrict b, size_t n) {
+__attribute__((target_clones("avx2", "default"))) void add_into(float* __restrict a, const float* __restrict b,
+                                                                size_t n) {
   for (size_t i = 0; i < n; ++i) a[i] += b[i];
 }
 
@@ -65,8 +66,10 @@ double best_rate(size_t bytes, Pass&& pass) {
 int main(int argc, char** argv) {
   size_t from = 64 << 10, to = size_t(256) << 20;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::string(argv[i]) == "-b") from = parse_size(argv[i + 1]);
-    else if (std::string(argv[i]) == "-e") to = parse_size(argv[i + 1]);
+    if (std::string(argv[i]) == "-b")
+      from = parse_size(argv[i + 1]);
+    else if (std::string(argv[i]) == "-e")
+      to = parse_size(argv[i + 1]);
     else {
       std::fprintf(stderr, "memory_limits: unknown flag %s; usage: memory_limits [-b 64K] [-e 256M]\n", argv[i]);
       return 2;
@@ -78,7 +81,8 @@ int main(int argc, char** argv) {
   }
   double load[3] = {};
   if (getloadavg(load, 3) < 0) load[0] = -1;
-  std::printf("# memory_limits: one core, %s, load %.2f\n#       bytes   memcpy GB/s   a+=b GB/s\n", cpu_model().c_str(), load[0]);
+  std::printf("# memory_limits: one core, %s, load %.2f\n#       bytes   memcpy GB/s   a+=b GB/s\n",
+              cpu_model().c_str(), load[0]);
   for (size_t bytes = from; bytes <= to; bytes *= 4) {
     auto* a = static_cast<float*>(std::aligned_alloc(4096, bytes));
     auto* b = static_cast<float*>(std::aligned_alloc(4096, bytes));

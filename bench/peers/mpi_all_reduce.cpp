@@ -24,7 +24,11 @@ size_t parse_size(const char* flag, const char* text) {
   char* end = nullptr;
   const double v = std::strtod(text, &end);
   const std::string unit = end;
-  const double k = unit == "K" ? 1024.0 : unit == "M" ? 1048576.0 : unit == "G" ? 1073741824.0 : unit.empty() ? 1.0 : -1.0;
+  const double k = unit == "K"    ? 1024.0
+                   : unit == "M"  ? 1048576.0
+                   : unit == "G"  ? 1073741824.0
+                   : unit.empty() ? 1.0
+                                  : -1.0;
   if (end == text || k < 0 || v < 0) {
     std::fprintf(stderr, "mpi_all_reduce: %s '%s' is not a size (examples: 8, 64K, 1M)\n", flag, text);
     MPI_Abort(MPI_COMM_WORLD, 2);
@@ -51,28 +55,36 @@ int main(int argc, char** argv) {
       if (rank == 0) std::fprintf(stderr, "mpi_all_reduce: %s needs a value\n", flag.c_str());
       MPI_Abort(MPI_COMM_WORLD, 2);
     }
-    if (flag == "-b") min_bytes = parse_size("-b", argv[i + 1]);
-    else if (flag == "-e") max_bytes = parse_size("-e", argv[i + 1]);
-    else if (flag == "-f") factor = size_t(std::max(2, std::atoi(argv[i + 1])));
-    else if (flag == "-n") iters = std::max(1, std::atoi(argv[i + 1]));
-    else if (flag == "-w") warmup = std::max(0, std::atoi(argv[i + 1]));
+    if (flag == "-b")
+      min_bytes = parse_size("-b", argv[i + 1]);
+    else if (flag == "-e")
+      max_bytes = parse_size("-e", argv[i + 1]);
+    else if (flag == "-f")
+      factor = size_t(std::max(2, std::atoi(argv[i + 1])));
+    else if (flag == "-n")
+      iters = std::max(1, std::atoi(argv[i + 1]));
+    else if (flag == "-w")
+      warmup = std::max(0, std::atoi(argv[i + 1]));
     else {
       if (rank == 0) std::fprintf(stderr, "mpi_all_reduce: unknown flag %s; flags: -b -e -f -n -w\n", flag.c_str());
       MPI_Abort(MPI_COMM_WORLD, 2);
     }
   }
   if (rank == 0)
-    std::printf("# mpi_all_reduce: Open MPI MPI_Allreduce, in place, float sum, %d ranks\n"
-                "#%11s %12s %8s %8s %6s\n",
-                world, "bytes", "time_us", "algbw", "busbw", "#wrong");
+    std::printf(
+        "# mpi_all_reduce: Open MPI MPI_Allreduce, in place, float sum, %d ranks\n"
+        "#%11s %12s %8s %8s %6s\n",
+        world, "bytes", "time_us", "algbw", "busbw", "#wrong");
   std::vector<float> buf(std::max<size_t>(max_bytes / 4, 1));
   for (size_t bytes = std::max<size_t>(min_bytes, 4); bytes <= max_bytes; bytes *= factor) {
     const size_t count = bytes / 4;
     for (size_t i = 0; i < count; ++i) buf[i] = input(rank, i);  // written once: the pages are real
-    for (int i = 0; i < warmup; ++i) MPI_Allreduce(MPI_IN_PLACE, buf.data(), int(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    for (int i = 0; i < warmup; ++i)
+      MPI_Allreduce(MPI_IN_PLACE, buf.data(), int(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     MPI_Barrier(MPI_COMM_WORLD);
     const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < iters; ++i) MPI_Allreduce(MPI_IN_PLACE, buf.data(), int(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    for (int i = 0; i < iters; ++i)
+      MPI_Allreduce(MPI_IN_PLACE, buf.data(), int(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters, total = 0;
     MPI_Allreduce(&seconds, &total, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     seconds = total / world;

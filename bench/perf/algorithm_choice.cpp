@@ -25,8 +25,8 @@ void check_algorithm(const std::string& algo, const std::string& backend, const 
   if (std::find(names.begin(), names.end(), algo) != names.end()) return;
   std::string list;
   for (size_t i = 0; i < names.size(); ++i) list += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
-  throw UsageError("--algo: '" + algo + "' is not an algorithm the host backend has for " + collective.name() + "; use " +
-                   list);
+  throw UsageError("--algo: '" + algo + "' is not an algorithm the host backend has for " + collective.name() +
+                   "; use " + list);
 }
 
 void apply_algorithm(const std::string& algo, const std::string& backend, comm::ProcessGroupOptions& options) {

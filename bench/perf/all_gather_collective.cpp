@@ -23,7 +23,8 @@ class AllGather : public PerfCollective {
   Placement place(const Tensor& send, const Tensor& recv, const CollectiveCounts& c, bool in_place,
                   int rank) const override {
     Tensor out = recv.view(0, {int64_t(c.recv)});
-    Tensor in = in_place ? recv.view(int64_t(c.send_in_place) * rank, {int64_t(c.send)}) : send.view(0, {int64_t(c.send)});
+    Tensor in = in_place ? recv.view(int64_t(c.send_in_place) * rank, {int64_t(c.send)})
+                         : send.view(0, {int64_t(c.send)});
     return {in, out, in_place};
   }
 

@@ -16,7 +16,8 @@ class AllReduce : public PerfCollective {
 
   CollectiveCounts counts(size_t count, size_t, int) const override { return {count, count, count, 0, 0}; }
 
-  Placement place(const Tensor& send, const Tensor& recv, const CollectiveCounts& c, bool in_place, int) const override {
+  Placement place(const Tensor& send, const Tensor& recv, const CollectiveCounts& c, bool in_place,
+                  int) const override {
     Tensor out = recv.view(0, {int64_t(c.recv)});
     return {in_place ? out : send.view(0, {int64_t(c.send)}), out, in_place};
   }

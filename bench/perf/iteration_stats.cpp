@@ -8,9 +8,7 @@ namespace tinyddp::bench {
 
 namespace {
 // The nearest-rank percentile's index in n sorted samples: ceil(n * p / 100) - 1.
-size_t percentile_index(size_t n, int percentile) {
-  return std::min(n - 1, (n * size_t(percentile) + 99) / 100 - 1);
-}
+size_t percentile_index(size_t n, int percentile) { return std::min(n - 1, (n * size_t(percentile) + 99) / 100 - 1); }
 double mean(const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0) / double(v.size()); }
 }  // namespace
 

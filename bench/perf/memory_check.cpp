@@ -4,10 +4,10 @@
 #include <cstdio>
 #include <sstream>
 
-#include "bench/perf/perf_collective.h"
-#include "bench/perf/perf_options.h"
 #include "tinyddp/comm/transport/shm_budget.h"
 #include "tinyddp/core/cuda_runtime.h"
+#include "bench/perf/perf_collective.h"
+#include "bench/perf/perf_options.h"
 
 namespace tinyddp::bench {
 namespace {
@@ -47,8 +47,8 @@ MemoryNeed memory_need(const PerfOptions& options, const PerfCollective& collect
     size_t recv = (c.recv + size_t(options.unalign)) * elem;
     size_t host = 0;
     if (device.is_cuda()) {
-      host = std::max(send, recv);                              // the checks' host copy
-      if (options.backend == "host") host += send + recv;       // the host backend's staging
+      host = std::max(send, recv);                         // the checks' host copy
+      if (options.backend == "host") host += send + recv;  // the host backend's staging
     }
     need.device_bytes = std::max(need.device_bytes, send + recv);
     need.host_bytes = std::max(need.host_bytes, host);

@@ -53,8 +53,10 @@ Json config(const PerfOptions& o, const PerfJob& job) {
   c["ngpus"] = 1;
   c["minimum_bytes"] = o.min_bytes;
   c["maximum_bytes"] = o.max_bytes;
-  if (o.step_factor > 1) c["step_factor"] = o.step_factor;
-  else c["step_bytes"] = o.step_bytes;
+  if (o.step_factor > 1)
+    c["step_factor"] = o.step_factor;
+  else
+    c["step_bytes"] = o.step_bytes;
   c["warmup_iters"] = o.warmup_iters;
   c["iterations"] = o.iters;
   c["aggregated_iterations"] = o.agg_iters;
@@ -66,22 +68,35 @@ Json config(const PerfOptions& o, const PerfJob& job) {
   c["parallel_init"] = flag(false);
   c["devices"] = Json::array();
   for (const RankInfo& r : job.ranks())
-    c["devices"].push_back({{"rank", r.rank}, {"group", 0}, {"pid", r.pid}, {"hostname", r.hostname},
-                            {"device", r.device}, {"device_hex", r.device_hex}, {"device_info", r.device_info}});
+    c["devices"].push_back({{"rank", r.rank},
+                            {"group", 0},
+                            {"pid", r.pid},
+                            {"hostname", r.hostname},
+                            {"device", r.device},
+                            {"device_hex", r.device_hex},
+                            {"device_info", r.device_info}});
   return c;
 }
 
 Json placement(const PlacementResult& r) {
   if (!r.ran) return nullptr;
-  return {{"time", number(r.time_us)}, {"alg_bw", number(r.algbw)}, {"bus_bw", number(r.busbw)},
+  return {{"time", number(r.time_us)},
+          {"alg_bw", number(r.algbw)},
+          {"bus_bw", number(r.busbw)},
           {"nwrong", r.wrong < 0 ? Json(nullptr) : Json(double(r.wrong))}};
 }
 
 Json per_iteration(const PlacementResult& r) {
   const IterationStats& s = r.stats;
-  Json j = {{"skipped_iterations", r.skipped_iterations}, {"min_us", number(s.min)}, {"max_us", number(s.max)},
-            {"avg_us", number(s.avg)}, {"p50_us", number(s.p50)}, {"p95_us", number(s.p95)},
-            {"p99_us", number(s.p99)}, {"stdev_us", number(s.stdev)}, {"cv_pct", number(s.cv_pct())}};
+  Json j = {{"skipped_iterations", r.skipped_iterations},
+            {"min_us", number(s.min)},
+            {"max_us", number(s.max)},
+            {"avg_us", number(s.avg)},
+            {"p50_us", number(s.p50)},
+            {"p95_us", number(s.p95)},
+            {"p99_us", number(s.p99)},
+            {"stdev_us", number(s.stdev)},
+            {"cv_pct", number(s.cv_pct())}};
   j["times_us"] = Json::array();
   for (double t : r.iteration_us) j["times_us"].push_back(number(t));
   if (r.rank_iteration_us.size() > 1) {
@@ -121,8 +136,8 @@ NcclTestsJson::NcclTestsJson(std::string file, const PerfOptions& options, const
   doc_["env"] = environment();
   doc_["nccl_version"] = 0;  // not NCCL's: the backend may not be NCCL at all
   doc_["tinyddp"] = {{"program", options.program}, {"collective", collective.name()}, {"backend", options.backend},
-                     {"algo", options.algo}, {"transport", job.transport()}, {"device", job.device().str()},
-                     {"world_size", job.world()}, {"timing", "host wall-clock"}};
+                     {"algo", options.algo},       {"transport", job.transport()},    {"device", job.device().str()},
+                     {"world_size", job.world()},  {"timing", "host wall-clock"}};
   doc_["config"] = config(options, job);
   doc_["results"] = Json::array();
 }

@@ -14,19 +14,19 @@
 #include <cstddef>
 #include <string>
 
-#include "bench/perf/test_values.h"
 #include "tinyddp/comm/process_group.h"
 #include "tinyddp/core/tensor.h"
+#include "bench/perf/test_values.h"
 
 namespace tinyddp::bench {
 
 // Per-rank element counts of one row (nccl-tests' getCollByteCount).
 struct CollectiveCounts {
-  size_t send = 0;              // elements in the send buffer
-  size_t recv = 0;              // elements in the receive buffer
-  size_t param = 0;             // the count passed to the collective (per rank), printed as "count"
-  size_t send_in_place = 0;     // in place, the input starts at recv + rank * send_in_place
-  size_t recv_in_place = 0;     // in place, the output starts at send + rank * recv_in_place
+  size_t send = 0;           // elements in the send buffer
+  size_t recv = 0;           // elements in the receive buffer
+  size_t param = 0;          // the count passed to the collective (per rank), printed as "count"
+  size_t send_in_place = 0;  // in place, the input starts at recv + rank * send_in_place
+  size_t recv_in_place = 0;  // in place, the output starts at send + rank * recv_in_place
 };
 
 // A rank's part of a buffer of `count` elements split among `world` ranks, rounded down to 16 bytes
@@ -47,9 +47,9 @@ class PerfCollective {
  public:
   virtual ~PerfCollective() = default;
 
-  virtual std::string name() const = 0;     // "all_reduce"
-  virtual bool reduces() const = 0;         // takes -o; otherwise the redop column says "none"
-  virtual bool has_root() const = 0;        // takes -r; otherwise the root column says -1
+  virtual std::string name() const = 0;  // "all_reduce"
+  virtual bool reduces() const = 0;      // takes -o; otherwise the redop column says "none"
+  virtual bool has_root() const = 0;     // takes -r; otherwise the root column says -1
   virtual bool has_out_of_place() const { return true; }
   // Whether any placement reads the send buffer (else it is not allocated).
   virtual bool needs_send_buffer() const { return true; }

@@ -13,8 +13,10 @@ namespace {
 
 std::string placement_cells(const PlacementResult& r, bool per_iteration) {
   std::ostringstream cells;
-  if (r.ran) cells << r.time_us << "," << r.algbw << "," << r.busbw << ",";
-  else cells << ",,,";
+  if (r.ran)
+    cells << r.time_us << "," << r.algbw << "," << r.busbw << ",";
+  else
+    cells << ",,,";
   if (r.ran && r.wrong >= 0) cells << r.wrong;
   cells << ",";
   if (r.ran && per_iteration)
@@ -26,7 +28,8 @@ std::string placement_cells(const PlacementResult& r, bool per_iteration) {
 
 }  // namespace
 
-PerfCsv::PerfCsv(const std::string& file, const PerfOptions& options, const PerfCollective& collective, const PerfJob& job)
+PerfCsv::PerfCsv(const std::string& file, const PerfOptions& options, const PerfCollective& collective,
+                 const PerfJob& job)
     : out_(file), file_(file), per_iteration_(options.per_iter_timing) {
   if (!out_)
     throw UsageError("--csv " + file + ": cannot write it (" + std::strerror(errno) +
@@ -35,7 +38,8 @@ PerfCsv::PerfCsv(const std::string& file, const PerfOptions& options, const Perf
                  std::to_string(job.world());
   out_ << "collective,backend,transport,algo,world,bytes,count,type,redop,root";
   for (const char* p : {"oop_", "ip_"})
-    for (const char* c : {"time_us", "algbw", "busbw", "wrong", "p50_us", "p95_us", "p99_us", "slowest_rank", "slowest_us"})
+    for (const char* c :
+         {"time_us", "algbw", "busbw", "wrong", "p50_us", "p95_us", "p99_us", "slowest_rank", "slowest_us"})
       out_ << "," << p << c;
   out_ << "\n";
 }

@@ -2,18 +2,18 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <algorithm>
 #include <set>
 
+#include "tinyddp/comm/host_backend.h"
+#include "tinyddp/comm/launch/failure_report.h"
+#include "tinyddp/comm/store/hash_store.h"
+#include "tinyddp/core/cuda_runtime.h"
 #include "bench/perf/algorithm_choice.h"
 #include "bench/perf/perf_collective.h"
 #include "bench/perf/perf_options.h"
-#include "tinyddp/comm/launch/failure_report.h"
-#include "tinyddp/comm/host_backend.h"
-#include "tinyddp/comm/store/hash_store.h"
-#include "tinyddp/core/cuda_runtime.h"
 
 namespace tinyddp::bench {
 namespace {
@@ -61,8 +61,13 @@ RankInfo describe(int rank, Device device, comm::ProcessGroup& group) {
 }
 
 nlohmann::json to_json(const RankInfo& i) {
-  return {{"rank", i.rank}, {"pid", i.pid}, {"hostname", i.hostname}, {"device", i.device},
-          {"device_hex", i.device_hex}, {"device_info", i.device_info}, {"transports", i.transports}};
+  return {{"rank", i.rank},
+          {"pid", i.pid},
+          {"hostname", i.hostname},
+          {"device", i.device},
+          {"device_hex", i.device_hex},
+          {"device_info", i.device_info},
+          {"transports", i.transports}};
 }
 
 RankInfo from_json(const nlohmann::json& j) {

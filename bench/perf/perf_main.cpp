@@ -65,9 +65,10 @@ std::optional<Reports> prepare(PerfJob& job, const PerfOptions& o, const PerfCol
       reports.emplace();
       std::string json_file = o.json_file.empty() ? "" : NcclTestsJson::create_file(o.json_file);
       if (json_file != o.json_file)  // said on stderr too: the table's own line is easily missed
-        std::fprintf(stderr, "%s: -J %s: that file exists, so this run writes %s (as nccl-tests does, -J never "
-                     "overwrites); hint: remove %s or name another file to write there\n", o.program.c_str(),
-                     o.json_file.c_str(), json_file.c_str(), o.json_file.c_str());
+        std::fprintf(stderr,
+                     "%s: -J %s: that file exists, so this run writes %s (as nccl-tests does, -J never "
+                     "overwrites); hint: remove %s or name another file to write there\n",
+                     o.program.c_str(), o.json_file.c_str(), json_file.c_str(), o.json_file.c_str());
       if (!json_file.empty()) reports->json.emplace(json_file, o, c, job);
       if (!o.csv_file.empty()) reports->csv.emplace(o.csv_file, o, c, job);
       reports->table.emplace(o, c);
@@ -145,7 +146,8 @@ struct RowContext {
 };
 
 // Times one placement on every rank and gathers the figures; checks it with -c 1.
-PlacementResult measure(PerfJob& job, const RowContext& row, const Placement& p, uint32_t seed, int64_t& failed_checks) {
+PlacementResult measure(PerfJob& job, const RowContext& row, const Placement& p, uint32_t seed,
+                        int64_t& failed_checks) {
   const PerfOptions& o = row.options;
   LocalTiming t = time_placement(job.group(), row.collective, p, row.op, row.root, o);
   std::vector<double> mine{t.seconds};
@@ -231,7 +233,8 @@ int run(const PerfOptions& o, const PerfCollective& c) {
         for (int root : roots) sweep(job, buffers, o, c, type, op, root, reports, totals);
     }
   } catch (const std::exception& e) {
-    if (reports) reports->finish(totals.failed_checks, totals.placements ? totals.busbw_sum / totals.placements : 0.0, e.what());
+    if (reports)
+      reports->finish(totals.failed_checks, totals.placements ? totals.busbw_sum / totals.placements : 0.0, e.what());
     job.report_failure(e.what());
     throw;
   }

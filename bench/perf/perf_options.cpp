@@ -8,10 +8,10 @@
 #include <iostream>
 #include <limits>
 
-#include "bench/perf/algorithm_choice.h"
-#include "bench/perf/perf_collective.h"
 #include "tinyddp/comm/process_group.h"
 #include "tinyddp/core/command_line.h"
+#include "bench/perf/algorithm_choice.h"
+#include "bench/perf/perf_collective.h"
 
 namespace tinyddp::bench {
 namespace {
@@ -33,15 +33,17 @@ std::string join(const std::vector<std::string>& names, const std::string& last_
 }
 
 // A whole number in [lo, hi], or a UsageError naming the flag. `note` explains the range.
-int64_t parse_whole(const std::string& flag, const std::string& text, int64_t lo, int64_t hi, const std::string& note = "") {
+int64_t parse_whole(const std::string& flag, const std::string& text, int64_t lo, int64_t hi,
+                    const std::string& note = "") {
   int64_t value = 0;
   auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (error != std::errc() || end != text.data() + text.size() || text.empty())
     throw UsageError(flag + ": '" + text + "' is not a whole number");
   if (value < lo || value > hi) {
     std::string range = lo == 0 && hi == 1 ? "0 or 1"
-                        : hi >= std::numeric_limits<int>::max() ? "at least " + std::to_string(lo)
-                                                                     : "between " + std::to_string(lo) + " and " + std::to_string(hi);
+                        : hi >= std::numeric_limits<int>::max()
+                            ? "at least " + std::to_string(lo)
+                            : "between " + std::to_string(lo) + " and " + std::to_string(hi);
     throw UsageError(flag + " must be " + range + ", got " + text + (note.empty() ? "" : " (" + note + ")"));
   }
   return value;
@@ -98,51 +100,120 @@ struct FlagTexts {
 
 void add_flags(CLI::App& app, FlagTexts& x, const PerfCollective& collective) {
   const std::string sizes = "Sizes", op = "Operation", perf = "Performance", test = "Test operation", ours = "tinyddp";
-  app.add_option("-b,--minbytes", x.b, "smallest size in bytes (K, M, G: binary multiples)")->capture_default_str()->type_name("SIZE")->group(sizes);
+  app.add_option("-b,--minbytes", x.b, "smallest size in bytes (K, M, G: binary multiples)")
+      ->capture_default_str()
+      ->type_name("SIZE")
+      ->group(sizes);
   app.add_option("-e,--maxbytes", x.e, "largest size in bytes")->capture_default_str()->type_name("SIZE")->group(sizes);
-  x.i_option = app.add_option("-i,--stepbytes", x.i, "fixed increment between sizes")->capture_default_str()->type_name("SIZE")->group(sizes);
-  x.f_option = app.add_option("-f,--stepfactor", x.f, "multiply the size by this whole number between rows (overrides -i)")
-                   ->capture_default_str()->type_name("N")->group(sizes);
-  app.add_option("-o,--op", x.o, collective.reduces() ? "sum, prod, max, min, avg or all" : "ignored: this collective does not reduce")
-      ->capture_default_str()->type_name("OP")->group(op);
-  app.add_option("-d,--datatype", x.d, join(collective_type_names(), ", ") + " or all")->capture_default_str()->type_name("TYPE")->group(op);
-  app.add_option("-r,--root", x.r, collective.has_root() ? "the root rank, or all" : "ignored: this collective has no root")
-      ->capture_default_str()->type_name("RANK")->group(op);
+  x.i_option = app.add_option("-i,--stepbytes", x.i, "fixed increment between sizes")
+                   ->capture_default_str()
+                   ->type_name("SIZE")
+                   ->group(sizes);
+  x.f_option = app.add_option("-f,--stepfactor", x.f,
+                              "multiply the size by this whole number between rows (overrides -i)")
+                   ->capture_default_str()
+                   ->type_name("N")
+                   ->group(sizes);
+  app.add_option("-o,--op", x.o,
+                 collective.reduces() ? "sum, prod, max, min, avg or all" : "ignored: this collective does not reduce")
+      ->capture_default_str()
+      ->type_name("OP")
+      ->group(op);
+  app.add_option("-d,--datatype", x.d, join(collective_type_names(), ", ") + " or all")
+      ->capture_default_str()
+      ->type_name("TYPE")
+      ->group(op);
+  app.add_option("-r,--root", x.r,
+                 collective.has_root() ? "the root rank, or all" : "ignored: this collective has no root")
+      ->capture_default_str()
+      ->type_name("RANK")
+      ->group(op);
   app.add_option("-n,--iters", x.n, "timed iterations per size")->capture_default_str()->type_name("N")->group(perf);
-  app.add_option("-w,--warmup_iters", x.w, "untimed iterations before each size's timed ones")->capture_default_str()->type_name("N")->group(perf);
-  app.add_option("-m,--agg_iters", x.m, "collectives launched together in each iteration")->capture_default_str()->type_name("N")->group(perf);
-  app.add_option("-N,--run_cycles", x.N, "run the whole sweep this many times (0: forever)")->capture_default_str()->type_name("N")->group(perf);
-  app.add_option("-a,--average", x.a, "the time reported across ranks: 0 rank 0, 1 mean, 2 min, 3 max")->capture_default_str()->type_name("0-3")->group(perf);
+  app.add_option("-w,--warmup_iters", x.w, "untimed iterations before each size's timed ones")
+      ->capture_default_str()
+      ->type_name("N")
+      ->group(perf);
+  app.add_option("-m,--agg_iters", x.m, "collectives launched together in each iteration")
+      ->capture_default_str()
+      ->type_name("N")
+      ->group(perf);
+  app.add_option("-N,--run_cycles", x.N, "run the whole sweep this many times (0: forever)")
+      ->capture_default_str()
+      ->type_name("N")
+      ->group(perf);
+  app.add_option("-a,--average", x.a, "the time reported across ranks: 0 rank 0, 1 mean, 2 min, 3 max")
+      ->capture_default_str()
+      ->type_name("0-3")
+      ->group(perf);
   app.add_option("-I,--per_iter_timing", x.I,
                  "1: time every iteration and add min/max/p99/cv (as nccl-tests) and p50/p95 and the slowest rank "
                  "to each row; each iteration is then awaited before the next (-m keeps several back to back in one)")
-      ->capture_default_str()->type_name("0|1")->group(perf);
-  app.add_option("-K,--per_iter_skip", x.K, "leave this many first iterations out of the -I statistics")->capture_default_str()->type_name("N")->group(perf);
-  app.add_option("-c,--check", x.c, "1: check every element of one more run per size (#wrong)")->capture_default_str()->type_name("0|1")->group(test);
+      ->capture_default_str()
+      ->type_name("0|1")
+      ->group(perf);
+  app.add_option("-K,--per_iter_skip", x.K, "leave this many first iterations out of the -I statistics")
+      ->capture_default_str()
+      ->type_name("N")
+      ->group(perf);
+  app.add_option("-c,--check", x.c, "1: check every element of one more run per size (#wrong)")
+      ->capture_default_str()
+      ->type_name("0|1")
+      ->group(test);
   app.add_option("-z,--blocking", x.z, "0: launch the iterations back to back and wait for the last; 1: wait for each")
-      ->capture_default_str()->type_name("0|1")->group(test);
-  app.add_option("-S,--report_timestamps", x.S, "1: end each row with the time it finished")->capture_default_str()->type_name("0|1")->group(test);
-  app.add_option("-T,--timeout", x.T, "seconds before a collective that does not finish is an error (0: the library's 300)")
-      ->capture_default_str()->type_name("SECONDS")->group(test);
-  app.add_option("-u,--unalign", x.u, "start the buffers this many elements past their aligned start")->capture_default_str()->type_name("N")->group(test);
+      ->capture_default_str()
+      ->type_name("0|1")
+      ->group(test);
+  app.add_option("-S,--report_timestamps", x.S, "1: end each row with the time it finished")
+      ->capture_default_str()
+      ->type_name("0|1")
+      ->group(test);
+  app.add_option("-T,--timeout", x.T,
+                 "seconds before a collective that does not finish is an error (0: the library's 300)")
+      ->capture_default_str()
+      ->type_name("SECONDS")
+      ->group(test);
+  app.add_option("-u,--unalign", x.u, "start the buffers this many elements past their aligned start")
+      ->capture_default_str()
+      ->type_name("N")
+      ->group(test);
   app.add_option("-R,--local_register", x.R,
                  "0: ordinary buffers; 2: symmetric buffers, which every rank of a host maps (allocate_symmetric)")
-      ->capture_default_str()->type_name("0|2")->group(test);
-  app.add_option("-J,--output_file,--json", x.J, "write nccl-tests' JSON to this .json file (never overwritten: FILE.0, FILE.1, ...)")
-      ->type_name("FILE")->group(test);
-  app.add_option("-t,--nthreads", x.t, "threads per process: tinyddp runs one rank per process")->capture_default_str()->type_name("1")->group(test);
-  app.add_option("-g,--ngpus", x.g, "devices per thread: tinyddp runs one device per rank")->capture_default_str()->type_name("1")->group(test);
+      ->capture_default_str()
+      ->type_name("0|2")
+      ->group(test);
+  app.add_option("-J,--output_file,--json", x.J,
+                 "write nccl-tests' JSON to this .json file (never overwritten: FILE.0, FILE.1, ...)")
+      ->type_name("FILE")
+      ->group(test);
+  app.add_option("-t,--nthreads", x.t, "threads per process: tinyddp runs one rank per process")
+      ->capture_default_str()
+      ->type_name("1")
+      ->group(test);
+  app.add_option("-g,--ngpus", x.g, "devices per thread: tinyddp runs one device per rank")
+      ->capture_default_str()
+      ->type_name("1")
+      ->group(test);
   for (auto& u : x.unsupported)
     app.add_option(u.names, u.value, std::string("nccl-tests' ") + u.what + ": only 0 (off) here")
-        ->capture_default_str()->type_name("0")->group("nccl-tests flags without a counterpart");
+        ->capture_default_str()
+        ->type_name("0")
+        ->group("nccl-tests flags without a counterpart");
   app.add_option("--backend", x.backend, "host or nccl (" + join(comm::available_backends(), ", ") + " in this build)")
-      ->capture_default_str()->type_name("NAME")->group(ours);
+      ->capture_default_str()
+      ->type_name("NAME")
+      ->group(ours);
   app.add_option("--transport", x.transport, "host backend: tcp, shm or auto (shm within a host, tcp across)")
-      ->capture_default_str()->type_name("NAME")->group(ours);
+      ->capture_default_str()
+      ->type_name("NAME")
+      ->group(ours);
   app.add_option("--algo", x.algo, algorithm_help(collective))->capture_default_str()->type_name("NAME")->group(ours);
-  app.add_option("--device", x.device, "cpu, cuda or cuda:N (default: cpu for host, the local rank's GPU for nccl)")->type_name("DEVICE")->group(ours);
+  app.add_option("--device", x.device, "cpu, cuda or cuda:N (default: cpu for host, the local rank's GPU for nccl)")
+      ->type_name("DEVICE")
+      ->group(ours);
   app.add_option("--init-method", x.init_method, "env:// (tinyddp-run, torchrun, srun, mpirun) or tcp://host:port")
-      ->capture_default_str()->type_name("URL")->group(ours);
+      ->capture_default_str()
+      ->type_name("URL")
+      ->group(ours);
   app.add_option("--csv", x.csv, "also write the rows as CSV")->type_name("FILE")->group(ours);
 }
 
@@ -162,8 +233,8 @@ void check_sizes(const FlagTexts& x, PerfOptions& o) {
     throw UsageError("-i 0: the size would never grow from -b to -e; use -i 1 or more, or -f 2");
   const size_t rows = o.sizes(kMaxRows + 1).size();
   if (rows > kMaxRows)
-    throw UsageError("-b " + x.b + " -e " + x.e + (o.step_factor > 1 ? " -f " + x.f : " -i " + x.i) + " makes more than " +
-                     std::to_string(kMaxRows) + " rows; use a larger step (for example -f 2)");
+    throw UsageError("-b " + x.b + " -e " + x.e + (o.step_factor > 1 ? " -f " + x.f : " -i " + x.i) +
+                     " makes more than " + std::to_string(kMaxRows) + " rows; use a larger step (for example -f 2)");
 }
 
 void check_timing(const FlagTexts& x, PerfOptions& o) {
@@ -175,9 +246,11 @@ void check_timing(const FlagTexts& x, PerfOptions& o) {
   o.average = int(parse_whole("-a", x.a, 0, 3, "0 rank 0, 1 mean, 2 min, 3 max"));
   o.per_iter_timing = parse_whole("-I", x.I, 0, 1) == 1;
   o.per_iter_skip = int(parse_whole("-K", x.K, 0, kMaxInt));
-  if (o.per_iter_skip > 0 && !o.per_iter_timing) throw UsageError("-K " + x.K + " needs per-iteration timing: add -I 1");
+  if (o.per_iter_skip > 0 && !o.per_iter_timing)
+    throw UsageError("-K " + x.K + " needs per-iteration timing: add -I 1");
   if (o.per_iter_skip >= o.iters)
-    throw UsageError("-K must be below -n (" + std::to_string(o.iters) + "), got " + x.K + ": no iteration would be left");
+    throw UsageError("-K must be below -n (" + std::to_string(o.iters) + "), got " + x.K +
+                     ": no iteration would be left");
   o.check = parse_whole("-c", x.c, 0, 1, "1 checks every element of one more run per size") == 1;
   o.blocking = parse_whole("-z", x.z, 0, 1, "0 launches the iterations back to back, 1 waits for each") == 1;
   o.report_timestamps = parse_whole("-S", x.S, 0, 1) == 1;
@@ -185,8 +258,9 @@ void check_timing(const FlagTexts& x, PerfOptions& o) {
   o.unalign = parse_whole("-u", x.u, 0, 1 << 20, "elements");
   o.registration = int(parse_whole("-R", x.R, 0, 2, "0 ordinary buffers, 2 symmetric buffers"));
   if (o.registration == 1)
-    throw UsageError("-R 1: registering buffers allocated as usual (NCCL's ncclCommRegister) has no counterpart in "
-                     "tinyddp; use -R 2 for symmetric buffers (ProcessGroup::allocate_symmetric) or -R 0");
+    throw UsageError(
+        "-R 1: registering buffers allocated as usual (NCCL's ncclCommRegister) has no counterpart in "
+        "tinyddp; use -R 2 for symmetric buffers (ProcessGroup::allocate_symmetric) or -R 0");
   parse_whole("-t", x.t, 1, 1, "one rank per process: launch one process per rank with tinyddp-run -n N");
   parse_whole("-g", x.g, 1, 1, "one device per rank: launch one process per GPU with tinyddp-run -n N");
   for (const auto& u : x.unsupported)
@@ -209,8 +283,9 @@ void check_operation(const FlagTexts& x, PerfOptions& o) {
 
 void check_ours(const FlagTexts& x, PerfOptions& o, const PerfCollective& collective) {
   if (x.backend == "ring")
-    throw UsageError("--backend: 'ring' is not a backend; the backend is called 'host' now; 'ring' is one of its "
-                     "algorithms (--algo ring, or TINYDDP_ALGO=ring)");
+    throw UsageError(
+        "--backend: 'ring' is not a backend; the backend is called 'host' now; 'ring' is one of its "
+        "algorithms (--algo ring, or TINYDDP_ALGO=ring)");
   const auto backends = comm::available_backends();
   if (std::find(backends.begin(), backends.end(), x.backend) == backends.end())
     throw UsageError("--backend: '" + x.backend + "' is not a backend of this build; it has " + join(backends) +
@@ -219,7 +294,8 @@ void check_ours(const FlagTexts& x, PerfOptions& o, const PerfCollective& collec
   if (x.transport != "auto" && x.transport != "tcp" && x.transport != "shm")
     throw UsageError("--transport: '" + x.transport + "' is not a transport; use tcp, shm or auto");
   if (o.backend != "host" && x.transport != "auto")
-    throw UsageError("--transport " + x.transport + " applies to the host backend; NCCL picks its own transports "
+    throw UsageError("--transport " + x.transport +
+                     " applies to the host backend; NCCL picks its own transports "
                      "(see NCCL_P2P_DISABLE, NCCL_SHM_DISABLE, NCCL_SOCKET_IFNAME)");
   o.transport = x.transport;
   check_algorithm(x.algo, o.backend, collective);
@@ -227,10 +303,13 @@ void check_ours(const FlagTexts& x, PerfOptions& o, const PerfCollective& collec
   if (!x.device.empty() && x.device != "cpu" && x.device != "cuda" && x.device.rfind("cuda:", 0) != 0)
     throw UsageError("--device: '" + x.device + "' is not a device; use cpu, cuda or cuda:N");
   if (o.registration == 2 && (o.backend != "host" || (!x.device.empty() && x.device != "cpu")))
-    throw UsageError("-R 2: symmetric buffers are host memory, for the host backend on the cpu device; drop -R 2 with "
-                     "--backend " + o.backend + (x.device.empty() ? "" : " --device " + x.device));
+    throw UsageError(
+        "-R 2: symmetric buffers are host memory, for the host backend on the cpu device; drop -R 2 with "
+        "--backend " +
+        o.backend + (x.device.empty() ? "" : " --device " + x.device));
   if (o.backend == "nccl" && x.device == "cpu")
-    throw UsageError("--device cpu with --backend nccl: NCCL moves CUDA tensors only; use --backend host for CPU tensors");
+    throw UsageError(
+        "--device cpu with --backend nccl: NCCL moves CUDA tensors only; use --backend host for CPU tensors");
   o.device = x.device;
   if (x.init_method != "env://" && x.init_method.rfind("tcp://", 0) != 0)
     throw UsageError("--init-method: '" + x.init_method + "' is neither env:// nor tcp://host:port");
@@ -242,9 +321,12 @@ void check_ours(const FlagTexts& x, PerfOptions& o, const PerfCollective& collec
 }
 
 std::string help_footer(const PerfCollective& collective) {
-  return "\nbusbw = algbw x " + collective.bus_factor_formula() + " for n ranks (nccl-tests' doc/PERFORMANCE.md).\n"
+  return "\nbusbw = algbw x " + collective.bus_factor_formula() +
+         " for n ranks (nccl-tests' doc/PERFORMANCE.md).\n"
          "Run one process per rank under a launcher, for example:\n"
-         "  tinyddp-run -n 4 " + collective.program() + " -b 8 -e 128M -f 2\n"
+         "  tinyddp-run -n 4 " +
+         collective.program() +
+         " -b 8 -e 128M -f 2\n"
          "Exit status: 0 all results exact, 1 a wrong result or a failure, 2 a usage error.\n";
 }
 
@@ -258,7 +340,9 @@ size_t parse_size(const std::string& flag, const std::string& text) {
   if (end == begin || !(value >= 0) || text.find_first_of("xXpP") != std::string::npos) throw UsageError(bad);
   std::string unit(end);
   double scale = 0;
-  for (auto [names, bytes] : {std::pair<const char*, double>{",B", 1}, {"K,k,KB,kB,KiB", 1024.0}, {"M,m,MB,MiB", 1048576.0},
+  for (auto [names, bytes] : {std::pair<const char*, double>{",B", 1},
+                              {"K,k,KB,kB,KiB", 1024.0},
+                              {"M,m,MB,MiB", 1048576.0},
                               {"G,g,GB,GiB", 1073741824.0}}) {
     std::string list = std::string(",") + names + ",";
     if (list.find("," + unit + ",") != std::string::npos) scale = bytes;
@@ -297,7 +381,8 @@ std::optional<PerfOptions> parse_perf_options(int argc, char** argv, const PerfC
   PerfOptions o;
   o.program = std::string(argv[0]).substr(std::string(argv[0]).find_last_of('/') + 1);
   o.argv.assign(argv, argv + argc);
-  CLI::App app{o.program + ": tinyddp " + collective.name() + " bandwidth and latency, nccl-tests' flags, table and JSON",
+  CLI::App app{o.program + ": tinyddp " + collective.name() +
+                   " bandwidth and latency, nccl-tests' flags, table and JSON",
                o.program};
   app.footer(help_footer(collective));
   FlagTexts x;

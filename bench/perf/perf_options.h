@@ -42,16 +42,16 @@ struct PerfOptions {
   int iters = 20;
   int warmup_iters = 1;
   int agg_iters = 1;
-  int run_cycles = 1;         // 0: forever
-  int average = 1;            // the time across ranks: 0 rank 0, 1 mean, 2 min, 3 max
+  int run_cycles = 1;  // 0: forever
+  int average = 1;     // the time across ranks: 0 rank 0, 1 mean, 2 min, 3 max
   bool per_iter_timing = false;
   int per_iter_skip = 0;
   bool blocking = false;
   // Checking and reporting.
   bool check = true;
   bool report_timestamps = false;
-  int timeout_s = 0;          // 0: the library's default
-  int64_t unalign = 0;        // elements
+  int timeout_s = 0;    // 0: the library's default
+  int64_t unalign = 0;  // elements
   // -R, nccl-tests' buffer registration: 0 ordinary buffers, 2 symmetric buffers
   // (ProcessGroup::allocate_symmetric, NCCL's ncclMemAlloc + window registration). 1, registering
   // buffers allocated as usual, is refused: the host backend has no such registration.
@@ -62,11 +62,11 @@ struct PerfOptions {
   std::string backend = "host";
   std::string transport = "auto";
   std::string algo = "auto";
-  std::string device;         // "": cpu for host, cuda for nccl
+  std::string device;  // "": cpu for host, cuda for nccl
   std::string init_method = "env://";
 
-  std::string program;              // argv[0]'s file name
-  std::vector<std::string> argv;    // as given, for the JSON
+  std::string program;            // argv[0]'s file name
+  std::vector<std::string> argv;  // as given, for the JSON
 
   // The sizes of the rows, in order (at most `limit` of them).
   std::vector<size_t> sizes(size_t limit = size_t(-1)) const;

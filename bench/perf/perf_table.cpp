@@ -19,11 +19,11 @@ std::string placement_columns(const PlacementResult& r, bool per_iteration) {
   if (!r.ran) {
     std::snprintf(text, sizeof text, "  %7s  %6s  %6s  %6s", "N/A", "N/A", "N/A", "N/A");
   } else if (r.wrong < 0) {
-    std::snprintf(text, sizeof text, "  %7s  %6s  %6s    N/A", fit_number(r.time_us, 7).c_str(), fit_number(r.algbw, 6).c_str(),
-                  fit_number(r.busbw, 6).c_str());
+    std::snprintf(text, sizeof text, "  %7s  %6s  %6s    N/A", fit_number(r.time_us, 7).c_str(),
+                  fit_number(r.algbw, 6).c_str(), fit_number(r.busbw, 6).c_str());
   } else {
-    std::snprintf(text, sizeof text, "  %7s  %6s  %6s  %6g", fit_number(r.time_us, 7).c_str(), fit_number(r.algbw, 6).c_str(),
-                  fit_number(r.busbw, 6).c_str(), double(r.wrong));
+    std::snprintf(text, sizeof text, "  %7s  %6s  %6s  %6g", fit_number(r.time_us, 7).c_str(),
+                  fit_number(r.algbw, 6).c_str(), fit_number(r.busbw, 6).c_str(), double(r.wrong));
   }
   std::string columns = text;
   if (!per_iteration) return columns;
@@ -81,10 +81,13 @@ void PerfTable::header(const PerfJob& job, const std::string& json_file) const {
                o.min_bytes, o.max_bytes, o.step_factor > 1 ? o.step_factor : o.step_bytes,
                o.step_factor > 1 ? "factor" : "bytes", o.warmup_iters, o.iters, o.agg_iters, int(o.check),
                static_cast<long long>(o.unalign));
-  if (o.blocking) std::fprintf(out_, "# Blocking Enabled: wait after each collective, no barrier (nccl-tests' -z 2) \n");
+  if (o.blocking)
+    std::fprintf(out_, "# Blocking Enabled: wait after each collective, no barrier (nccl-tests' -z 2) \n");
   if (o.per_iter_timing) {
-    std::fprintf(out_, "# Per-Iteration Report: host wall-clock, each iteration awaited before the next (as nccl-tests' -z 3); "
-                       "i_* uses max over process rows");
+    std::fprintf(
+        out_,
+        "# Per-Iteration Report: host wall-clock, each iteration awaited before the next (as nccl-tests' -z 3); "
+        "i_* uses max over process rows");
     if (o.per_iter_skip) std::fprintf(out_, "; summary skips first %d iterations", o.per_iter_skip);
     std::fprintf(out_, " \n");
   }
@@ -103,33 +106,36 @@ void PerfTable::column_headings() const {
   const char* ts_format = options_.report_timestamps ? "%Y-%m-%d %H:%M:%S" : "";
   std::fprintf(out_, "#\n");
   if (!per_iter) {
-    std::fprintf(out_, "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n", "", "",
-                 "", "", "");
-    std::fprintf(out_, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s\n", "size", "count", "type",
-                 "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", ts_pad, ts_label);
-    std::fprintf(out_, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s\n", "(B)", "(elements)", "",
-                 "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", ts_pad, ts_format);
+    std::fprintf(out_, "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n",
+                 "", "", "", "", "");
+    std::fprintf(out_, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s\n", "size", "count",
+                 "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong",
+                 ts_pad, ts_label);
+    std::fprintf(out_, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %*s\n", "(B)", "(elements)",
+                 "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", ts_pad, ts_format);
     return;
   }
   std::fprintf(out_,
                "# %10s  %12s  %8s  %6s  %6s              out-of-place (+ per-iteration)                                "
                "in-place (+ per-iteration)             out-of-place: spread, slowest   in-place: spread, slowest\n",
                "", "", "", "", "");
-  const char* row = "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %7s  %7s  %7s  %7s  %6s  %6s  %6s  %7s  %7s  %7s  "
-                    "%7s  %7s  %7s  %8s  %8s  %7s  %7s  %8s  %8s %*s\n";
-  std::fprintf(out_, row, "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "i_min", "i_max",
-               "i_p99", "i_cv%", "time", "algbw", "busbw", "#wrong", "i_min", "i_max", "i_p99", "i_cv%", "oop_p50",
-               "oop_p95", "oop_slow", "oop_lag%", "ip_p50", "ip_p95", "ip_slow", "ip_lag%", ts_pad, ts_label);
-  std::fprintf(out_, row, "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(us)", "(us)", "(%)",
-               "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(us)", "(us)", "(%)", "(us)", "(us)", "(rank)", "", "(us)", "(us)",
-               "(rank)", "", ts_pad, ts_format);
+  const char* row =
+      "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %7s  %7s  %7s  %7s  %6s  %6s  %6s  %7s  %7s  %7s  "
+      "%7s  %7s  %7s  %8s  %8s  %7s  %7s  %8s  %8s %*s\n";
+  std::fprintf(out_, row, "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "i_min",
+               "i_max", "i_p99", "i_cv%", "time", "algbw", "busbw", "#wrong", "i_min", "i_max", "i_p99", "i_cv%",
+               "oop_p50", "oop_p95", "oop_slow", "oop_lag%", "ip_p50", "ip_p95", "ip_slow", "ip_lag%", ts_pad,
+               ts_label);
+  std::fprintf(out_, row, "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(us)", "(us)",
+               "(%)", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(us)", "(us)", "(%)", "(us)", "(us)", "(rank)", "",
+               "(us)", "(us)", "(rank)", "", ts_pad, ts_format);
 }
 
 void PerfTable::row(const ResultRow& r) const {
   const bool per_iter = options_.per_iter_timing;
   std::string line(128, '\0');
-  line.resize(size_t(std::snprintf(line.data(), line.size(), "%12zu  %12zu  %8s  %6s  %6d", r.bytes, r.count, r.type.c_str(),
-                                   r.redop.c_str(), r.root)));
+  line.resize(size_t(std::snprintf(line.data(), line.size(), "%12zu  %12zu  %8s  %6s  %6d", r.bytes, r.count,
+                                   r.type.c_str(), r.redop.c_str(), r.root)));
   line += placement_columns(r.out_of_place, per_iter) + placement_columns(r.in_place, per_iter);
   if (per_iter) line += spread_columns(r.out_of_place) + spread_columns(r.in_place);
   if (options_.report_timestamps) line += "  " + r.finished_at;
@@ -143,8 +149,10 @@ void PerfTable::footer(int64_t failed_checks, double avg_busbw, double min_busbw
                failed_checks ? "FAILED" : "OK");
   std::fprintf(out_, "# %-20s : %g %s\n", "Avg bus bandwidth", avg_busbw, verdict);
   std::fprintf(out_, "#\n# Collective test concluded: %s\n#\n", options_.program.c_str());
-  if (error.empty()) std::fprintf(out_, "\n");
-  else std::fprintf(out_, "# error: %s\n", error.c_str());
+  if (error.empty())
+    std::fprintf(out_, "\n");
+  else
+    std::fprintf(out_, "# error: %s\n", error.c_str());
   std::fflush(out_);
 }
 

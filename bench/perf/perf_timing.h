@@ -13,8 +13,8 @@ namespace tinyddp::bench {
 struct PerfOptions;
 
 struct LocalTiming {
-  double seconds = 0;                    // this rank's mean time per collective
-  std::vector<double> iteration_seconds; // -I 1: each iteration's time (per collective of it)
+  double seconds = 0;                     // this rank's mean time per collective
+  std::vector<double> iteration_seconds;  // -I 1: each iteration's time (per collective of it)
 };
 
 // Times `placement` on this rank; every rank calls it together.

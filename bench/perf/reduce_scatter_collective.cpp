@@ -24,7 +24,8 @@ class ReduceScatter : public PerfCollective {
   Placement place(const Tensor& send, const Tensor& recv, const CollectiveCounts& c, bool in_place,
                   int rank) const override {
     Tensor in = send.view(0, {int64_t(c.send)});
-    Tensor out = in_place ? send.view(int64_t(c.recv_in_place) * rank, {int64_t(c.recv)}) : recv.view(0, {int64_t(c.recv)});
+    Tensor out = in_place ? send.view(int64_t(c.recv_in_place) * rank, {int64_t(c.recv)})
+                          : recv.view(0, {int64_t(c.recv)});
     return {in, out, in_place};
   }
 

@@ -3,8 +3,8 @@
 // Rank r's element j is a small integer drawn from a hash of (r, j, seed): every type represents it
 // exactly, every sum, max, min and product of a few of them too (products of 2, -1 and 1 stay below
 // 2^world; for bf16 and f16 the integers shrink with the world size so that every partial sum stays
-// within 256, where bf16 still holds every integer), so the result of any correct implementation, in any order of reduction, is one exact
-// value and #wrong counts real errors. A hash, not a short period like j % 5, so that a chunk
+// within 256, where bf16 still holds every integer), so the result of any correct implementation, in any order of
+// reduction, is one exact value and #wrong counts real errors. A hash, not a short period like j % 5, so that a chunk
 // written to the wrong place cannot land on equal values. The seed changes for every check, so a
 // buffer left over from an earlier run never passes for a new result.
 #pragma once

@@ -27,7 +27,8 @@ constexpr double kRingMargin = 0.05;
 // The fastest of `candidates` (the ring among them) by the model. The per-call term is left out
 // (transfer_seconds): every algorithm pays it, and inside the ring's margin it would tilt the choice.
 template <typename Candidates>
-AllReduceAlgorithm fastest(const CostModel& model, const HostLayout& layout, double bytes, const Candidates& candidates) {
+AllReduceAlgorithm fastest(const CostModel& model, const HostLayout& layout, double bytes,
+                           const Candidates& candidates) {
   const double ring = transfer_seconds(model, all_reduce_traffic(AllReduceAlgorithm::ring, layout, bytes));
   AllReduceAlgorithm best = AllReduceAlgorithm::ring;
   double best_seconds = ring * (1 - kRingMargin);
@@ -49,17 +50,20 @@ GroupAllReduce flat_algorithm(AllReduceAlgorithm a) {
 
 }  // namespace
 
-AllReduceSelector::AllReduceSelector(AllReduceAlgorithm forced, CostModel model, HostLayout layout, size_t small_message_bytes)
+AllReduceSelector::AllReduceSelector(AllReduceAlgorithm forced, CostModel model, HostLayout layout,
+                                     size_t small_message_bytes)
     : forced_(forced), model_(model), layout_(std::move(layout)), small_message_bytes_(small_message_bytes) {}
 
 AllReduceAlgorithm AllReduceSelector::choose(size_t bytes) const {
   if (forced_ != AllReduceAlgorithm::automatic) return forced_;
-  if (layout_.hosts() <= 1) return bytes <= small_message_bytes_ ? AllReduceAlgorithm::direct : AllReduceAlgorithm::ring;
+  if (layout_.hosts() <= 1)
+    return bytes <= small_message_bytes_ ? AllReduceAlgorithm::direct : AllReduceAlgorithm::ring;
   AllReduceAlgorithm best = fastest(model_, layout_, double(bytes), kFlat);
   if (layout_.is_uniform() && layout_.per_host() > 1) {
     const AllReduceAlgorithm across = choose_across_hosts(bytes);
     const double flat = transfer_seconds(model_, all_reduce_traffic(best, layout_, double(bytes)));
-    const double hier = transfer_seconds(model_, all_reduce_traffic(AllReduceAlgorithm::hierarchical, layout_, double(bytes), across));
+    const double hier = transfer_seconds(model_, all_reduce_traffic(AllReduceAlgorithm::hierarchical, layout_,
+                                                                    double(bytes), across));
     if (hier < flat) best = AllReduceAlgorithm::hierarchical;
   }
   return best;
@@ -91,8 +95,8 @@ CostModel agree_on_model(Store& store, const std::string& key, int rank, const C
   return CostModel::parse(store.get(key), "rank 0's cost model");
 }
 
-void run_all_reduce(const AllReduceSelector& selector, const ConnectionLookup& connection_to, int rank, const std::byte* in,
-                    std::byte* out, size_t count, const CollectiveContext& ctx) {
+void run_all_reduce(const AllReduceSelector& selector, const ConnectionLookup& connection_to, int rank,
+                    const std::byte* in, std::byte* out, size_t count, const CollectiveContext& ctx) {
   const size_t bytes = count * dtype_size(ctx.dtype);
   const int world = selector.layout().world();
   if (world == 1 || bytes == 0) {

@@ -14,14 +14,14 @@
 // size, the layout and the model, and every rank uses rank 0's model (agree_on_model).
 #pragma once
 
-#include <cstddef>
 #include <chrono>
+#include <cstddef>
 #include <string>
 
+#include "tinyddp/comm/algorithms/collective_engine.h"
 #include "tinyddp/comm/algorithms/cost_model.h"
 #include "tinyddp/comm/algorithms/host_layout.h"
 #include "tinyddp/comm/algorithms/peer_group.h"
-#include "tinyddp/comm/algorithms/collective_engine.h"
 
 namespace tinyddp::comm {
 
@@ -57,7 +57,7 @@ CostModel agree_on_model(Store& store, const std::string& key, int rank, const C
 
 // out = in reduced over every rank with the algorithm `selector` chooses for its size; the
 // connections are asked for as the algorithm needs them. `out` may be `in`.
-void run_all_reduce(const AllReduceSelector& selector, const ConnectionLookup& connection_to, int rank, const std::byte* in,
-                    std::byte* out, size_t count, const CollectiveContext& ctx);
+void run_all_reduce(const AllReduceSelector& selector, const ConnectionLookup& connection_to, int rank,
+                    const std::byte* in, std::byte* out, size_t count, const CollectiveContext& ctx);
 
 }  // namespace tinyddp::comm

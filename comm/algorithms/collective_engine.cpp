@@ -71,7 +71,7 @@ void CollectiveWaiter::fail_timeout(const std::vector<WaitFor>& waits) const {
   if (!to.empty()) waiting += (waiting.empty() ? "" : " and ") + std::string("to send to rank(s) ") + to;
   TINYDDP_FAIL(ctx_.what(), ": timed out after ", ctx_.timeout.count(), " ms waiting ", waiting,
                hint("those ranks did not make the same collective call (run with TINYDDP_DEBUG=DETAIL to check "
-               "that every rank calls the same collectives), are stuck elsewhere, or need a longer timeout"));
+                    "that every rank calls the same collectives), are stuck elsewhere, or need a longer timeout"));
 }
 
 namespace {
@@ -109,7 +109,8 @@ bool pump_send(Stream& s, Progress& p, size_t elem) {
 // later receives into. Send bytes that depend on the received bytes themselves (a ring forwarding
 // what it received: send byte i waits for receive byte i - send_lead) leave after the receive by
 // construction and do not count. `stream_offset` is where dst[0] comes in the receive stream.
-bool sent_everything_from(const Stream& s, const Progress& p, const std::byte* dst, size_t bytes, size_t stream_offset) {
+bool sent_everything_from(const Stream& s, const Progress& p, const std::byte* dst, size_t bytes,
+                          size_t stream_offset) {
   const auto begin = reinterpret_cast<uintptr_t>(dst), end = begin + bytes;
   const size_t after_receive = s.send_lead + stream_offset;  // send bytes from here on wait for the receive
   size_t send_begin = 0;                                     // where each send region starts in the send stream
@@ -117,7 +118,8 @@ bool sent_everything_from(const Stream& s, const Progress& p, const std::byte* d
     const auto data = reinterpret_cast<uintptr_t>(send.data);
     const uintptr_t lo = std::max(data, begin), hi = std::min(data + send.bytes, end);
     if (lo < hi) {  // this region sends [lo, hi) of that memory from these stream offsets:
-      const size_t first = send_begin + size_t(lo - data), last = std::min(send_begin + size_t(hi - data), after_receive);
+      const size_t first = send_begin + size_t(lo - data),
+                   last = std::min(send_begin + size_t(hi - data), after_receive);
       if (first < last && p.sent < last) return false;
     }
     send_begin += send.bytes;
@@ -138,7 +140,8 @@ void offer_next_copy_region(Stream& s, Progress& p) {
     const RecvRegion& region = s.recv[j];
     if (region.own != nullptr) continue;
     const size_t done = j == p.recv_region ? p.recv_offset : 0;
-    if (!sent_everything_from(s, p, region.dst + done, region.bytes - done, start + done)) return;  // asked again next turn
+    if (!sent_everything_from(s, p, region.dst + done, region.bytes - done, start + done))
+      return;  // asked again next turn
     // The transport counts from the bytes released so far: the processed ones and any part of an
     // element the reader holds in its carry.
     s.from->post_recv(region.dst + done, region.bytes - done, start + done - (p.processed + p.reader.carry_bytes));

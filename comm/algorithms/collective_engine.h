@@ -34,15 +34,15 @@ namespace tinyddp::comm {
 // Cheap to copy: the names are only turned into text when an error needs them.
 struct CollectiveContext {
   int rank = 0;
-  const Work* work = nullptr;                 // the collective's Work: its description names it in messages
-  uint64_t sequence = 0;                      // the collective's number in its group
-  const char* phase = "";                     // appended to the description in messages
+  const Work* work = nullptr;  // the collective's Work: its description names it in messages
+  uint64_t sequence = 0;       // the collective's number in its group
+  const char* phase = "";      // appended to the description in messages
   DType dtype = DType::f32;
   ReduceOp op = ReduceOp::sum;
   int world_size = 1;
   std::chrono::milliseconds timeout{0};
   std::chrono::steady_clock::time_point deadline;
-  WaitPolicy wait;                            // the process group's
+  WaitPolicy wait;  // the process group's
   std::span<Transport* const> transports;
 
   // "rank 0: all_reduce #3 f32 x1024 sum", for messages.

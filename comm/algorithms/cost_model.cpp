@@ -16,9 +16,12 @@ namespace tinyddp::comm {
 namespace {
 
 constexpr std::pair<AllReduceAlgorithm, const char*> kNames[] = {
-    {AllReduceAlgorithm::automatic, "auto"},          {AllReduceAlgorithm::ring, "ring"},
-    {AllReduceAlgorithm::direct, "direct"},           {AllReduceAlgorithm::recursive_doubling, "rd"},
-    {AllReduceAlgorithm::rabenseifner, "rabenseifner"}, {AllReduceAlgorithm::hierarchical, "hier"},
+    {AllReduceAlgorithm::automatic, "auto"},
+    {AllReduceAlgorithm::ring, "ring"},
+    {AllReduceAlgorithm::direct, "direct"},
+    {AllReduceAlgorithm::recursive_doubling, "rd"},
+    {AllReduceAlgorithm::rabenseifner, "rabenseifner"},
+    {AllReduceAlgorithm::hierarchical, "hier"},
 };
 
 // Accumulates the traffic of a schedule. Groups that run the same algorithm at once (the
@@ -87,7 +90,8 @@ void fold_step(Schedule& s, const Groups& groups, double bytes, bool to_core) {
   if (extra == 0) return;
   for (const auto& g : groups)
     for (int i = 0; i < extra; ++i)
-      to_core ? s.send(g[size_t(2 * i)], g[size_t(2 * i + 1)], bytes) : s.send(g[size_t(2 * i + 1)], g[size_t(2 * i)], bytes);
+      to_core ? s.send(g[size_t(2 * i)], g[size_t(2 * i + 1)], bytes)
+              : s.send(g[size_t(2 * i + 1)], g[size_t(2 * i)], bytes);
   s.end_steps();
 }
 
@@ -131,10 +135,9 @@ double parse_number(const std::string& word, bool zero_allowed, const std::strin
     size_t used = 0;
     double v = std::stod(word, &used);
     if (used == word.size() && std::isfinite(v) && (v > 0 || (zero_allowed && v == 0))) return v;
-  } catch (const std::exception&) {
-  }
-  TINYDDP_FAIL(where, " line ", line, ": '", word, "' is not a ", zero_allowed ? "non-negative" : "positive",
-               " number", hint("write 'key value', e.g. 'network_gbit_per_s 1'"));
+  } catch (const std::exception&) {}
+  TINYDDP_FAIL(where, " line ", line, ": '", word, "' is not a ", zero_allowed ? "non-negative" : "positive", " number",
+               hint("write 'key value', e.g. 'network_gbit_per_s 1'"));
 }
 
 }  // namespace
@@ -160,7 +163,7 @@ CostModel CostModel::parse(const std::string& text, const std::string& where) {
   const std::map<std::string, std::pair<double*, double>> keys = {
       {"alpha_network_us", {&m.alpha_network_s, 1e-6}},     {"network_gbit_per_s", {&m.network_bytes_per_s, 1e9 / 8}},
       {"alpha_in_host_us", {&m.alpha_in_host_s, 1e-6}},     {"in_host_gbyte_per_s", {&m.in_host_bytes_per_s, 1e9}},
-      {"reduce_gbyte_per_s", {&m.reduce_bytes_per_s, 1e9}},    {"call_us", {&m.call_s, 1e-6}},
+      {"reduce_gbyte_per_s", {&m.reduce_bytes_per_s, 1e9}}, {"call_us", {&m.call_s, 1e-6}},
   };
   std::istringstream lines(text);
   std::string line;
@@ -189,8 +192,10 @@ CostModel CostModel::from_environment() {
   auto path = env::text("TINYDDP_COST_MODEL");
   if (!path || *path == "probe" || *path == "builtin") return CostModel{};
   std::ifstream file(*path);
-  TINYDDP_CHECK(file.good(), "TINYDDP_COST_MODEL: cannot read '", *path, "'", hint("name a file of 'key value' lines "
-                "(see comm/algorithms/cost_model.h), 'builtin' for the defaults, or unset it to measure the links"));
+  TINYDDP_CHECK(
+      file.good(), "TINYDDP_COST_MODEL: cannot read '", *path, "'",
+      hint("name a file of 'key value' lines "
+           "(see comm/algorithms/cost_model.h), 'builtin' for the defaults, or unset it to measure the links"));
   std::stringstream text;
   text << file.rdbuf();
   return parse(text.str(), "TINYDDP_COST_MODEL file '" + *path + "'");
@@ -213,7 +218,8 @@ double Traffic::total_cross_host_bytes() const {
   return std::accumulate(host_egress_bytes.begin(), host_egress_bytes.end(), 0.0);
 }
 
-Traffic all_reduce_traffic(AllReduceAlgorithm algorithm, const HostLayout& layout, double bytes, AllReduceAlgorithm across) {
+Traffic all_reduce_traffic(AllReduceAlgorithm algorithm, const HostLayout& layout, double bytes,
+                           AllReduceAlgorithm across) {
   Schedule s(layout);
   if (algorithm != AllReduceAlgorithm::hierarchical) {
     std::vector<int> everyone(size_t(layout.world()));
@@ -221,7 +227,8 @@ Traffic all_reduce_traffic(AllReduceAlgorithm algorithm, const HostLayout& layou
     s.traffic.reduced_bytes = flat_schedule(s, algorithm, {everyone}, bytes);
     return s.traffic;
   }
-  TINYDDP_CHECK(layout.is_uniform(), "all_reduce_traffic: the hierarchical algorithm needs the same number of ranks on every host");
+  TINYDDP_CHECK(layout.is_uniform(),
+                "all_reduce_traffic: the hierarchical algorithm needs the same number of ranks on every host");
   const int L = layout.per_host();
   Groups cross(static_cast<size_t>(L));
   for (int j = 0; j < L; ++j)
@@ -235,7 +242,8 @@ Traffic all_reduce_traffic(AllReduceAlgorithm algorithm, const HostLayout& layou
 double predicted_seconds(const CostModel& model, const Traffic& t) { return model.call_s + transfer_seconds(model, t); }
 
 double transfer_seconds(const CostModel& model, const Traffic& t) {
-  const double in_host = t.in_host_bytes.empty() ? 0.0 : *std::max_element(t.in_host_bytes.begin(), t.in_host_bytes.end());
+  const double in_host = t.in_host_bytes.empty() ? 0.0
+                                                 : *std::max_element(t.in_host_bytes.begin(), t.in_host_bytes.end());
   return t.network_messages * model.alpha_network_s + t.in_host_messages * model.alpha_in_host_s +
          t.max_host_egress() / model.network_bytes_per_s + in_host / model.in_host_bytes_per_s +
          t.reduced_bytes / model.reduce_bytes_per_s;

@@ -41,12 +41,12 @@ const char* algorithm_name(AllReduceAlgorithm algorithm);
 AllReduceAlgorithm algorithm_from_name(const std::string& name, const std::string& where);
 
 struct CostModel {
-  double alpha_network_s = 30e-6;            // one step that crosses hosts
-  double network_bytes_per_s = 1.25e9;       // one host's link (10 Gbit/s)
-  double alpha_in_host_s = 5e-6;             // one step inside a host
-  double in_host_bytes_per_s = 5e9;          // shared memory, per rank
-  double reduce_bytes_per_s = 5e9;           // γ = 1 / this
-  double call_s = 2e-6;                      // c: one call's fixed cost (idle cores)
+  double alpha_network_s = 30e-6;       // one step that crosses hosts
+  double network_bytes_per_s = 1.25e9;  // one host's link (10 Gbit/s)
+  double alpha_in_host_s = 5e-6;        // one step inside a host
+  double in_host_bytes_per_s = 5e9;     // shared memory, per rank
+  double reduce_bytes_per_s = 5e9;      // γ = 1 / this
+  double call_s = 2e-6;                 // c: one call's fixed cost (idle cores)
 
   // "key value" lines, '#' comments: alpha_network_us, network_gbit_per_s, alpha_in_host_us,
   // in_host_gbyte_per_s, reduce_gbyte_per_s, call_us (which may be 0). Keys not given keep their
@@ -67,13 +67,13 @@ struct CostModel {
 
 // What one algorithm puts on the links for one all-reduce.
 struct Traffic {
-  int network_steps = 0;                   // dependent steps in which some message crosses hosts
-  int in_host_steps = 0;                   // the other steps
-  int network_messages = 0;                // Σ over those steps of the most messages one rank sends in it
+  int network_steps = 0;     // dependent steps in which some message crosses hosts
+  int in_host_steps = 0;     // the other steps
+  int network_messages = 0;  // Σ over those steps of the most messages one rank sends in it
   int in_host_messages = 0;
-  std::vector<double> host_egress_bytes;   // by host: bytes its ranks send to other hosts
-  std::vector<double> in_host_bytes;       // by rank: bytes it sends to ranks of its own host
-  double reduced_bytes = 0;                // the most any rank reduces
+  std::vector<double> host_egress_bytes;  // by host: bytes its ranks send to other hosts
+  std::vector<double> in_host_bytes;      // by rank: bytes it sends to ranks of its own host
+  double reduced_bytes = 0;               // the most any rank reduces
   double max_host_egress() const;
   double total_cross_host_bytes() const;
 };

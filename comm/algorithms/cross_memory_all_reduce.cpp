@@ -34,9 +34,9 @@ void read_from(int pid, int rank, std::byte* dst, const std::byte* remote, size_
     }
     if (n < 0 && errno == EINTR) continue;
     const int err = n < 0 ? errno : EIO;
-    TINYDDP_CHECK(pid == ::getpid() || process_alive(pid), "shm transport: rank ", rank, " (pid ", pid, ") died while rank ",
-                  ctx.rank, " was in a collective with it", hint("look at rank ", rank,
-                  "'s output and exit status (killed by a signal? out of memory?)"));
+    TINYDDP_CHECK(pid == ::getpid() || process_alive(pid), "shm transport: rank ", rank, " (pid ", pid,
+                  ") died while rank ", ctx.rank, " was in a collective with it",
+                  hint("look at rank ", rank, "'s output and exit status (killed by a signal? out of memory?)"));
     TINYDDP_FAIL(ctx.what(), ": process_vm_readv from rank ", rank, " (pid ", pid, ") failed: ", std::strerror(err),
                  hint("TINYDDP_CROSS_MEMORY=0 moves ordinary tensors through the shared-memory fifos instead"));
   }
@@ -51,7 +51,8 @@ std::string cross_memory_unreadable(int pid, const void* address, size_t bytes) 
   std::string why = std::string("process_vm_readv: ") + std::strerror(errno);
   std::ifstream yama("/proc/sys/kernel/yama/ptrace_scope");
   int scope = -1;
-  if (yama >> scope) why += " (/proc/sys/kernel/yama/ptrace_scope is " + std::to_string(scope) + ": 0 lets a process read its peers)";
+  if (yama >> scope)
+    why += " (/proc/sys/kernel/yama/ptrace_scope is " + std::to_string(scope) + ": 0 lets a process read its peers)";
   return why;
 }
 
@@ -60,12 +61,14 @@ void cross_memory_all_reduce(SymmetricBuffer& control, const std::vector<int>& p
   const int n = control.parties(), me = control.position();
   const size_t elem = dtype_size(ctx.dtype);
   const uint64_t base = control.my_step();
-  SymmetricCall call{0, count, uint32_t(ctx.dtype), uint32_t(ctx.op), ctx.sequence, uint64_t(reinterpret_cast<uintptr_t>(data))};
+  SymmetricCall call{
+      0, count, uint32_t(ctx.dtype), uint32_t(ctx.op), ctx.sequence, uint64_t(reinterpret_cast<uintptr_t>(data))};
   control.publish(base + kArrived, call);
   symmetric_barrier(control, base + kArrived, shm, ctx);
   check_same_call(control, call, ctx);
   std::vector<const std::byte*> theirs(static_cast<size_t>(n));
-  for (int p = 0; p < n; ++p) theirs[size_t(p)] = reinterpret_cast<const std::byte*>(uintptr_t(control.call_of(p).address));
+  for (int p = 0; p < n; ++p)
+    theirs[size_t(p)] = reinterpret_cast<const std::byte*>(uintptr_t(control.call_of(p).address));
 
   // Slice `me`, folded x_me, x_(me+1), ... as the ring folds it, a bounce buffer's worth at a time.
   thread_local std::vector<std::byte> bounce;
@@ -85,7 +88,8 @@ void cross_memory_all_reduce(SymmetricBuffer& control, const std::vector<int>& p
   for (int step = 1; step < n; ++step) {
     const int q = (me + step) % n;
     const size_t at = chunk_begin(count, n, q) * elem;
-    read_from(pids[size_t(q)], control.ranks()[size_t(q)], data + at, theirs[size_t(q)] + at, chunk_count(count, n, q) * elem, ctx);
+    read_from(pids[size_t(q)], control.ranks()[size_t(q)], data + at, theirs[size_t(q)] + at,
+              chunk_count(count, n, q) * elem, ctx);
   }
   symmetric_barrier(control, base + kDone, shm, ctx);
 }

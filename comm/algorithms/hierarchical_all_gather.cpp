@@ -12,12 +12,15 @@ bool hierarchical_all_gather_applies(const HostLayout& layout) {
   return layout.hosts() > 1 && layout.per_host() > 1 && layout.is_uniform();
 }
 
-void hierarchical_all_gather(const HostLayout& layout, const ConnectionLookup& connection_to, int rank, const std::byte* in,
-                             std::byte* out, size_t count, const CollectiveContext& ctx) {
-  TINYDDP_CHECK(hierarchical_all_gather_applies(layout), ctx.what(), ": the hierarchical all-gather needs several hosts "
-                "with the same number (> 1) of ranks each", hint("use the flat ring all-gather on this layout"));
+void hierarchical_all_gather(const HostLayout& layout, const ConnectionLookup& connection_to, int rank,
+                             const std::byte* in, std::byte* out, size_t count, const CollectiveContext& ctx) {
+  TINYDDP_CHECK(hierarchical_all_gather_applies(layout), ctx.what(),
+                ": the hierarchical all-gather needs several hosts "
+                "with the same number (> 1) of ranks each",
+                hint("use the flat ring all-gather on this layout"));
   if (count == 0) return;
-  const PeerGroup local = host_group(layout, connection_to, rank), across = cross_host_group(layout, connection_to, rank);
+  const PeerGroup local = host_group(layout, connection_to, rank),
+                  across = cross_host_group(layout, connection_to, rank);
   const int L = local.size(), H = across.size();
   const size_t piece = count * dtype_size(ctx.dtype);
   thread_local std::vector<std::byte> by_index, gathered;  // H pieces of one local index; all n, by (index, host)

@@ -31,7 +31,7 @@ bool hierarchical_all_gather_applies(const HostLayout& layout);
 
 // out (n · count elements) = every rank's in, in rank order, as described at the top. Needs
 // hierarchical_all_gather_applies. `in` may be out's own slot.
-void hierarchical_all_gather(const HostLayout& layout, const ConnectionLookup& connection_to, int rank, const std::byte* in,
-                             std::byte* out, size_t count, const CollectiveContext& ctx);
+void hierarchical_all_gather(const HostLayout& layout, const ConnectionLookup& connection_to, int rank,
+                             const std::byte* in, std::byte* out, size_t count, const CollectiveContext& ctx);
 
 }  // namespace tinyddp::comm

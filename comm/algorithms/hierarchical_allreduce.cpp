@@ -18,12 +18,17 @@ PeerGroup cross_host_group(const HostLayout& layout, const ConnectionLookup& con
   return group;
 }
 
-void hierarchical_all_reduce(const HostLayout& layout, const ConnectionLookup& connection_to, int rank, const std::byte* in,
-                             std::byte* out, size_t count, GroupAllReduce across_hosts, const CollectiveContext& ctx) {
-  TINYDDP_CHECK(layout.is_uniform(), ctx.what(), ": the hierarchical all-reduce needs the same number of ranks on every "
-                "host, but host 0 has ", layout.per_host(), " and another has a different count", hint("launch the same "
-                "number of ranks per host, or use TINYDDP_ALGO=auto (which picks a flat algorithm here)"));
-  const PeerGroup local = host_group(layout, connection_to, rank), across = cross_host_group(layout, connection_to, rank);
+void hierarchical_all_reduce(const HostLayout& layout, const ConnectionLookup& connection_to, int rank,
+                             const std::byte* in, std::byte* out, size_t count, GroupAllReduce across_hosts,
+                             const CollectiveContext& ctx) {
+  TINYDDP_CHECK(layout.is_uniform(), ctx.what(),
+                ": the hierarchical all-reduce needs the same number of ranks on every "
+                "host, but host 0 has ",
+                layout.per_host(), " and another has a different count",
+                hint("launch the same "
+                     "number of ranks per host, or use TINYDDP_ALGO=auto (which picks a flat algorithm here)"));
+  const PeerGroup local = host_group(layout, connection_to, rank),
+                  across = cross_host_group(layout, connection_to, rank);
   const int L = local.size(), H = across.size();
   const size_t elem = dtype_size(ctx.dtype);
   if (L == 1) return across_hosts(across, in, out, count, ctx);

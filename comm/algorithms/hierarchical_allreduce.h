@@ -38,7 +38,8 @@ PeerGroup cross_host_group(const HostLayout& layout, const ConnectionLookup& con
 
 // out = in reduced over every rank of the layout, as described at the top; `across_hosts` runs step
 // 2. Needs a uniform layout (HostLayout::is_uniform). `out` may be `in`.
-void hierarchical_all_reduce(const HostLayout& layout, const ConnectionLookup& connection_to, int rank, const std::byte* in,
-                             std::byte* out, size_t count, GroupAllReduce across_hosts, const CollectiveContext& ctx);
+void hierarchical_all_reduce(const HostLayout& layout, const ConnectionLookup& connection_to, int rank,
+                             const std::byte* in, std::byte* out, size_t count, GroupAllReduce across_hosts,
+                             const CollectiveContext& ctx);
 
 }  // namespace tinyddp::comm

@@ -8,8 +8,8 @@
 namespace tinyddp::comm {
 
 struct HostLayout {
-  std::vector<int> host_of;                 // by rank: its host's index (hosts numbered by their lowest rank)
-  std::vector<std::vector<int>> ranks_on;   // by host: its ranks, in rank order
+  std::vector<int> host_of;                // by rank: its host's index (hosts numbered by their lowest rank)
+  std::vector<std::vector<int>> ranks_on;  // by host: its ranks, in rank order
 
   // From every rank's host identity (equal strings: one host).
   static HostLayout from_host_ids(const std::vector<std::string>& ids);

@@ -14,7 +14,8 @@ void host_ordered_broadcast(const HostLayout& layout, const ConnectionLookup& co
     const auto& on = layout.ranks_on[size_t((root_host + k) % layout.hosts())];
     order.insert(order.end(), on.begin(), on.end());
   }
-  std::rotate(order.begin(), std::find(order.begin(), order.begin() + std::ptrdiff_t(layout.ranks_on[size_t(root_host)].size()), root),
+  std::rotate(order.begin(),
+              std::find(order.begin(), order.begin() + std::ptrdiff_t(layout.ranks_on[size_t(root_host)].size()), root),
               order.begin() + std::ptrdiff_t(layout.ranks_on[size_t(root_host)].size()));
   const int n = int(order.size()), position = int(std::find(order.begin(), order.end(), rank) - order.begin());
   // Only the links the chain uses: a transport may open a connection on first use.

@@ -17,7 +17,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr int kSmallRounds = 16;      // α: the median of these
+constexpr int kSmallRounds = 16;  // α: the median of these
 constexpr size_t kSmallBytes = 8;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
@@ -31,8 +31,8 @@ double median(std::vector<double> values) {
 double steady_seconds() { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
 
 struct PairTimes {
-  double alpha_s;  // one small exchange
-  double bytes_s;  // a large exchange's time beyond α, averaged over the timed rounds
+  double alpha_s;                               // one small exchange
+  double bytes_s;                               // a large exchange's time beyond α, averaged over the timed rounds
   std::array<double, kProbeRounds> begin, end;  // steady_seconds() around each timed large exchange
 };
 
@@ -126,8 +126,8 @@ LinkMeasurement LinkMeasurement::parse(const std::string& text, const std::strin
   for (size_t k = 0; k < size_t(kProbeRounds); ++k) ok = ok && bool(in >> m.network_begin[k] >> m.network_end[k]);
   std::string rest;
   ok = ok && bool(in >> m.alpha_in_host_s >> m.in_host_bytes_per_s >> m.reduce_bytes_per_s) && !(in >> rest);
-  TINYDDP_CHECK(ok, where, ": '", text, "' is not a link measurement (", 4 + 2 * kProbeRounds,
-                " numbers)", hint("every rank of a group must run the same tinyddp"));
+  TINYDDP_CHECK(ok, where, ": '", text, "' is not a link measurement (", 4 + 2 * kProbeRounds, " numbers)",
+                hint("every rank of a group must run the same tinyddp"));
   return m;
 }
 
@@ -176,7 +176,8 @@ CostModel probe_cost_model(Store& store, const std::string& key, const HostLayou
                            const ConnectionLookup& connection_to, int rank, const CollectiveContext& ctx,
                            const CostModel& defaults) {
   StoreBarrier barrier(store, rank, layout.world(), key + "line_up");
-  const LinkMeasurement mine = measure_links(layout, connection_to, rank, ctx, [&] { barrier.arrive_and_wait(ctx.timeout); });
+  const LinkMeasurement mine = measure_links(layout, connection_to, rank, ctx,
+                                             [&] { barrier.arrive_and_wait(ctx.timeout); });
   store.set(key + "probe/" + std::to_string(rank), mine.to_text());
   CostModel model = defaults;
   if (rank == 0) {
@@ -185,7 +186,8 @@ CostModel probe_cost_model(Store& store, const std::string& key, const HostLayou
     store.wait(keys, ctx.timeout);
     std::vector<LinkMeasurement> all;
     const std::vector<std::string> texts = store.multi_get(keys);
-    for (size_t r = 0; r < texts.size(); ++r) all.push_back(LinkMeasurement::parse(texts[r], "rank " + std::to_string(r) + "'s link probe"));
+    for (size_t r = 0; r < texts.size(); ++r)
+      all.push_back(LinkMeasurement::parse(texts[r], "rank " + std::to_string(r) + "'s link probe"));
     model = model_from_measurements(all, layout, defaults);
   }
   return agree_on_model(store, key + "model", rank, model, ctx.timeout);

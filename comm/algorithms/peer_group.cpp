@@ -51,7 +51,8 @@ void exchange_and_fold(Connection* peer, const std::byte* send, size_t send_byte
   exchange_stream(peer, send, send_bytes, dst, dst, fold_bytes, ctx);
 }
 
-void fold_in_rank_order(std::byte* mine, std::byte* theirs, bool mine_is_lower, size_t count, const CollectiveContext& ctx) {
+void fold_in_rank_order(std::byte* mine, std::byte* theirs, bool mine_is_lower, size_t count,
+                        const CollectiveContext& ctx) {
   // reduce_elements lets the destination alias only its first operand.
   if (mine_is_lower) {
     reduce_elements(mine, mine, theirs, count, ctx.dtype, ctx.op);

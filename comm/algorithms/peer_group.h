@@ -42,8 +42,8 @@ void ring_group_all_reduce(const PeerGroup& group, const std::byte* in, std::byt
 // The power-of-two core of a group of `size` ranks, as described at the top.
 struct PowerOfTwoCore {
   explicit PowerOfTwoCore(int size);
-  int size;    // p
-  int extra;   // e = n - p
+  int size;   // p
+  int extra;  // e = n - p
   // The group rank's index in the core; -1 for an even rank < 2e, which sits out.
   int core_rank(int group_rank) const;
   // The group rank of core index c.
@@ -71,6 +71,7 @@ void unfold_from_core(const PeerGroup& group, const PowerOfTwoCore& core, std::b
 
 // out = ordered fold of two values held by a pair: lower (op) higher, whichever this rank holds.
 // `mine` is this rank's value and receives the result; `theirs` the peer's (scratch, overwritten).
-void fold_in_rank_order(std::byte* mine, std::byte* theirs, bool mine_is_lower, size_t count, const CollectiveContext& ctx);
+void fold_in_rank_order(std::byte* mine, std::byte* theirs, bool mine_is_lower, size_t count,
+                        const CollectiveContext& ctx);
 
 }  // namespace tinyddp::comm

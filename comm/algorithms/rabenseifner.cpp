@@ -41,8 +41,8 @@ void all_gather_by_doubling(const PeerGroup& group, const PowerOfTwoCore& core, 
     // Before this step each rank holds the `distance` segments of its aligned window.
     const ByteRange mine = segments(count, core.size, c & ~(distance - 1), distance, elem);
     const ByteRange theirs = segments(count, core.size, partner & ~(distance - 1), distance, elem);
-    exchange(group.peer(core.group_rank(partner)), buf + mine.offset, mine.bytes, buf + theirs.offset,
-             theirs.bytes, ctx);
+    exchange(group.peer(core.group_rank(partner)), buf + mine.offset, mine.bytes, buf + theirs.offset, theirs.bytes,
+             ctx);
   }
 }
 

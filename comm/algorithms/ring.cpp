@@ -18,13 +18,15 @@ void add_all_gather_regions(Stream& s, const Ring& ring, std::byte* buf, size_t 
   for (int step = 0; step < n - 1; ++step) {
     const int send_chunk = wrap(owned - step, n), recv_chunk = wrap(owned - step - 1, n);
     s.send.push_back({buf + chunk_begin(count, n, send_chunk) * elem, chunk_count(count, n, send_chunk) * elem});
-    s.recv.push_back({buf + chunk_begin(count, n, recv_chunk) * elem, nullptr, chunk_count(count, n, recv_chunk) * elem});
+    s.recv.push_back(
+        {buf + chunk_begin(count, n, recv_chunk) * elem, nullptr, chunk_count(count, n, recv_chunk) * elem});
   }
 }
 
 }  // namespace
 
-void ring_all_reduce(const Ring& ring, const std::byte* in, std::byte* out, size_t count, const CollectiveContext& ctx) {
+void ring_all_reduce(const Ring& ring, const std::byte* in, std::byte* out, size_t count,
+                     const CollectiveContext& ctx) {
   const int n = ring.size, r = ring.rank;
   const size_t elem = dtype_size(ctx.dtype);
   auto offset = [&](int chunk) { return chunk_begin(count, n, chunk) * elem; };

@@ -57,8 +57,8 @@ bool single_rounding_supports(DType dtype, ReduceOp op) {
   return (dtype == DType::bf16 || dtype == DType::f16) && (op == ReduceOp::sum || op == ReduceOp::avg);
 }
 
-void single_rounding_reduce_scatter(std::span<Connection* const> peers, int rank, const std::byte* in,
-                                    std::byte* out, size_t count, const CollectiveContext& ctx) {
+void single_rounding_reduce_scatter(std::span<Connection* const> peers, int rank, const std::byte* in, std::byte* out,
+                                    size_t count, const CollectiveContext& ctx) {
   TINYDDP_CHECK(single_rounding_supports(ctx.dtype, ctx.op), ctx.what(), ": single-rounding reductions take bf16 or ",
                 "f16 with sum or avg, not ", dtype_name(ctx.dtype), " with ", reduce_op_name(ctx.op),
                 hint("use all_reduce / reduce_scatter for other dtypes and ops"));

@@ -32,8 +32,8 @@ bool single_rounding_supports(DType dtype, ReduceOp op);
 
 // out (chunk_count(count, N, rank) elements) = chunk `rank` of `in` (count elements), summed over
 // every rank in f32 and rounded once. `peers[r]` is the connection to rank r (nullptr at `rank`).
-void single_rounding_reduce_scatter(std::span<Connection* const> peers, int rank, const std::byte* in,
-                                    std::byte* out, size_t count, const CollectiveContext& ctx);
+void single_rounding_reduce_scatter(std::span<Connection* const> peers, int rank, const std::byte* in, std::byte* out,
+                                    size_t count, const CollectiveContext& ctx);
 
 // out (count elements) = in summed over every rank, each element rounded once. `out` may be `in`.
 void single_rounding_all_reduce(std::span<Connection* const> peers, const Ring& ring, const std::byte* in,

@@ -44,7 +44,8 @@ void exchange(std::span<Connection* const> peers, int rank, const std::byte* min
     }
     waits.clear();
     for (int p = 0; p < n; ++p)
-      if (p != rank && (sent[p] < bytes || got[p] < bytes)) waits.push_back({peers[p], sent[p] < bytes, got[p] < bytes});
+      if (p != rank && (sent[p] < bytes || got[p] < bytes))
+        waits.push_back({peers[p], sent[p] < bytes, got[p] < bytes});
     waiter.wait(waits);
   }
 }
@@ -97,7 +98,8 @@ void pair_all_reduce(Connection* peer, int rank, const std::byte* in, std::byte*
     // message at once unless the peer is far behind).
     const size_t limit = out == in ? sent : bytes;
     while (folded < limit) {
-      size_t n = reader.take(*peer, limit - folded, elem, [&](const std::byte* theirs, size_t k) { fold(folded, theirs, k); });
+      size_t n = reader.take(*peer, limit - folded, elem,
+                             [&](const std::byte* theirs, size_t k) { fold(folded, theirs, k); });
       if (n == 0) break;
       folded += n;
       moved = true;

@@ -65,11 +65,11 @@ void symmetric_barrier(SymmetricBuffer& b, uint64_t step, ShmTransport& shm, con
     for (int p : late) shm.check_peer(b.ranks()[size_t(p)], stalled);
     if (now > ctx.deadline && !late.empty())
       TINYDDP_FAIL(ctx.what(), ": timed out after ", ctx.timeout.count(), " ms waiting for rank(s) ",
-                   short_list(late, 8, [&](int p) { return std::to_string(b.ranks()[size_t(p)]); }), " ", step_name(step),
-                   " on symmetric buffer #", b.index(),
+                   short_list(late, 8, [&](int p) { return std::to_string(b.ranks()[size_t(p)]); }), " ",
+                   step_name(step), " on symmetric buffer #", b.index(),
                    hint("those ranks did not make the same collective call (every rank must call the collectives "
-                   "on its tensor of the symmetric allocation, in the same order), are stuck elsewhere, or need a "
-                   "longer timeout"));
+                        "on its tensor of the symmetric allocation, in the same order), are stuck elsewhere, or need a "
+                        "longer timeout"));
   }
 }
 
@@ -79,11 +79,12 @@ void check_same_call(const SymmetricBuffer& b, const SymmetricCall& mine, const 
     SymmetricCall theirs = b.call_of(p);
     theirs.address = mine.address;
     if (theirs == mine) continue;
-    TINYDDP_FAIL(ctx.what(), ": rank ", b.ranks()[size_t(p)], " is in collective #", theirs.sequence, " on ", theirs.count,
-                 " elements of ", dtype_name(DType(theirs.dtype)), " at byte ", theirs.offset, " of symmetric buffer #",
-                 b.index(), " (", reduce_op_name(ReduceOp(theirs.op)), "), this rank in #", mine.sequence, " on ", mine.count,
-                 " elements of ", dtype_name(DType(mine.dtype)), " at byte ", mine.offset, " (", reduce_op_name(ReduceOp(mine.op)),
-                 ")", hint("every rank must make the same collective calls on the same tensors of a symmetric allocation"));
+    TINYDDP_FAIL(ctx.what(), ": rank ", b.ranks()[size_t(p)], " is in collective #", theirs.sequence, " on ",
+                 theirs.count, " elements of ", dtype_name(DType(theirs.dtype)), " at byte ", theirs.offset,
+                 " of symmetric buffer #", b.index(), " (", reduce_op_name(ReduceOp(theirs.op)), "), this rank in #",
+                 mine.sequence, " on ", mine.count, " elements of ", dtype_name(DType(mine.dtype)), " at byte ",
+                 mine.offset, " (", reduce_op_name(ReduceOp(mine.op)), ")",
+                 hint("every rank must make the same collective calls on the same tensors of a symmetric allocation"));
   }
 }
 
@@ -110,7 +111,8 @@ void reduce_my_slice(const SymmetricBuffer& b, size_t at, size_t count, const Co
 void symmetric_all_reduce(SymmetricBuffer& b, size_t offset, size_t count, bool one_shot, ShmTransport& shm,
                           const CollectiveContext& ctx) {
   TINYDDP_CHECK(b.peers_mapped(), ctx.what(), ": symmetric buffer #", b.index(),
-                " no longer maps its peers' parts (its process group ended)", hint("use the group it was allocated from"));
+                " no longer maps its peers' parts (its process group ended)",
+                hint("use the group it was allocated from"));
   const int n = b.parties(), me = b.position();
   const size_t elem = dtype_size(ctx.dtype), bytes = count * elem;
   const uint64_t base = b.my_step();
@@ -126,7 +128,8 @@ void symmetric_all_reduce(SymmetricBuffer& b, size_t offset, size_t count, bool 
     thread_local std::vector<std::byte> scratch;
     if (scratch.size() < bytes) scratch.resize(bytes);
     std::memcpy(scratch.data(), b.data_of(0) + offset, bytes);
-    for (int p = 1; p < n; ++p) reduce_elements(scratch.data(), scratch.data(), b.data_of(p) + offset, count, ctx.dtype, ctx.op);
+    for (int p = 1; p < n; ++p)
+      reduce_elements(scratch.data(), scratch.data(), b.data_of(p) + offset, count, ctx.dtype, ctx.op);
     if (ctx.op == ReduceOp::avg) finish_average(scratch.data(), count, ctx.dtype, ctx.world_size);
     symmetric_barrier(b, base + kReduced, shm, ctx);
     std::memcpy(own, scratch.data(), bytes);

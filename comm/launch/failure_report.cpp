@@ -71,8 +71,7 @@ FirstFailure settle_first_failure(Store* job_store, int rank, long long now) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
       vanished = vanished_local_peer(*job_store, rank);
     }
-    if (vanished >= 0)
-      failures.compare_set("first", "", std::to_string(vanished) + " " + std::to_string(now));
+    if (vanished >= 0) failures.compare_set("first", "", std::to_string(vanished) + " " + std::to_string(now));
     std::string first = failures.compare_set("first", "", std::to_string(rank) + " " + std::to_string(now));
     FirstFailure settled;
     std::istringstream(first) >> settled.rank >> settled.when;

@@ -86,7 +86,8 @@ void judge(FlightExplanation& x) {
                (r.present ? " (" + r.host + ", pid " + std::to_string(r.pid) + ")" : "") + ": " + why;
   }
   x.verdict = rank_list(x.lagging) + (x.lagging.size() == 1 ? " lags" : " lag") + ", not in " + x.furthest_op;
-  if (!x.waiting.empty()) x.verdict += " which " + rank_list(x.waiting) + (x.waiting.size() == 1 ? " waits" : " wait") + " in";
+  if (!x.waiting.empty())
+    x.verdict += " which " + rank_list(x.waiting) + (x.waiting.size() == 1 ? " waits" : " wait") + " in";
   x.verdict += ": " + details;
 }
 
@@ -100,7 +101,9 @@ FlightExplanation explain_flight_records(const std::string& dir, const std::stri
   const std::string suffix = group == "default" ? ".json" : "." + group + ".json";
   for (const auto& file : std::filesystem::directory_iterator(dir)) {
     const std::string name = file.path().filename().string();
-    if (name.rfind("rank-", 0) != 0 || name.size() <= suffix.size() || name.substr(name.size() - suffix.size()) != suffix) continue;
+    if (name.rfind("rank-", 0) != 0 || name.size() <= suffix.size() ||
+        name.substr(name.size() - suffix.size()) != suffix)
+      continue;
     if (group == "default" && name.find('.') != name.size() - 5) continue;  // another group's file
     found.push_back(read_record(file.path()));
   }
@@ -127,21 +130,23 @@ FlightExplanation explain_flight_records(const std::string& dir, const std::stri
 std::string format_explanation(const FlightExplanation& x) {
   std::ostringstream out;
   out << std::left << std::setw(6) << "rank" << std::setw(16) << "host" << std::setw(9) << "pid" << std::setw(13)
-      << "last queued" << std::setw(14) << "last started" << std::setw(15) << "last finished" << "written because\n";
+      << "last queued" << std::setw(14) << "last started" << std::setw(15) << "last finished"
+      << "written because\n";
   auto num = [](int64_t v) { return v < 0 ? std::string("-") : std::to_string(v); };
   for (const auto& r : x.ranks) {
     out << std::setw(6) << r.rank;
     if (!r.present) {
-      out << std::setw(16) << "-" << std::setw(9) << "-" << std::setw(13) << "-" << std::setw(14) << "-" << std::setw(15)
-          << "-" << "(no record)\n";
+      out << std::setw(16) << "-" << std::setw(9) << "-" << std::setw(13) << "-" << std::setw(14) << "-"
+          << std::setw(15) << "-"
+          << "(no record)\n";
       continue;
     }
     out << std::setw(16) << r.host << std::setw(9) << r.pid << std::setw(13) << num(r.last_queued) << std::setw(14)
         << num(r.last_started) << std::setw(15) << num(r.last_finished) << r.reason << "\n";
   }
   if (x.earlier_records > 0)
-    out << "(" << x.earlier_records << " record" << (x.earlier_records > 1 ? "s" : "") << " of earlier attempts left out: these are restart "
-        << x.restart_count << "'s)\n";
+    out << "(" << x.earlier_records << " record" << (x.earlier_records > 1 ? "s" : "")
+        << " of earlier attempts left out: these are restart " << x.restart_count << "'s)\n";
   out << "verdict: " << x.verdict << "\n";
   return out.str();
 }

@@ -37,11 +37,11 @@ struct FlightExplanation {
   std::vector<RankFlightRecord> ranks;  // by rank, 0 .. world_size - 1
   int64_t furthest = -1;                // the furthest collective started by any rank
   std::string furthest_op;
-  std::vector<int> lagging;             // the verdict
-  std::vector<int> waiting;             // ranks in the furthest collective, not finished
-  std::string verdict;                  // one sentence
-  int restart_count = 0;                // the attempt the records are from
-  int earlier_records = 0;              // files of earlier attempts, left out
+  std::vector<int> lagging;  // the verdict
+  std::vector<int> waiting;  // ranks in the furthest collective, not finished
+  std::string verdict;       // one sentence
+  int restart_count = 0;     // the attempt the records are from
+  int earlier_records = 0;   // files of earlier attempts, left out
 };
 
 // Reads DIR/rank-*.json of the group `group` ("default": rank-<r>.json). Throws when DIR holds none.

@@ -132,11 +132,12 @@ struct Launcher::Job {
   // Each worker in its own process group (the launcher forwards signals to everything a worker starts).
   ChildProcesses children{"tinyddp-run"};
   std::vector<WorkerProcess> workers;  // workers[i] is children's child i
-  std::string records_dir;       // the workers' TINYDDP_FLIGHT_RECORDER
-  bool owns_records_dir = false;  // a temporary one, removed at the end
+  std::string records_dir;             // the workers' TINYDDP_FLIGHT_RECORDER
+  bool owns_records_dir = false;       // a temporary one, removed at the end
 
   Job(Launcher& l) : launcher(l), o(l.options_), world_size(o.nnodes * o.nproc_per_node) {
-    records_dir = !o.flight_recorder_dir.empty() ? o.flight_recorder_dir : env::text("TINYDDP_FLIGHT_RECORDER").value_or("");
+    records_dir = !o.flight_recorder_dir.empty() ? o.flight_recorder_dir
+                                                 : env::text("TINYDDP_FLIGHT_RECORDER").value_or("");
     if (records_dir.empty()) {
       std::string pattern = (std::filesystem::temp_directory_path() / "tinyddp-run-records-XXXXXX").string();
       if (mkdtemp(pattern.data())) records_dir = pattern, owns_records_dir = true;
@@ -165,8 +166,9 @@ struct Launcher::Job {
     } else if (o.nnodes == 1) {
       token = random_hex(16);
     } else {
-      log(LogLevel::info, "no TINYDDP_TOKEN set: the store accepts any client; export the same TINYDDP_TOKEN on "
-                          "every node to require one");
+      log(LogLevel::info,
+          "no TINYDDP_TOKEN set: the store accepts any client; export the same TINYDDP_TOKEN on "
+          "every node to require one");
     }
     std::string listen = "0.0.0.0";
     if (o.master_addr == "localhost" || o.master_addr.rfind("127.", 0) == 0) listen = "127.0.0.1";
@@ -492,7 +494,8 @@ struct Launcher::Job {
         for (auto& w : workers) any_running |= w.running;
         if (!any_running) {
           local_done = true;
-          if (store->add(attempt_key(attempt, "nodes_done"), 1) == o.nnodes) store->set(attempt_key(attempt, "all_done"), "1");
+          if (store->add(attempt_key(attempt, "nodes_done"), 1) == o.nnodes)
+            store->set(attempt_key(attempt, "all_done"), "1");
         }
       }
       if (Clock::now() >= next_store_check || local_done) {
@@ -511,7 +514,8 @@ struct Launcher::Job {
       return;
     }
     std::vector<std::string> others;
-    std::istringstream list(store->check({attempt_key(attempt, "nodes")}) ? store->get(attempt_key(attempt, "nodes")) : "");
+    std::istringstream list(store->check({attempt_key(attempt, "nodes")}) ? store->get(attempt_key(attempt, "nodes"))
+                                                                          : "");
     for (std::string n; std::getline(list, n, ',');)
       if (n != "0") others.push_back(attempt_key(attempt, "left/" + n));
     if (others.empty()) return;
@@ -542,7 +546,8 @@ struct Launcher::Job {
       if (end == End::stopped) {
         // Other nodes must stop too, and must not restart: say so before the failure they watch for.
         store->set("stopped", "node " + std::to_string(o.node_rank) + " got " + signal_name(s));
-        store->compare_set(attempt_key(attempt, "failed"), "", "-1 -1 " + std::to_string(o.node_rank) + " 0 0 " + std::to_string(s));
+        store->compare_set(attempt_key(attempt, "failed"), "",
+                           "-1 -1 " + std::to_string(o.node_rank) + " 0 0 " + std::to_string(s));
         leave(attempt);
         result.exit_code = 128 + s;
         result.summary = "stopped by " + signal_name(s) + "; the workers got it too";
@@ -551,7 +556,8 @@ struct Launcher::Job {
       if (end == End::success) {
         leave(attempt);
         result.summary = "all " + std::to_string(world_size) + " workers finished successfully" +
-                         (attempt ? " (after " + std::to_string(attempt) + " restart" + (attempt > 1 ? "s)" : ")") : "");
+                         (attempt ? " (after " + std::to_string(attempt) + " restart" + (attempt > 1 ? "s)" : ")")
+                                  : "");
         return result;
       }
       WorkerFailure cause = decode_failure(store->get(attempt_key(attempt, "failed")));
@@ -571,11 +577,11 @@ struct Launcher::Job {
       leave(attempt);
       result.exit_code = exit_code_for(cause);
       if (result.exit_code == 0) result.exit_code = 1;
-      result.summary = "worker " + cause.describe() + (cause.stall.empty() ? " (the first to fail)" : " (the root cause)") +
-                       "; stopped the other " +
+      result.summary = "worker " + cause.describe() +
+                       (cause.stall.empty() ? " (the first to fail)" : " (the root cause)") + "; stopped the other " +
                        std::to_string(world_size - 1) + " worker" + (world_size == 2 ? "" : "s") + "; " +
-                       (o.max_restarts ? "all " + std::to_string(o.max_restarts) + " restarts used" :
-                                         "no restarts (--max-restarts 0)");
+                       (o.max_restarts ? "all " + std::to_string(o.max_restarts) + " restarts used"
+                                       : "no restarts (--max-restarts 0)");
       return result;
     }
   }

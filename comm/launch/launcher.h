@@ -65,14 +65,14 @@ struct LauncherOptions {
   std::string master_addr = "127.0.0.1";
   int master_port = 0;  // 0: pick a free port (one node only)
   int max_restarts = 0;
-  std::vector<std::string> program;  // argv of each worker; program[0] is searched on PATH
+  std::vector<std::string> program;                           // argv of each worker; program[0] is searched on PATH
   std::chrono::milliseconds grace = std::chrono::seconds(5);  // between SIGTERM and SIGKILL
   std::chrono::milliseconds rendezvous_timeout = timeout_from_environment();  // for other nodes to join
   // Where the workers write their flight records (comm/flight_recorder.h), which the launcher reads
   // to name the rank a timed-out group waited for. Empty: TINYDDP_FLIGHT_RECORDER, else a temporary
   // directory removed at the end.
   std::string flight_recorder_dir;
-  std::string run_id;  // keys' namespace; default: TINYDDP_RUN_ID, or "default"
+  std::string run_id;       // keys' namespace; default: TINYDDP_RUN_ID, or "default"
   WorkerOutputSink output;  // empty: worker output is read and dropped
   LogSink log;              // the launcher's own messages; default: stderr, component "tinyddp-run"
 };
@@ -96,9 +96,9 @@ struct LaunchResult {
   // What tinyddp-run exits with: 0; the failed worker's exit code (128 + signal when a signal ended
   // it); or 128 + the signal that stopped the launcher.
   int exit_code = 0;
-  int restarts = 0;                        // how many times the group was restarted
+  int restarts = 0;                         // how many times the group was restarted
   std::optional<WorkerFailure> root_cause;  // the first worker that failed, on any node
-  std::string summary;                     // one line saying how the job ended, and why
+  std::string summary;                      // one line saying how the job ended, and why
 };
 
 class Launcher {

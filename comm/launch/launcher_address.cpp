@@ -75,7 +75,7 @@ std::vector<std::string> expand_item(const std::string& item, const std::string&
 }
 
 std::optional<std::string> first_of(const EnvironmentLookup& lookup, std::initializer_list<const char*> names,
-                                     std::string* which = nullptr) {
+                                    std::string* which = nullptr) {
   for (const char* name : names)
     if (auto value = lookup(name); value && !value->empty()) {
       if (which) *which = name;
@@ -84,7 +84,9 @@ std::optional<std::string> first_of(const EnvironmentLookup& lookup, std::initia
   return std::nullopt;
 }
 
-int derived_port(long long id) { return kFirstDerivedPort + int(((id % kDerivedPorts) + kDerivedPorts) % kDerivedPorts); }
+int derived_port(long long id) {
+  return kFirstDerivedPort + int(((id % kDerivedPorts) + kDerivedPorts) % kDerivedPorts);
+}
 
 std::optional<DerivedStoreAddress> from_slurm(const EnvironmentLookup& lookup, std::string& why) {
   std::string list_name;
@@ -114,7 +116,8 @@ std::optional<DerivedStoreAddress> from_prrte_namespace(const std::string& name,
   const auto pid = dash == std::string::npos ? std::nullopt : parse_number(name.substr(dash + 1, at - dash - 1));
   const auto job = at == std::string::npos ? std::nullopt : parse_number(name.substr(at + 1));
   if (name.rfind(prefix, 0) != 0 || !pid || !job || dash <= prefix.size()) {
-    why = "PMIX_NAMESPACE ('" + name + "') is not PRRTE's prterun-<host>-<pid>@<job>, and Open MPI set no "
+    why = "PMIX_NAMESPACE ('" + name +
+          "') is not PRRTE's prterun-<host>-<pid>@<job>, and Open MPI set no "
           "OMPI_MCA_orte_hnp_uri";
     return std::nullopt;
   }
@@ -189,7 +192,7 @@ std::vector<std::string> hnp_uri_addresses(const std::string& uri) {
 }
 
 std::optional<DerivedStoreAddress> derive_store_address(const std::string& family, const EnvironmentLookup& lookup,
-                                                       std::string& why) {
+                                                        std::string& why) {
   if (family == "slurm") return from_slurm(lookup, why);
   if (family == "ompi") return from_open_mpi(lookup, why);
   why = "this launcher says nothing about where rank 0 runs";

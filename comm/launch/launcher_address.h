@@ -42,7 +42,7 @@ struct DerivedStoreAddress {
 // The store's address for a job that Slurm (`family` "slurm") or Open MPI ("ompi") started without
 // MASTER_ADDR/MASTER_PORT; nullopt when the environment does not tell, with the reason in `why`.
 std::optional<DerivedStoreAddress> derive_store_address(const std::string& family, const EnvironmentLookup& lookup,
-                                                       std::string& why);
+                                                        std::string& why);
 
 // The addresses in an Open MPI HNP URI ("1234.0;tcp://10.0.0.1,192.168.1.2:41000;tcp6://[...]:41001").
 std::vector<std::string> hnp_uri_addresses(const std::string& uri);

@@ -47,8 +47,9 @@ std::optional<std::set<int>> parse_rank_list(const std::string& text, int world_
     const int last = dash == std::string_view::npos ? first : parse_rank(item.substr(dash + 1), text);
     TINYDDP_CHECK(first <= last, "--print-ranks ", text, ": the range ", item, " runs backwards",
                   hint("write the lower rank first (", last, "-", first, ")"));
-    TINYDDP_CHECK(last < world_size, "--print-ranks ", text, ": rank ", last, " is not in this job, whose ranks are 0 to ",
-                  world_size - 1, hint("count the ranks over every node (--nnodes x --nproc-per-node)"));
+    TINYDDP_CHECK(last < world_size, "--print-ranks ", text, ": rank ", last,
+                  " is not in this job, whose ranks are 0 to ", world_size - 1,
+                  hint("count the ranks over every node (--nnodes x --nproc-per-node)"));
     for (int r = first; r <= last; ++r) ranks.insert(r);
     if (comma == std::string_view::npos) return ranks;
     rest.remove_prefix(comma + 1);
@@ -63,9 +64,12 @@ std::string expand_prefix(const std::string& prefix, int rank, int local_rank, i
     if (open == std::string::npos) break;
     const size_t close = prefix.find('}', open);
     const std::string field = prefix.substr(open, close == std::string::npos ? std::string::npos : close - open + 1);
-    if (field == "{rank}") out += std::to_string(rank);
-    else if (field == "{local_rank}") out += std::to_string(local_rank);
-    else if (field == "{node}") out += std::to_string(node);
+    if (field == "{rank}")
+      out += std::to_string(rank);
+    else if (field == "{local_rank}")
+      out += std::to_string(local_rank);
+    else if (field == "{node}")
+      out += std::to_string(node);
     else
       TINYDDP_FAIL("--prefix '", prefix, "': ", field, " is not a field it can fill in",
                    hint("use {rank}, {local_rank} or {node}, or '' for no prefix"));
@@ -85,7 +89,9 @@ struct WorkerOutput::Files {
 };
 
 WorkerOutput::WorkerOutput(WorkerOutputOptions options, int nproc_per_node, int node_rank)
-    : options_(std::move(options)), nproc_per_node_(nproc_per_node), node_rank_(node_rank),
+    : options_(std::move(options)),
+      nproc_per_node_(nproc_per_node),
+      node_rank_(node_rank),
       files_(std::make_shared<Files>()) {
   expand_prefix(options_.prefix, 0, 0, 0);  // a template with a field it does not know fails here, before any worker
   if (options_.log_dir.empty()) return;
@@ -103,8 +109,8 @@ void WorkerOutput::operator()(int rank, int stream, std::string_view line) const
     std::lock_guard<std::mutex> lock(files_->mutex);
     auto [it, added] = files_->fds.try_emplace({rank, stream}, -1);
     if (added) {
-      const std::string path =
-          options_.log_dir + "/rank" + std::to_string(rank) + (stream == 2 ? ".stderr" : ".stdout");
+      const std::string path = options_.log_dir + "/rank" + std::to_string(rank) +
+                               (stream == 2 ? ".stderr" : ".stdout");
       it->second = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     }
     if (it->second >= 0) {
@@ -114,7 +120,8 @@ void WorkerOutput::operator()(int rank, int stream, std::string_view line) const
   }
   if (stream != 2 && options_.print_ranks && !options_.print_ranks->count(rank)) return;
   const int local_rank = rank - node_rank_ * nproc_per_node_;
-  write_all(stream == 2 ? 2 : 1, expand_prefix(options_.prefix, rank, local_rank, node_rank_) + std::string(line) + "\n");
+  write_all(stream == 2 ? 2 : 1,
+            expand_prefix(options_.prefix, rank, local_rank, node_rank_) + std::string(line) + "\n");
 }
 
 }  // namespace tinyddp::comm

@@ -60,7 +60,8 @@ std::string real_nccl_problem() {
 
 std::string nccl_unavailable_reason() {
   if (cuda_devices_are_fake())
-    return g_stand_in.load(std::memory_order_acquire) != nullptr ? "" : "fake CUDA devices are in use, without a fake NCCL";
+    return g_stand_in.load(std::memory_order_acquire) != nullptr ? ""
+                                                                 : "fake CUDA devices are in use, without a fake NCCL";
   static const std::string reason = real_nccl_problem();  // tried once
   return reason;
 }

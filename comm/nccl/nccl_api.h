@@ -32,8 +32,8 @@ enum class NcclResult : int {
   in_progress = 7,
 };
 
-using NcclComm = void*;                          // ncclComm_t
-using NcclUniqueId = std::array<char, 128>;      // ncclUniqueId (NCCL_UNIQUE_ID_BYTES)
+using NcclComm = void*;                      // ncclComm_t
+using NcclUniqueId = std::array<char, 128>;  // ncclUniqueId (NCCL_UNIQUE_ID_BYTES)
 
 class NcclApi {
  public:

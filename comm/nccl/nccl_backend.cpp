@@ -197,13 +197,18 @@ class NcclBackend final : public ProcessGroup {
 
 NcclBackend::NcclBackend(std::shared_ptr<Store> store, int rank, int size, const ProcessGroupOptions& options,
                          NcclApi& nccl, CudaApi& cuda)
-    : ProcessGroup(rank, size), store_(std::move(store)), options_(options),
-      debug_detail_(options.debug_detail.value_or(debug_detail_from_environment())), cuda_(cuda), nccl_(nccl),
+    : ProcessGroup(rank, size),
+      store_(std::move(store)),
+      options_(options),
+      debug_detail_(options.debug_detail.value_or(debug_detail_from_environment())),
+      cuda_(cuda),
+      nccl_(nccl),
       recorder_(rank, size, options.group_name, FlightRecorder::capacity_from_environment()) {
   TINYDDP_CHECK(store_ != nullptr, "nccl backend: no store was given", hint("pass the TcpStore the ranks share"));
   TINYDDP_CHECK(size >= 1 && rank >= 0 && rank < size, "nccl backend: rank ", rank, " of world size ", size,
                 " is impossible", hint("ranks go from 0 to world size - 1"));
-  device_ = options.device >= 0 ? options.device : default_cuda_device(local_rank_from_environment(), rank, cuda_device_count());
+  device_ = options.device >= 0 ? options.device
+                                : default_cuda_device(local_rank_from_environment(), rank, cuda_device_count());
   require_device(Device::cuda(device_));
   cuda_.set_device(device_);  // NCCL's device is the calling thread's current one
   warn_about_other_contexts();
@@ -256,9 +261,11 @@ void NcclBackend::warn_about_other_contexts() const {
   for (int device : cuda_devices_with_context())
     if (device != device_) others += (others.empty() ? "cuda:" : ", cuda:") + std::to_string(device);
   if (!others.empty())
-    log_line(LogLevel::warn, "nccl", "rank " + std::to_string(rank()) + " uses cuda:" + std::to_string(device_) +
-             ", but this process also has a CUDA context on " + others + "; something touched that device (a tensor moved "
-             "there, a thread that never selected a device): each rank should touch its own device only");
+    log_line(LogLevel::warn, "nccl",
+             "rank " + std::to_string(rank()) + " uses cuda:" + std::to_string(device_) +
+                 ", but this process also has a CUDA context on " + others +
+                 "; something touched that device (a tensor moved "
+                 "there, a thread that never selected a device): each rank should touch its own device only");
 }
 
 NcclBackend::~NcclBackend() {
@@ -307,8 +314,9 @@ void NcclBackend::teardown() {
     problem = state == NcclResult::in_progress ? "ncclCommFinalize did not finish within the timeout"
                                                : "ncclCommFinalize failed: " + nccl_.error_string(state);
   }
-  log_line(LogLevel::warn, "nccl", "rank " + std::to_string(rank()) + ": " + problem + " (" + nccl_.last_error(comm_) +
-           "); aborting the communicator instead");
+  log_line(LogLevel::warn, "nccl",
+           "rank " + std::to_string(rank()) + ": " + problem + " (" + nccl_.last_error(comm_) +
+               "); aborting the communicator instead");
   nccl_.comm_abort(comm_);
   comm_ = nullptr;
 }
@@ -320,7 +328,8 @@ void NcclBackend::check_device(const Tensor& t, const char* collective) const {
                 hint("move it with .to(Device::cuda(", device_, ")), or use the host backend for CPU tensors"));
 }
 
-WorkPtr NcclBackend::launch(Fingerprint f, const CallOptions& call, std::vector<Tensor> tensors, const Enqueue& enqueue) {
+WorkPtr NcclBackend::launch(Fingerprint f, const CallOptions& call, std::vector<Tensor> tensors,
+                            const Enqueue& enqueue) {
   const char* name = collective_kind_name(CollectiveKind(f.kind));
   for (const Tensor& t : tensors) check_device(t, name);
   std::lock_guard<std::mutex> launching(launch_mutex_);
@@ -447,7 +456,8 @@ CudaEvent NcclBackend::take_event() {
 bool NcclBackend::complete_finished() {
   bool any = false;
   std::lock_guard<std::mutex> state(state_mutex_);
-  while (!pending_.empty() && aborted_.empty() && cuda_.query_event(pending_.front().done, nullptr) == CudaEventState::done) {
+  while (!pending_.empty() && aborted_.empty() &&
+         cuda_.query_event(pending_.front().done, nullptr) == CudaEventState::done) {
     free_events_.push_back(pending_.front().done);
     recorder_.finished(pending_.front().sequence, true);
     pending_.front().work->mark_succeeded();
@@ -487,7 +497,8 @@ void NcclBackend::watch() {
     if (FlightRecorder::dump_requests() != dumps_served_) {
       dumps_served_ = FlightRecorder::dump_requests();
       std::string path = recorder_.dump("SIGUSR1");
-      if (!path.empty()) log_line(LogLevel::info, "flight recorder", "rank " + std::to_string(rank()) + ": wrote " + path);
+      if (!path.empty())
+        log_line(LogLevel::info, "flight recorder", "rank " + std::to_string(rank()) + ": wrote " + path);
     }
     if (pending_.empty() || !aborted_.empty()) continue;
     lock.unlock();
@@ -508,8 +519,10 @@ void NcclBackend::check_oldest() {
     Pending& front = pending_.front();
     described = front.work->description();
     std::string error;
-    if (cuda_.query_event(front.done, &error) == CudaEventState::failed) reason = described + ": CUDA error " + error;
-    else if (Clock::now() > front.deadline) reason = described + ": timed out", timed_out = true;
+    if (cuda_.query_event(front.done, &error) == CudaEventState::failed)
+      reason = described + ": CUDA error " + error;
+    else if (Clock::now() > front.deadline)
+      reason = described + ": timed out", timed_out = true;
   }
   if (reason.empty()) {
     std::lock_guard<std::mutex> lock(nccl_mutex_);
@@ -571,7 +584,8 @@ std::string NcclBackend::culprits() {
     return "; the store is unreachable (its host, usually rank 0, may have died)";
   }
   std::string text;
-  if (!silent.empty()) text += "; rank(s) " + silent.substr(2) + " reported nothing (died, hang, or never made this call)";
+  if (!silent.empty())
+    text += "; rank(s) " + silent.substr(2) + " reported nothing (died, hang, or never made this call)";
   if (!failed.empty()) text += "; rank(s) " + failed.substr(2) + " failed too";
   return text;
 }
@@ -580,9 +594,10 @@ std::string NcclBackend::culprits() {
 
 WorkPtr NcclBackend::all_reduce(const Tensor& t, ReduceOp op, const CallOptions& call) {
   check_tensor(t, "all_reduce", "tensor");
-  return launch(make_fingerprint(CollectiveKind::all_reduce, t, t.numel(), op), call, {t}, [=, this](NcclComm c, CudaStream s) {
-    return nccl_.all_reduce(ptr(t), ptr(t), size_t(t.numel()), t.dtype(), op, c, s);
-  });
+  return launch(make_fingerprint(CollectiveKind::all_reduce, t, t.numel(), op), call, {t},
+                [=, this](NcclComm c, CudaStream s) {
+                  return nccl_.all_reduce(ptr(t), ptr(t), size_t(t.numel()), t.dtype(), op, c, s);
+                });
 }
 
 WorkPtr NcclBackend::all_reduce_into(const Tensor& out, const Tensor& in, ReduceOp op, const CallOptions& call) {

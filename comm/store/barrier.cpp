@@ -17,7 +17,11 @@ std::string describe_ranks(const std::vector<int>& ranks) {
 }
 
 StoreBarrier::StoreBarrier(Store& store, int rank, int world_size, std::string name)
-    : store_(store), rank_(rank), world_size_(world_size), name_(std::move(name)), progress_interval_(progress_interval()) {
+    : store_(store),
+      rank_(rank),
+      world_size_(world_size),
+      name_(std::move(name)),
+      progress_interval_(progress_interval()) {
   TINYDDP_CHECK(world_size > 0 && rank >= 0 && rank < world_size, "StoreBarrier '", name_, "': rank ", rank,
                 " with world size ", world_size, hint("ranks run from 0 to world_size - 1"));
 }
@@ -41,7 +45,8 @@ void StoreBarrier::arrive_and_wait(Store::Duration timeout) {
     const auto left = std::chrono::duration_cast<Store::Duration>(deadline - std::chrono::steady_clock::now());
     const bool last_slice = left <= progress_interval_;
     try {
-      store_.wait({base + "/done"}, std::clamp(left, Store::Duration(1), std::max(progress_interval_, Store::Duration(1))));
+      store_.wait({base + "/done"},
+                  std::clamp(left, Store::Duration(1), std::max(progress_interval_, Store::Duration(1))));
       return;
     } catch (const Error&) {
       const std::string status = arrival_status(base, start);
@@ -51,8 +56,9 @@ void StoreBarrier::arrive_and_wait(Store::Duration timeout) {
                      hint("those ranks failed, are stuck earlier in the program, or take a different path through "
                           "it; ",
                           timeout_hint(timeout)));
-      log_line(LogLevel::warn, "barrier", "rank " + std::to_string(rank_) + ": barrier '" + name_ + "' (generation " +
-                                              std::to_string(g) + "): " + status);
+      log_line(LogLevel::warn, "barrier",
+               "rank " + std::to_string(rank_) + ": barrier '" + name_ + "' (generation " + std::to_string(g) +
+                   "): " + status);
     }
   }
 }

@@ -70,7 +70,8 @@ void HashStore::wait(const std::vector<std::string>& keys, Duration timeout) {
   wait_locked(lock, keys, timeout);
 }
 
-void HashStore::wait_locked(std::unique_lock<std::mutex>& lock, const std::vector<std::string>& keys, Duration timeout) {
+void HashStore::wait_locked(std::unique_lock<std::mutex>& lock, const std::vector<std::string>& keys,
+                            Duration timeout) {
   auto all_present = [&] {
     for (const auto& key : keys)
       if (!data_.count(key)) return false;

@@ -11,8 +11,8 @@
 #include <set>
 #include <sstream>
 
-#include "tinyddp/comm/store/barrier.h"
 #include "tinyddp/comm/launch/launcher_address.h"
+#include "tinyddp/comm/store/barrier.h"
 #include "tinyddp/comm/store/prefix_store.h"
 #include "tinyddp/comm/store/tcp_store.h"
 #include "tinyddp/comm/store/torch_tcp_store.h"
@@ -142,8 +142,9 @@ void read_ranks(const EnvironmentLookup& lookup, LaunchEnvironment& env) {
     env.world_size = *world_size;
     env.source = family.name;
     env.family = family.id;
-    std::optional<int> local_size = std::string(family.id) == "slurm" ? slurm_local_world_size(lookup)
-                                                                      : read_integer(lookup, family.local_world_size, 1);
+    std::optional<int> local_size = std::string(family.id) == "slurm"
+                                        ? slurm_local_world_size(lookup)
+                                        : read_integer(lookup, family.local_world_size, 1);
     env.local_world_size = local_size.value_or(env.world_size);  // absent: one node
     env.local_rank = read_integer(lookup, family.local_rank, 0).value_or(env.rank);
     TINYDDP_CHECK(env.local_rank < env.local_world_size, "local rank ", env.local_rank,
@@ -184,7 +185,8 @@ void read_store_address(const EnvironmentLookup& lookup, LaunchEnvironment& env)
 void require_store_address(const LaunchEnvironment& env) {
   if (!env.master_addr.empty() && env.master_port > 0) return;
   std::string how = "export MASTER_ADDR=<rank 0's host> MASTER_PORT=<a free port there>, the same on every rank";
-  if (env.family == "slurm") how += " (srun passes the caller's environment on; or srun --export=ALL,MASTER_ADDR=...,MASTER_PORT=...)";
+  if (env.family == "slurm")
+    how += " (srun passes the caller's environment on; or srun --export=ALL,MASTER_ADDR=...,MASTER_PORT=...)";
   if (env.family == "ompi") how += " (mpirun -x MASTER_ADDR=<host> -x MASTER_PORT=<port> ...)";
   TINYDDP_FAIL("env://: MASTER_ADDR and MASTER_PORT must name the store (MASTER_ADDR='", env.master_addr,
                "', MASTER_PORT=", env.master_port, ")",
@@ -280,8 +282,8 @@ namespace {
 // What one call of rendezvous() knows while it runs: who this process is and where it joins.
 struct Joining {
   std::string init_method;
-  std::string where;  // "env:// (127.0.0.1:29500, rank 1 of 4)", for messages
-  std::string me;     // process_identity()
+  std::string where;   // "env:// (127.0.0.1:29500, rank 1 of 4)", for messages
+  std::string me;      // process_identity()
   bool hosts = false;  // this process hosts the store
   Clock::time_point start = Clock::now();
   Store::Duration timeout{};
@@ -409,8 +411,9 @@ void wait_for_everyone(PrefixStore& rdzv, const Rendezvous& r, const Joining& j)
                           timeout_hint(std::chrono::duration_cast<Store::Duration>(j.timeout))));
       if (Clock::now() >= next_report) {
         next_report += interval;
-        log_line(LogLevel::warn, "rendezvous", "rank " + std::to_string(r.rank) + ": " + joining_status(came, r, j) +
-                                                   "; giving up after " + seconds_text(j.timeout) + " (TINYDDP_TIMEOUT)");
+        log_line(LogLevel::warn, "rendezvous",
+                 "rank " + std::to_string(r.rank) + ": " + joining_status(came, r, j) + "; giving up after " +
+                     seconds_text(j.timeout) + " (TINYDDP_TIMEOUT)");
       }
     }
   }
@@ -454,7 +457,10 @@ Rendezvous rendezvous(const std::string& init_method, RendezvousOptions options)
   if (j.hosts && method.kind == InitMethod::Kind::env && env.address_source != "MASTER_ADDR/MASTER_PORT")
     require_this_host(host, env);
 
-  connect_store(r, host, port, agent_store ? StoreKind::torch_agent : j.hosts ? StoreKind::host : StoreKind::join,
+  connect_store(r, host, port,
+                agent_store ? StoreKind::torch_agent
+                : j.hosts   ? StoreKind::host
+                            : StoreKind::join,
                 options, j.where);
   auto job = std::make_shared<PrefixStore>(r.root_store,
                                            "tinyddp/" + env.run_id + "/" + std::to_string(env.restart_count));

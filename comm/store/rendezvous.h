@@ -62,11 +62,11 @@ struct LaunchEnvironment {
   int local_world_size = -1;
   std::string master_addr;
   int master_port = -1;
-  std::string source;         // which variables the ranks came from, for messages
-  std::string family;         // "env" (RANK/WORLD_SIZE), "slurm", "ompi"; "" when none
-  std::string address_source;  // how master_addr/port were found: "MASTER_ADDR/MASTER_PORT", or derived
-  std::string address_problem; // why they could not be derived, when they are missing
-  int restart_count = 0;      // TINYDDP_RESTART_COUNT, else TORCHELASTIC_RESTART_COUNT
+  std::string source;              // which variables the ranks came from, for messages
+  std::string family;              // "env" (RANK/WORLD_SIZE), "slurm", "ompi"; "" when none
+  std::string address_source;      // how master_addr/port were found: "MASTER_ADDR/MASTER_PORT", or derived
+  std::string address_problem;     // why they could not be derived, when they are missing
+  int restart_count = 0;           // TINYDDP_RESTART_COUNT, else TORCHELASTIC_RESTART_COUNT
   std::string run_id = "default";  // TINYDDP_RUN_ID, else TORCHELASTIC_RUN_ID
   bool launcher_store = false;     // TINYDDP_LAUNCHER_STORE=1: the store is already hosted (by
                                    // tinyddp-run or tinyddp-store); rank 0 connects as a client
@@ -98,7 +98,7 @@ struct Rendezvous {
   int world_size = 1;
   int local_rank = 0;
   int local_world_size = 1;
-  std::string store_address;           // host:port
+  std::string store_address;            // host:port
   std::shared_ptr<TcpStore> tcp_store;  // the connection (and, on the hosting rank, the server); null
                                         // when the store is torchrun's (see root_store)
   std::shared_ptr<Store> root_store;    // the store itself, unscoped: a TcpStore or a TorchTcpStore

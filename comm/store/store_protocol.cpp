@@ -245,7 +245,7 @@ uint32_t decode_frame_length(std::string_view prefix, const Limits& limits) {
   TINYDDP_CHECK(length >= 1 && length <= limits.max_frame_bytes(), "frame: claimed length of ", length,
                 " bytes is outside 1..", limits.max_frame_bytes(),
                 hint("the peer is not a tinyddp store or client, or its limits differ (a store's values are "
-                "limited to Limits::max_value_bytes, tinyddp-store --max-value-bytes)"));
+                     "limited to Limits::max_value_bytes, tinyddp-store --max-value-bytes)"));
   return length;
 }
 
@@ -347,9 +347,9 @@ void check_request_fits(const Request& request, const Limits& limits) {
     const auto& v = request.values[i];
     TINYDDP_CHECK(v.size() <= limits.max_value_bytes, "store ", name, ": value for key '",
                   request.keys.empty() ? "" : request.keys[std::min(i, request.keys.size() - 1)], "' is ", v.size(),
-                  " bytes, over the store's limit of ", limits.max_value_bytes,
-                  " bytes", hint("split the value over several keys, or raise the store's limit (TcpStoreOptions::limits "
-                  "where rank 0 hosts it, tinyddp-store --max-value-bytes)"));
+                  " bytes, over the store's limit of ", limits.max_value_bytes, " bytes",
+                  hint("split the value over several keys, or raise the store's limit (TcpStoreOptions::limits "
+                       "where rank 0 hosts it, tinyddp-store --max-value-bytes)"));
     total += v.size() + 4;
   }
   TINYDDP_CHECK(total <= limits.max_frame_bytes(), "store ", name, ": the request is ", total,

@@ -53,7 +53,7 @@ namespace tinyddp::comm::protocol {
 
 inline constexpr uint32_t kMagic = 0x53444454;  // the bytes "TDDS" on the wire
 inline constexpr uint16_t kVersion = 1;
-inline constexpr size_t kHelloHeadBytes = 12;    // magic, version, reserved, token length
+inline constexpr size_t kHelloHeadBytes = 12;       // magic, version, reserved, token length
 inline constexpr size_t kHelloReplyHeadBytes = 24;  // magic .. message length
 inline constexpr size_t kFrameLengthBytes = 4;
 inline constexpr uint32_t kMaxTokenBytes = 1024;

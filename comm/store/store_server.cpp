@@ -4,9 +4,9 @@
 #include <array>
 #include <atomic>
 #include <deque>
+#include <limits>
 #include <list>
 #include <optional>
-#include <limits>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -205,8 +205,9 @@ struct ClientConnection : std::enable_shared_from_this<ClientConnection> {
                std::to_string(kVersion) + "; hint: run the same tinyddp build on every host";
     } else if (!server.options.token.empty() && !same_token(token, server.options.token)) {
       reply.status = HelloStatus::bad_token;
-      reason = token.empty() ? "no token was presented, and this server requires one; hint: set TINYDDP_TOKEN to the job's token"
-                             : "the token presented is wrong; hint: every rank must see the same TINYDDP_TOKEN as the store";
+      reason = token.empty()
+                   ? "no token was presented, and this server requires one; hint: set TINYDDP_TOKEN to the job's token"
+                   : "the token presented is wrong; hint: every rank must see the same TINYDDP_TOKEN as the store";
     }
     reply.message = reason;
     send(encode_hello_reply(reply));
@@ -233,8 +234,9 @@ struct ClientConnection : std::enable_shared_from_this<ClientConnection> {
     } catch (const Error& e) {
       return close(e.message());
     }
-    if (waiter) return close("sent a new request while its " + std::string(command_name(waiter->request.command)) +
-                             " was still waiting; hint: one request at a time per connection");
+    if (waiter)
+      return close("sent a new request while its " + std::string(command_name(waiter->request.command)) +
+                   " was still waiting; hint: one request at a time per connection");
     arm_deadline("sent a partial frame and not the rest");
     body.clear();
     read_body_chunk();
@@ -370,7 +372,8 @@ std::vector<std::string> detail::StoreServerState::missing_keys(const Request& r
   return missing;
 }
 
-std::optional<Response> detail::StoreServerState::execute(const std::shared_ptr<ClientConnection>& connection, Request request) {
+std::optional<Response> detail::StoreServerState::execute(const std::shared_ptr<ClientConnection>& connection,
+                                                          Request request) {
   if (command_waits(request.command) && !missing_keys(request).empty()) {
     auto waiter = std::make_shared<ParkedRequest>(io);
     waiter->connection = connection;
@@ -502,8 +505,9 @@ Response detail::StoreServerState::answer_multi_get(const Request& q) {
   uint64_t total = 0;
   for (const auto& key : q.keys) total += data.at(key).size() + 4;
   if (total > options.limits.max_frame_bytes())
-    return error_response("multi_get: the values add up to " + std::to_string(total) + " bytes, over the frame limit of " +
-                          std::to_string(options.limits.max_frame_bytes()) + "; hint: get them in smaller groups");
+    return error_response("multi_get: the values add up to " + std::to_string(total) +
+                          " bytes, over the frame limit of " + std::to_string(options.limits.max_frame_bytes()) +
+                          "; hint: get them in smaller groups");
   Response r;
   for (const auto& key : q.keys) r.values.push_back(data.at(key));
   return r;

@@ -26,9 +26,9 @@
 #include <memory>
 #include <string>
 
-#include "tinyddp/core/log_rate_limiter.h"
 #include "tinyddp/comm/store/store_protocol.h"
 #include "tinyddp/core/log.h"
+#include "tinyddp/core/log_rate_limiter.h"
 
 namespace tinyddp::comm {
 
@@ -40,8 +40,8 @@ struct StoreServerOptions {
   // Address to listen on: loopback unless told otherwise ("0.0.0.0" every IPv4 address, "::" every
   // IPv6 one), so a store is not reachable from the network by accident.
   std::string host = "127.0.0.1";
-  int port = 0;                  // 0: the system picks a free port; read it back with port()
-  std::string token;             // when non-empty, a client must present this token in its hello
+  int port = 0;       // 0: the system picks a free port; read it back with port()
+  std::string token;  // when non-empty, a client must present this token in its hello
   protocol::Limits limits;
   // How long a connection may take to send its hello, or the rest of a frame it has started.
   // Between requests a connection may stay idle for ever: ranks sit on their store connection all
@@ -54,14 +54,14 @@ struct StoreServerOptions {
 };
 
 struct StoreServerStats {
-  uint64_t accepted = 0;         // connections accepted
-  uint64_t open = 0;             // connections open now
-  uint64_t rejected = 0;         // connections closed for a reason (bad input, wrong token, idle, ...)
-  uint64_t requests = 0;         // requests executed
-  uint64_t waiting = 0;          // get/wait calls parked on missing keys now
-  uint64_t pending_hellos = 0;   // connections open now that have not completed their hello
-  uint64_t evicted = 0;          // connections closed to make room under max_pending_hellos
-  uint64_t log_suppressed = 0;   // log lines held back by the rate limit
+  uint64_t accepted = 0;        // connections accepted
+  uint64_t open = 0;            // connections open now
+  uint64_t rejected = 0;        // connections closed for a reason (bad input, wrong token, idle, ...)
+  uint64_t requests = 0;        // requests executed
+  uint64_t waiting = 0;         // get/wait calls parked on missing keys now
+  uint64_t pending_hellos = 0;  // connections open now that have not completed their hello
+  uint64_t evicted = 0;         // connections closed to make room under max_pending_hellos
+  uint64_t log_suppressed = 0;  // log lines held back by the rate limit
 };
 
 class StoreServer {

@@ -50,7 +50,9 @@ Clock::time_point deadline_after(Store::Duration budget) {
   return Clock::now() + std::clamp(budget, Store::Duration::zero(), kDecade);
 }
 
-std::string quoted_list(const std::vector<std::string>& keys, size_t show = 8) { return short_list(keys, show, in_quotes); }
+std::string quoted_list(const std::vector<std::string>& keys, size_t show = 8) {
+  return short_list(keys, show, in_quotes);
+}
 
 std::string describe(const Request& request) {
   std::string name = command_name(request.command);
@@ -99,10 +101,10 @@ class TcpStore::Connection {
       if (now >= deadline) break;
       if (now >= next_report) {  // a long wait says what it waits for, once per interval
         next_report += interval;
-        log_line(LogLevel::warn, "store", "still trying to connect to the store at " + address() + " after " +
-                                              seconds_text(now - start) + " (" + std::to_string(attempts) +
-                                              " attempts, last error: " + last_error + "); giving up after " +
-                                              seconds_text(deadline - start) + " (TINYDDP_TIMEOUT)");
+        log_line(LogLevel::warn, "store",
+                 "still trying to connect to the store at " + address() + " after " + seconds_text(now - start) + " (" +
+                     std::to_string(attempts) + " attempts, last error: " + last_error + "); giving up after " +
+                     seconds_text(deadline - start) + " (TINYDDP_TIMEOUT)");
       }
       auto pause = std::min<Clock::duration>(backoff * (75 + jitter() % 50) / 100, deadline - now);
       std::this_thread::sleep_for(pause);
@@ -165,9 +167,9 @@ class TcpStore::Connection {
     }
     if (ec) {
       disconnect();
-      TINYDDP_FAIL("store ", what, " at ", address(), ": lost the connection (", ec.message(),
-                   ")", hint("the process hosting the store (rank 0, tinyddp-run or tinyddp-store) has probably "
-                   "exited: its own output says why"));
+      TINYDDP_FAIL("store ", what, " at ", address(), ": lost the connection (", ec.message(), ")",
+                   hint("the process hosting the store (rank 0, tinyddp-run or tinyddp-store) has probably "
+                        "exited: its own output says why"));
     }
   }
 
@@ -175,8 +177,7 @@ class TcpStore::Connection {
   // aborted and its handler has run, so nothing refers to our stack any more).
   bool wait_for(Clock::time_point deadline, const bool& done) {
     io_.restart();
-    while (!done && io_.run_one_until(deadline) > 0) {
-    }
+    while (!done && io_.run_one_until(deadline) > 0) {}
     if (done) return true;
     asio::error_code ignored;
     socket_.close(ignored);
@@ -194,9 +195,7 @@ class TcpStore::Connection {
       return false;
     };
     // Running out of time is only worth reporting when no attempt has failed for a real reason.
-    auto out_of_time = [&](std::string why) {
-      return give_up(last_error.empty() ? std::move(why) : last_error);
-    };
+    auto out_of_time = [&](std::string why) { return give_up(last_error.empty() ? std::move(why) : last_error); };
     asio::error_code ec;
     bool done = false;
     tcp::resolver::results_type endpoints;
@@ -212,7 +211,8 @@ class TcpStore::Connection {
     socket_.set_option(tcp::no_delay(true), ec);
     // Asked now: a read that runs out of time closes the socket, and with it the endpoints.
     const auto remote = socket_.remote_endpoint(ec);
-    peer_on_this_host_ = !ec && (remote.address().is_loopback() || remote.address() == socket_.local_endpoint(ec).address());
+    peer_on_this_host_ = !ec &&
+                         (remote.address().is_loopback() || remote.address() == socket_.local_endpoint(ec).address());
 
     // Hello: magic, version, token; the reply carries the server's limits, or why it refuses us.
     std::string hello = encode_hello(Hello{kMagic, kVersion, token_});
@@ -239,7 +239,8 @@ class TcpStore::Connection {
       not_a_store("answered \"" + printable(first) + "\"");
     }
     done = false;
-    asio::async_read(socket_, asio::buffer(head + 4, sizeof head - 4), [&](asio::error_code e, size_t) { ec = e, done = true; });
+    asio::async_read(socket_, asio::buffer(head + 4, sizeof head - 4),
+                     [&](asio::error_code e, size_t) { ec = e, done = true; });
     if (!wait_for(deadline, done)) return out_of_time("timed out waiting for the hello reply");
     if (ec) return give_up("the server closed the connection during the hello (" + ec.message() + ")");
     HelloReply reply;
@@ -271,7 +272,8 @@ class TcpStore::Connection {
       asio::error_code ec;
       bool done = false;
       size_t got = 0;
-      socket_.async_read_some(asio::buffer(buffer), [&](asio::error_code e, size_t n) { ec = e, got = n, done = true; });
+      socket_.async_read_some(asio::buffer(buffer),
+                              [&](asio::error_code e, size_t n) { ec = e, got = n, done = true; });
       if (!wait_for(until, done) || ec) return;
       text.append(buffer, got);
     }
@@ -285,7 +287,7 @@ class TcpStore::Connection {
     TINYDDP_FAIL("the server at ", address(), " ", what_it_did, ": it is not a tinyddp store",
                  owner.empty() ? std::string() : " (the port is held by " + owner + ")",
                  hint("MASTER_ADDR/MASTER_PORT (or tcp://host:port) name another program's port: choose a free "
-                 "port, or stop that program"));
+                      "port, or stop that program"));
   }
 
   asio::io_context io_;
@@ -300,9 +302,7 @@ class TcpStore::Connection {
   bool connected_ = false;
 };
 
-std::string TcpStore::token_from_environment() {
-  return env::text("TINYDDP_TOKEN").value_or("");
-}
+std::string TcpStore::token_from_environment() { return env::text("TINYDDP_TOKEN").value_or(""); }
 
 TcpStore::TcpStore(std::string host, int port, bool is_master, TcpStoreOptions options)
     : host_(std::move(host)), port_(port) {
@@ -348,7 +348,8 @@ Response TcpStore::call(const Request& request, Duration wait_timeout) {
   if (!connection_->connected()) connection_->connect(deadline_after(timeout_));
   check_request_fits(request, connection_->limits());
   auto deadline = command_waits(request.command)
-                      ? deadline_after(std::min<Duration>(wait_timeout, Duration::max() - kWaitAnswerSlack) + kWaitAnswerSlack)
+                      ? deadline_after(std::min<Duration>(wait_timeout, Duration::max() - kWaitAnswerSlack) +
+                                       kWaitAnswerSlack)
                       : deadline_after(timeout_);
   std::string body = connection_->roundtrip(encode_request(request), deadline, what);
   Response response;

@@ -108,7 +108,7 @@ std::string describe(Io io) {
 TorchStoreDialect dialect_from_environment() {
   // legacy: PyTorch 1.x and 2.0; current: later 2.x; unset: ask the server.
   return env::choice<TorchStoreDialect>("TINYDDP_TORCH_STORE_PROTOCOL", {{"legacy", TorchStoreDialect::legacy},
-                                                                          {"current", TorchStoreDialect::current}})
+                                                                         {"current", TorchStoreDialect::current}})
       .value_or(TorchStoreDialect::unknown);
 }
 
@@ -282,7 +282,8 @@ std::string TorchTcpStore::exchange(const std::string& bytes, size_t reply_bytes
 // PyTorch's server has a `wait`, but it wakes a waiting client only when a key is set or added, not
 // when compare_set creates it -- and compare_set is how ranks claim their keys. So waiting here is
 // asking `check` until the keys are there, quickly at first, then every 50 ms.
-bool TorchTcpStore::wait_locked(const std::vector<std::string>& keys, Clock::time_point deadline, const std::string& what) {
+bool TorchTcpStore::wait_locked(const std::vector<std::string>& keys, Clock::time_point deadline,
+                                const std::string& what) {
   std::string bytes = request(Op::check);
   put_u64(bytes, keys.size());
   for (const auto& key : keys) put_string(bytes, key);
@@ -356,7 +357,8 @@ std::string TorchTcpStore::compare_set_locked(const std::string& key, const std:
   return check_locked({key}, deadline) ? after : "";
 }
 
-std::string TorchTcpStore::compare_set(const std::string& key, const std::string& expected, const std::string& desired) {
+std::string TorchTcpStore::compare_set(const std::string& key, const std::string& expected,
+                                       const std::string& desired) {
   std::lock_guard<std::mutex> lock(mutex_);
   return compare_set_locked(key, expected, desired);
 }

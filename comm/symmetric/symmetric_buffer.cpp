@@ -59,8 +59,8 @@ struct SymmetricBuffer::Part {
   std::byte* data() const { return static_cast<std::byte*>(base) + kPage; }
 };
 
-std::shared_ptr<SymmetricBuffer> SymmetricBuffer::allocate(Store& store, const std::string& key_prefix, int index, int rank,
-                                                           const std::vector<int>& local_ranks, size_t bytes,
+std::shared_ptr<SymmetricBuffer> SymmetricBuffer::allocate(Store& store, const std::string& key_prefix, int index,
+                                                           int rank, const std::vector<int>& local_ranks, size_t bytes,
                                                            std::chrono::milliseconds timeout) {
   const std::string what = "symmetric allocation #" + std::to_string(index) + " (" + std::to_string(bytes) + " bytes)";
   std::shared_ptr<SymmetricBuffer> buffer(new SymmetricBuffer());
@@ -68,8 +68,8 @@ std::shared_ptr<SymmetricBuffer> SymmetricBuffer::allocate(Store& store, const s
   buffer->bytes_ = bytes;
   buffer->ranks_ = local_ranks;
   buffer->position_ = int(std::find(local_ranks.begin(), local_ranks.end(), rank) - local_ranks.begin());
-  TINYDDP_CHECK(buffer->position_ < int(local_ranks.size()), what, ": rank ", rank,
-                " is not among the host's ranks", hint("this is a bug in the caller"));
+  TINYDDP_CHECK(buffer->position_ < int(local_ranks.size()), what, ": rank ", rank, " is not among the host's ranks",
+                hint("this is a bug in the caller"));
   const size_t mapped = kPage + round_up(std::max<size_t>(bytes, 1), kPage);
   buffer->parts_.resize(local_ranks.size());
 
@@ -77,19 +77,20 @@ std::shared_ptr<SymmetricBuffer> SymmetricBuffer::allocate(Store& store, const s
   auto mine = std::make_unique<Part>();
   // Named after the key prefix's last part ("symmetric", "cross-memory"): /proc/<pid>/maps shows it.
   const std::string stem = key_prefix.substr(0, key_prefix.size() - 1);
-  const std::string name =
-      "tinyddp-" + stem.substr(stem.rfind('/') + 1) + "-" + std::to_string(index) + "-rank" + std::to_string(rank);
+  const std::string name = "tinyddp-" + stem.substr(stem.rfind('/') + 1) + "-" + std::to_string(index) + "-rank" +
+                           std::to_string(rank);
   mine->fd = ::memfd_create(name.c_str(), MFD_CLOEXEC);
   TINYDDP_CHECK(mine->fd >= 0, what, ": rank ", rank, ": memfd_create failed: ", std::strerror(errno),
                 hint("symmetric memory needs Linux 3.17 or later; use ordinary tensors instead"));
   if (int err = ::posix_fallocate(mine->fd, 0, off_t(mapped)); err != 0)
     TINYDDP_FAIL(what, ": rank ", rank, " could not reserve ", mapped, " bytes of shared memory: ", std::strerror(err),
                  hint("the host is short of memory (free, or the container's memory limit); allocate less, or use "
-                 "ordinary tensors"));
+                      "ordinary tensors"));
   mine->base = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, mine->fd, 0);
   if (mine->base == MAP_FAILED) {
     mine->base = nullptr;
-    TINYDDP_FAIL(what, ": rank ", rank, ": mmap of ", mapped, " bytes failed: ", std::strerror(errno), hint("check ulimit -v"));
+    TINYDDP_FAIL(what, ": rank ", rank, ": mmap of ", mapped, " bytes failed: ", std::strerror(errno),
+                 hint("check ulimit -v"));
   }
   mine->mapped = mapped;
   auto* header = new (mine->base) PartHeader{};
@@ -100,9 +101,9 @@ std::shared_ptr<SymmetricBuffer> SymmetricBuffer::allocate(Store& store, const s
   buffer->parts_[size_t(buffer->position_)] = std::move(mine);
 
   // Meet the host's other ranks: each publishes where its part is, then maps everyone's.
-  store.set(key_of(key_prefix, index, rank),
-            std::to_string(::getpid()) + " " + std::to_string(buffer->parts_[size_t(buffer->position_)]->fd) + " " +
-                std::to_string(bytes));
+  store.set(key_of(key_prefix, index, rank), std::to_string(::getpid()) + " " +
+                                                 std::to_string(buffer->parts_[size_t(buffer->position_)]->fd) + " " +
+                                                 std::to_string(bytes));
   std::vector<std::string> keys;
   for (int r : local_ranks) keys.push_back(key_of(key_prefix, index, r));
   try {
@@ -111,10 +112,10 @@ std::shared_ptr<SymmetricBuffer> SymmetricBuffer::allocate(Store& store, const s
     std::vector<int> missing;
     for (size_t i = 0; i < keys.size(); ++i)
       if (!store.check({keys[i]})) missing.push_back(local_ranks[i]);
-    TINYDDP_FAIL(what, ": rank ", rank, " waited ", timeout.count(), " ms for rank(s) ",
-                 short_list(missing, 8, [](int r) { return std::to_string(r); }),
-                 " to allocate theirs: ", e.message(),
-                 hint("every rank of the host must call allocate_symmetric the same number of times, in the same order"));
+    TINYDDP_FAIL(
+        what, ": rank ", rank, " waited ", timeout.count(), " ms for rank(s) ",
+        short_list(missing, 8, [](int r) { return std::to_string(r); }), " to allocate theirs: ", e.message(),
+        hint("every rank of the host must call allocate_symmetric the same number of times, in the same order"));
   }
   const std::vector<std::string> where = store.multi_get(keys);
   for (size_t p = 0; p < local_ranks.size(); ++p) {
@@ -125,8 +126,9 @@ std::shared_ptr<SymmetricBuffer> SymmetricBuffer::allocate(Store& store, const s
     TINYDDP_CHECK(std::sscanf(where[p].c_str(), "%d %d %llu", &pid, &fd, &their_bytes) == 3, what, ": rank ", peer,
                   " published '", where[p], "'", hint("every rank must run the same tinyddp build"));
     TINYDDP_CHECK(their_bytes == bytes, what, ": rank ", peer, " allocated ", their_bytes, " bytes where rank ", rank,
-                  " allocated ", bytes, hint("every rank of the host must make the same allocate_symmetric calls, in the "
-                  "same order, with the same sizes"));
+                  " allocated ", bytes,
+                  hint("every rank of the host must make the same allocate_symmetric calls, in the "
+                       "same order, with the same sizes"));
     const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
     auto part = std::make_unique<Part>();
     int peer_fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
@@ -136,7 +138,7 @@ std::shared_ptr<SymmetricBuffer> SymmetricBuffer::allocate(Store& store, const s
                     ") died before rank ", rank, " could map its part", hint("look at rank ", peer, "'s output"));
       TINYDDP_FAIL(what, ": rank ", rank, " cannot open rank ", peer, "'s part (", path, "): ", std::strerror(err),
                    hint("the ranks of a host must run as one user and see each other's /proc (no hidepid); else use "
-                   "ordinary tensors"));
+                        "ordinary tensors"));
     }
     struct stat st {};
     ::fstat(peer_fd, &st);
@@ -155,8 +157,10 @@ std::shared_ptr<SymmetricBuffer> SymmetricBuffer::allocate(Store& store, const s
     }
     part->mapped = mapped;
     const PartHeader* theirs = part->header();
-    TINYDDP_CHECK(theirs->magic == kMagic && theirs->version == kVersion && theirs->rank == peer && theirs->bytes == bytes,
-                  what, ": rank ", peer, "'s part (", path, ") is not one of this tinyddp version and allocation", hint("every rank must run the same tinyddp build"));
+    TINYDDP_CHECK(theirs->magic == kMagic && theirs->version == kVersion && theirs->rank == peer &&
+                      theirs->bytes == bytes,
+                  what, ": rank ", peer, "'s part (", path, ") is not one of this tinyddp version and allocation",
+                  hint("every rank must run the same tinyddp build"));
     buffer->parts_[p] = std::move(part);
   }
   // Every part must stay open until every peer has mapped it: a rank that returned at once could
@@ -167,7 +171,8 @@ std::shared_ptr<SymmetricBuffer> SymmetricBuffer::allocate(Store& store, const s
   try {
     store.wait({mapped_key + "/all"}, timeout);
   } catch (const Error& e) {
-    TINYDDP_FAIL(what, ": rank ", rank, " waited ", timeout.count(), " ms for every rank of the host to map it: ", e.message(),
+    TINYDDP_FAIL(what, ": rank ", rank, " waited ", timeout.count(),
+                 " ms for every rank of the host to map it: ", e.message(),
                  hint("a rank failed or stopped between allocating and mapping; look at the others' output"));
   }
   Part& own = *buffer->parts_[size_t(buffer->position_)];
@@ -202,7 +207,9 @@ void SymmetricBuffer::publish(uint64_t step, const SymmetricCall& call) {
   publish(step);
 }
 
-uint64_t SymmetricBuffer::step_of(int p) const { return parts_[size_t(p)]->header()->step.load(std::memory_order_acquire); }
+uint64_t SymmetricBuffer::step_of(int p) const {
+  return parts_[size_t(p)]->header()->step.load(std::memory_order_acquire);
+}
 
 SymmetricCall SymmetricBuffer::call_of(int p) const { return parts_[size_t(p)]->header()->call; }
 

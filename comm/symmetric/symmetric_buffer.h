@@ -71,9 +71,9 @@ class SymmetricBuffer {
   size_t bytes() const { return bytes_; }
   int index() const { return index_; }
   int parties() const { return int(ranks_.size()); }
-  int position() const { return position_; }             // this rank's place among ranks()
+  int position() const { return position_; }                // this rank's place among ranks()
   const std::vector<int>& ranks() const { return ranks_; }  // the host's ranks, in rank order
-  std::byte* data() const;                               // this rank's part
+  std::byte* data() const;                                  // this rank's part
   // Rank ranks()[p]'s part, mapped here; nullptr once the peers were released.
   std::byte* data_of(int p) const;
   bool peers_mapped() const { return peers_mapped_; }

@@ -6,9 +6,13 @@
 
 namespace tinyddp::comm {
 
-SymmetricMemory::SymmetricMemory(std::shared_ptr<Store> store, std::string prefix, int rank, std::vector<int> local_ranks,
-                                 std::chrono::milliseconds timeout)
-    : store_(std::move(store)), prefix_(std::move(prefix)), rank_(rank), local_ranks_(std::move(local_ranks)), timeout_(timeout) {}
+SymmetricMemory::SymmetricMemory(std::shared_ptr<Store> store, std::string prefix, int rank,
+                                 std::vector<int> local_ranks, std::chrono::milliseconds timeout)
+    : store_(std::move(store)),
+      prefix_(std::move(prefix)),
+      rank_(rank),
+      local_ranks_(std::move(local_ranks)),
+      timeout_(timeout) {}
 
 Tensor SymmetricMemory::allocate(const Shape& shape, DType dtype) {
   const int64_t numel = shape_numel(shape);

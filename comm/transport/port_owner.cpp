@@ -24,7 +24,8 @@ std::vector<std::string> listening_inodes(const char* table, int port) {
     // sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode ...
     std::istringstream fields(line);
     std::string slot, local, remote, state, queues, timer, retransmits, uid, timeout, inode;
-    if (!(fields >> slot >> local >> remote >> state >> queues >> timer >> retransmits >> uid >> timeout >> inode)) continue;
+    if (!(fields >> slot >> local >> remote >> state >> queues >> timer >> retransmits >> uid >> timeout >> inode))
+      continue;
     const size_t colon = local.rfind(':');
     if (colon == std::string::npos || state != kListenState) continue;
     if (std::strtol(local.c_str() + colon + 1, nullptr, 16) == port) inodes.push_back(inode);

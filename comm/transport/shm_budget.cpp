@@ -60,7 +60,8 @@ size_t shm_bytes_per_rank(int local_ranks, size_t fifo_bytes) {
   const size_t neighbours = local_ranks == 2 ? 1 : 2;
   const size_t others = size_t(local_ranks - 1) - neighbours;
   // Each fifo also takes a page of counters.
-  return neighbours * (planned_fifo_bytes(fifo_bytes, true) + 4096) + others * (planned_fifo_bytes(fifo_bytes, false) + 4096);
+  return neighbours * (planned_fifo_bytes(fifo_bytes, true) + 4096) +
+         others * (planned_fifo_bytes(fifo_bytes, false) + 4096);
 }
 
 JobEstimate estimate_job(int workers, size_t fifo_bytes, size_t ram_per_worker) {
@@ -79,7 +80,8 @@ std::string job_does_not_fit(const JobEstimate& job, const HostCapacity& host) {
   std::ostringstream why;
   why << job.workers << " workers on " << host.cores << " core(s) do not fit this host: they need about "
       << mib(job.shm_bytes) << " of /dev/shm for their shared-memory fifos (" << mib(host.shm_free_bytes)
-      << " free there) and " << mib(job.ram_bytes) << " of RAM with them (MemAvailable: " << mib(host.mem_available_bytes)
+      << " free there) and " << mib(job.ram_bytes)
+      << " of RAM with them (MemAvailable: " << mib(host.mem_available_bytes)
       << "); hint: start fewer workers per host (";
   if (job.workers > int(host.cores)) why << "more than one per core only adds waiting; ";
   why << "spread them over more hosts), or lower TINYDDP_SHM_FIFO_BYTES";

@@ -42,8 +42,8 @@ struct ControlBlock {
   uint32_t version;
   int32_t rank;
   int32_t pid;
-  uint64_t fifo_bytes;                          // the size of its fifos to ring neighbours
-  std::atomic<uint32_t> fifos_created;          // bumped each time one of its fifos is ready to open
+  uint64_t fifo_bytes;                         // the size of its fifos to ring neighbours
+  std::atomic<uint32_t> fifos_created;         // bumped each time one of its fifos is ready to open
   alignas(64) std::atomic<uint32_t> doorbell;  // bumped by a peer after it sent to us or freed room
   alignas(64) std::atomic<uint32_t> sleepers;  // > 0 while this rank sleeps on the doorbell
   std::atomic<uint32_t> state;                 // kOpen, kClosed, kAborted
@@ -108,8 +108,9 @@ void wait_for(Store& store, const std::string& key, std::chrono::milliseconds ti
   try {
     store.wait({key}, timeout);
   } catch (const Error& e) {
-    TINYDDP_FAIL("shm transport: waited ", timeout.count(), " ms for ", what, " (store key ", key, "): ", e.message(),
-                 hint("every rank of this host must create the process group; look for one that failed or never started"));
+    TINYDDP_FAIL(
+        "shm transport: waited ", timeout.count(), " ms for ", what, " (store key ", key, "): ", e.message(),
+        hint("every rank of this host must create the process group; look for one that failed or never started"));
   }
 }
 
@@ -123,8 +124,8 @@ std::string host_identity() {
   char pid_ns[128] = {};
   ssize_t n = ::readlink("/proc/self/ns/pid", pid_ns, sizeof pid_ns - 1);
   if (n < 0) pid_ns[0] = 0;
-  return std::string(host) + "/" + read_first_line("/proc/sys/kernel/random/boot_id") + "/" + std::to_string(shm.st_dev) +
-         ":" + std::to_string(shm.st_ino) + "/" + pid_ns;
+  return std::string(host) + "/" + read_first_line("/proc/sys/kernel/random/boot_id") + "/" +
+         std::to_string(shm.st_dev) + ":" + std::to_string(shm.st_ino) + "/" + pid_ns;
 }
 
 // One mapping: the host's control table, or one fifo.
@@ -147,8 +148,9 @@ struct ShmTransport::Segment {
     segment->name = name;
     segment->bytes = bytes;
     int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-    TINYDDP_CHECK(fd >= 0, "shm transport: shm_open(", name, ") failed: ", std::strerror(errno),
-                  hint("/dev/shm must be a writable tmpfs (in Docker: --ipc=host or --shm-size), or use the tcp transport"));
+    TINYDDP_CHECK(
+        fd >= 0, "shm transport: shm_open(", name, ") failed: ", std::strerror(errno),
+        hint("/dev/shm must be a writable tmpfs (in Docker: --ipc=host or --shm-size), or use the tcp transport"));
     int err = ::posix_fallocate(fd, 0, off_t(bytes));
     if (err == 0) segment->base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     const int map_err = errno;
@@ -157,8 +159,9 @@ struct ShmTransport::Segment {
     segment->base = nullptr;
     ::shm_unlink(name.c_str());
     if (err != 0)
-      TINYDDP_FAIL("shm transport: could not reserve ", bytes, " bytes in /dev/shm for ", name, ": ", std::strerror(err),
-                   hint("enlarge /dev/shm (Docker: --shm-size=1g), lower TINYDDP_SHM_FIFO_BYTES, or use the tcp transport"));
+      TINYDDP_FAIL(
+          "shm transport: could not reserve ", bytes, " bytes in /dev/shm for ", name, ": ", std::strerror(err),
+          hint("enlarge /dev/shm (Docker: --shm-size=1g), lower TINYDDP_SHM_FIFO_BYTES, or use the tcp transport"));
     TINYDDP_FAIL("shm transport: mmap of ", bytes, " bytes failed: ", std::strerror(map_err), hint("check ulimit -v"));
   }
 
@@ -183,7 +186,8 @@ struct ShmTransport::Segment {
     ::close(fd);
     if (segment->base == MAP_FAILED) {
       segment->base = nullptr;
-      TINYDDP_FAIL("shm transport: rank ", rank, " could not map ", name, ": ", std::strerror(map_err), hint("check ulimit -v"));
+      TINYDDP_FAIL("shm transport: rank ", rank, " could not map ", name, ": ", std::strerror(map_err),
+                   hint("check ulimit -v"));
     }
     return segment;
   }
@@ -326,13 +330,13 @@ class ShmTransport::ShmConnection : public Connection {
   size_t capacity_;     // of our fifo to the peer
   size_t in_capacity_;  // of the peer's fifo to us (its TINYDDP_SHM_FIFO_BYTES may differ from ours)
   ControlBlock* peer_control_;
-  uint32_t fifos_seen_ = 0;  // the peer's fifos_created when we last looked for its fifo
-  uint64_t written_ = 0;       // our copy of out_->written (we are its only writer)
-  uint64_t read_ = 0;          // our copy of in_->read (we are its only writer)
+  uint32_t fifos_seen_ = 0;     // the peer's fifos_created when we last looked for its fifo
+  uint64_t written_ = 0;        // our copy of out_->written (we are its only writer)
+  uint64_t read_ = 0;           // our copy of in_->read (we are its only writer)
   uint64_t their_read_ = 0;     // out_->read as last seen (it only grows: the room is at least this)
   uint64_t their_written_ = 0;  // in_->written as last seen (likewise: at least this has arrived)
-  size_t send_pad_ = 0;      // bytes the next send skips (align_send)
-  size_t recv_skip_ = 0;     // bytes the next receive skips (align_recv)
+  size_t send_pad_ = 0;         // bytes the next send skips (align_send)
+  size_t recv_skip_ = 0;        // bytes the next receive skips (align_recv)
 
   static size_t skip_to_phase(uint64_t position, size_t phase) {
     return size_t((phase % kPage + kPage - position % kPage) % kPage);
@@ -345,12 +349,13 @@ ShmTransport::ShmTransport(Store& store, const std::string& prefix, int rank, co
       position_(position_of(local_ranks, rank)),
       bytes_per_turn_(options.bytes_per_turn),
       local_ranks_(local_ranks) {
-  TINYDDP_CHECK(position_ < int(local_ranks.size()), "shm transport: rank ", rank,
-                " is not among the local ranks", hint("this is a bug in the caller"));
+  TINYDDP_CHECK(position_ < int(local_ranks.size()), "shm transport: rank ", rank, " is not among the local ranks",
+                hint("this is a bug in the caller"));
   const size_t fifo_bytes = options.fifo_bytes ? options.fifo_bytes : configured_fifo_bytes();
   fifo_bytes_ = round_up(std::max<size_t>(fifo_bytes, kPage), kPage);
   // Every local rank sees the same numbers, so all of them refuse together.
-  const std::string does_not_fit = job_does_not_fit(estimate_job(int(local_ranks.size()), fifo_bytes_, 0), read_host_capacity());
+  const std::string does_not_fit = job_does_not_fit(estimate_job(int(local_ranks.size()), fifo_bytes_, 0),
+                                                    read_host_capacity());
   TINYDDP_CHECK(does_not_fit.empty(), "shm transport: ", does_not_fit);
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(fnv1a(prefix)));
@@ -395,7 +400,8 @@ void ShmTransport::map_control_table(Store& store, const std::string& prefix, st
   if (position_ == 0) ::shm_unlink(table_->name.c_str());
   for (int i = 0; i < n; ++i) {
     const ControlBlock* c = table_->control(i);
-    TINYDDP_CHECK(c->magic.load(std::memory_order_acquire) == kMagic && c->version == kVersion && c->rank == local_ranks_[size_t(i)],
+    TINYDDP_CHECK(c->magic.load(std::memory_order_acquire) == kMagic && c->version == kVersion &&
+                      c->rank == local_ranks_[size_t(i)],
                   "shm transport: rank ", local_ranks_[size_t(i)], "'s entry in the control table ", table_->name,
                   " is not one of this tinyddp version", hint("every rank must run the same tinyddp build"));
   }
@@ -512,21 +518,22 @@ void ShmTransport::wake_local_peers() {
 
 void ShmTransport::check_peer(int peer, std::chrono::milliseconds stalled_for) {
   const int position = position_of(local_ranks_, peer);
-  TINYDDP_CHECK(position < int(local_ranks_.size()), "shm transport: rank ", peer, " is not on rank ", rank_,
-                "'s host", hint("this is a bug in the caller"));
+  TINYDDP_CHECK(position < int(local_ranks_.size()), "shm transport: rank ", peer, " is not on rank ", rank_, "'s host",
+                hint("this is a bug in the caller"));
   ControlBlock* c = table_->control(position);
   const uint32_t state = c->state.load(std::memory_order_acquire);
   if (state == kAborted) {
     std::string reason(c->reason, strnlen(c->reason, sizeof c->reason));
-    TINYDDP_FAIL("shm transport: rank ", peer, " aborted: ", reason, hint("look at rank ", peer, "'s own output for the first error"));
+    TINYDDP_FAIL("shm transport: rank ", peer, " aborted: ", reason,
+                 hint("look at rank ", peer, "'s own output for the first error"));
   }
   if (c->pid != ::getpid() && !process_alive(c->pid))
     TINYDDP_FAIL("shm transport: rank ", peer, " (pid ", c->pid, ") died while rank ", rank_,
-                 " was in a collective with it", hint("look at rank ", peer,
-                 "'s output and exit status (killed by a signal? out of memory?)"));
+                 " was in a collective with it",
+                 hint("look at rank ", peer, "'s output and exit status (killed by a signal? out of memory?)"));
   if (state == kClosed && stalled_for >= kClosedGrace)
-    TINYDDP_FAIL("shm transport: rank ", peer, " closed its process group while rank ", rank_,
-                 " still waits for it", hint("every rank must make the same collective calls before shutting down"));
+    TINYDDP_FAIL("shm transport: rank ", peer, " closed its process group while rank ", rank_, " still waits for it",
+                 hint("every rank must make the same collective calls before shutting down"));
 }
 
 void ShmTransport::check_peers(std::chrono::milliseconds stalled_for) {
@@ -535,8 +542,8 @@ void ShmTransport::check_peers(std::chrono::milliseconds stalled_for) {
     ControlBlock* c = table_->control(i);
     if (i != position_ && c->state.load(std::memory_order_acquire) == kAborted) {
       std::string reason(c->reason, strnlen(c->reason, sizeof c->reason));
-      TINYDDP_FAIL("shm transport: rank ", c->rank, " aborted: ", reason, hint("look at rank ", c->rank,
-                   "'s own output for the first error"));
+      TINYDDP_FAIL("shm transport: rank ", c->rank, " aborted: ", reason,
+                   hint("look at rank ", c->rank, "'s own output for the first error"));
     }
   }
   std::vector<ShmConnection*> peers;
@@ -558,11 +565,11 @@ void ShmTransport::check_peers(std::chrono::milliseconds stalled_for) {
     if (peer->recv_available() > 0) continue;  // still ours to read: the caller makes progress first
     if (gone)
       TINYDDP_FAIL("shm transport: rank ", r, " (pid ", c->pid, ") died while rank ", rank_,
-                   " was in a collective with it", hint("look at rank ", r,
-                   "'s output and exit status (killed by a signal? out of memory?)"));
+                   " was in a collective with it",
+                   hint("look at rank ", r, "'s output and exit status (killed by a signal? out of memory?)"));
     if (stalled_for >= kClosedGrace)
-      TINYDDP_FAIL("shm transport: rank ", r, " closed its process group while rank ", rank_,
-                   " still waits for it", hint("every rank must make the same collective calls before shutting down"));
+      TINYDDP_FAIL("shm transport: rank ", r, " closed its process group while rank ", rank_, " still waits for it",
+                   hint("every rank must make the same collective calls before shutting down"));
   }
 }
 

@@ -55,7 +55,8 @@ std::string route_source(const std::string& host) {
   socklen_t len = sizeof local;
   char text[INET_ADDRSTRLEN] = {};
   if (fd >= 0 && ::connect(fd, found->ai_addr, found->ai_addrlen) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0 && ::inet_ntop(AF_INET, &local.sin_addr, text, sizeof text))
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0 &&
+      ::inet_ntop(AF_INET, &local.sin_addr, text, sizeof text))
     address = text;
   if (fd >= 0) ::close(fd);
   ::freeaddrinfo(found);

@@ -147,7 +147,6 @@ void tune_socket(int fd, size_t buffer_bytes) {
   }
 }
 
-
 // The mesh while it is being set up, shared by the steps below. Its destructor closes the listener
 // and every socket that was not handed over: a setup that throws leaves nothing open.
 struct Mesh {
@@ -155,11 +154,14 @@ struct Mesh {
   const uint64_t group, token;  // the digests every handshake carries
   const Clock::time_point deadline;
   int listener = -1;
-  std::string advertised;  // "address:port", as published
+  std::string advertised;                   // "address:port", as published
   std::vector<std::array<int, 2>> sockets;  // [peer][channel]; -1 until connected
 
   explicit Mesh(const MeshSpec& s)
-      : spec(s), group(fnv1a(s.prefix)), token(fnv1a(s.token)), deadline(Clock::now() + s.timeout),
+      : spec(s),
+        group(fnv1a(s.prefix)),
+        token(fnv1a(s.token)),
+        deadline(Clock::now() + s.timeout),
         sockets(size_t(s.world_size), {-1, -1}) {}
   ~Mesh() {
     if (listener >= 0) ::close(listener);
@@ -168,7 +170,9 @@ struct Mesh {
         if (fd >= 0) ::close(fd);
   }
   std::string rank_text() const { return std::to_string(spec.rank); }
-  bool connected(int peer) const { return sockets[size_t(peer)][kUpward] >= 0 && sockets[size_t(peer)][kDownward] >= 0; }
+  bool connected(int peer) const {
+    return sockets[size_t(peer)][kUpward] >= 0 && sockets[size_t(peer)][kDownward] >= 0;
+  }
   // A socket of `peer`'s pair is connected and its handshake done.
   void add(int peer, uint8_t channel, int fd) {
     tune_socket(fd, spec.socket_buffer_bytes);
@@ -181,7 +185,8 @@ struct Mesh {
     std::vector<SocketPair> pairs(sockets.size());
     for (int p : spec.peers) {
       const bool connector = p < spec.rank;
-      pairs[size_t(p)] = {sockets[size_t(p)][connector ? kUpward : kDownward], sockets[size_t(p)][connector ? kDownward : kUpward]};
+      pairs[size_t(p)] = {sockets[size_t(p)][connector ? kUpward : kDownward],
+                          sockets[size_t(p)][connector ? kDownward : kUpward]};
       sockets[size_t(p)] = {-1, -1};
     }
     return pairs;
@@ -205,8 +210,8 @@ void listen_and_publish(Mesh& mesh, Store& store) {
                   hint("set TINYDDP_SOCKET_ADDR ", "to this host's IPv4 address (or TINYDDP_IFNAME to its interface)"));
   }
   socklen_t len = sizeof addr;
-  if (::bind(mesh.listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(mesh.listener, 128) != 0 ||
-      ::getsockname(mesh.listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+  if (::bind(mesh.listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::listen(mesh.listener, 128) != 0 || ::getsockname(mesh.listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
     TINYDDP_FAIL("tcp transport: rank ", spec.rank, " could not listen on ",
                  spec.bind_all ? std::string("every address") : spec.listen_on, ": ", errno_text(errno),
                  hint("the address must belong to this host (TINYDDP_SOCKET_ADDR / TINYDDP_IFNAME pick it)"));
@@ -275,12 +280,14 @@ std::string refusal_for(const Mesh& mesh, const Handshake& hello) {
       std::find(spec.peers.begin(), spec.peers.end(), int(hello.from)) == spec.peers.end())
     return "rank " + std::to_string(hello.from) + " is not a peer that connects to this rank";
   if (hello.channel > kDownward) return "unknown channel " + std::to_string(hello.channel);
-  if (mesh.sockets[size_t(hello.from)][hello.channel] >= 0) return "rank " + std::to_string(hello.from) + " is connected already";
+  if (mesh.sockets[size_t(hello.from)][hello.channel] >= 0)
+    return "rank " + std::to_string(hello.from) + " is connected already";
   return "";
 }
 
 void refuse(const Mesh& mesh, Knock& knock, const std::string& reason) {
-  log_line(LogLevel::warn, "tcp-transport", "rank " + mesh.rank_text() + " refused a connection from " + knock.source + ": " + reason);
+  log_line(LogLevel::warn, "tcp-transport",
+           "rank " + mesh.rank_text() + " refused a connection from " + knock.source + ": " + reason);
   ::close(knock.fd);
   knock.fd = -1;
 }
@@ -291,7 +298,8 @@ bool admit(Mesh& mesh, Knock& knock) {
     refuse(mesh, knock, reason);
     return false;
   }
-  Handshake reply{kMagic, kVersion, kAccepted, knock.hello.channel, mesh.spec.rank, knock.hello.from, mesh.group, mesh.token};
+  Handshake reply{kMagic,         kVersion,         kAccepted,  knock.hello.channel,
+                  mesh.spec.rank, knock.hello.from, mesh.group, mesh.token};
   int fd = std::exchange(knock.fd, -1);
   if (!transfer_all(fd, &reply, sizeof reply, true, mesh.deadline)) {
     ::close(fd);
@@ -349,13 +357,16 @@ void accept_higher_ranks(Mesh& mesh) {
       Knock& knock = knocks.list[i];
       switch (knock.hear()) {
         case Knock::Heard::more: break;
-        case Knock::Heard::hung_up: refuse(mesh, knock, "no handshake within 5 s (it hung up after " + knock.progress() + ")"); break;
+        case Knock::Heard::hung_up:
+          refuse(mesh, knock, "no handshake within 5 s (it hung up after " + knock.progress() + ")");
+          break;
         case Knock::Heard::all: expected -= admit(mesh, knock) ? 1 : 0; break;
       }
     }
     if (fds[0].revents != 0)
       while (knocks.list.size() < kMaxKnocks) {
-        std::optional<Knock> knock = Knock::accept(mesh.listener, std::min(mesh.deadline, Clock::now() + kHandshakeGrace));
+        std::optional<Knock> knock = Knock::accept(mesh.listener,
+                                                   std::min(mesh.deadline, Clock::now() + kHandshakeGrace));
         if (!knock) break;
         knocks.list.push_back(std::move(*knock));
       }
@@ -364,8 +375,9 @@ void accept_higher_ranks(Mesh& mesh) {
   // for a rank would be refused as "connected already"), and the group does not wait for it.
   for (Knock& knock : knocks.list)
     if (knock.fd >= 0)
-      refuse(mesh, knock, "no handshake yet when every rank had joined (" + knock.progress() +
-                              "); the group does not wait out a stranger's 5 s grace");
+      refuse(mesh, knock,
+             "no handshake yet when every rank had joined (" + knock.progress() +
+                 "); the group does not wait out a stranger's 5 s grace");
 }
 
 }  // namespace

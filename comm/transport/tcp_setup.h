@@ -31,11 +31,11 @@ struct SocketPair {
 struct MeshSpec {
   int rank = 0;
   int world_size = 0;
-  std::vector<int> peers;    // the ranks to connect with
-  std::string prefix;        // where the addresses go in the store; its digest names the group
-  std::string token;         // the job's shared secret (only its digest travels)
-  std::string listen_on;     // an IPv4 address of this host
-  bool bind_all = false;     // listen on every address instead (still publishing listen_on)
+  std::vector<int> peers;          // the ranks to connect with
+  std::string prefix;              // where the addresses go in the store; its digest names the group
+  std::string token;               // the job's shared secret (only its digest travels)
+  std::string listen_on;           // an IPv4 address of this host
+  bool bind_all = false;           // listen on every address instead (still publishing listen_on)
   size_t socket_buffer_bytes = 0;  // SO_SNDBUF / SO_RCVBUF; 0: the kernel's auto-tuning
   std::chrono::milliseconds timeout{0};
 };

@@ -41,7 +41,10 @@ constexpr auto kHangupGrace = std::chrono::milliseconds(1000);
 class TcpTransport::TcpConnection : public Connection {
  public:
   TcpConnection(TcpTransport& transport, int peer, int send_fd, int recv_fd)
-      : Connection(transport, peer), send_fd_(send_fd), recv_fd_(recv_fd), inbox_memory_(new std::byte[tuning::kTcpInboxBytes]),
+      : Connection(transport, peer),
+        send_fd_(send_fd),
+        recv_fd_(recv_fd),
+        inbox_memory_(new std::byte[tuning::kTcpInboxBytes]),
         inbox_(inbox_memory_.get(), tuning::kTcpInboxBytes) {
     // The receiver blocks in recv(): its socket must be blocking (the send socket is not).
     ::fcntl(recv_fd_, F_SETFL, ::fcntl(recv_fd_, F_GETFL) & ~O_NONBLOCK);
@@ -163,8 +166,8 @@ class TcpTransport::TcpConnection : public Connection {
     ::poll(&p, 1, 10);  // bounded, so a cancel or a stop is seen soon
     std::lock_guard<std::mutex> lock(direct_mutex_);
     if (direct_dst_ == nullptr || written < direct_begin_ || written >= direct_end_) return true;  // look again
-    ssize_t k = ::recv(recv_fd_, direct_dst_ + (written - direct_begin_), size_t(std::min<uint64_t>(direct_end_ - written, tuning::kTcpInboxChunk)),
-                       MSG_DONTWAIT);
+    ssize_t k = ::recv(recv_fd_, direct_dst_ + (written - direct_begin_),
+                       size_t(std::min<uint64_t>(direct_end_ - written, tuning::kTcpInboxChunk)), MSG_DONTWAIT);
     if (k > 0) {
       if (direct_from_.load(std::memory_order_relaxed) == kNone) direct_from_.store(written, std::memory_order_relaxed);
       written_.store(written + uint64_t(k), std::memory_order_release);
@@ -199,7 +202,8 @@ class TcpTransport::TcpConnection : public Connection {
       // Up to a post's first byte, so that what belongs there goes there (a post made ahead).
       if (direct_posted_.load(std::memory_order_acquire)) {
         std::lock_guard<std::mutex> lock(direct_mutex_);
-        if (direct_dst_ != nullptr && written < direct_begin_) want = size_t(std::min<uint64_t>(want, direct_begin_ - written));
+        if (direct_dst_ != nullptr && written < direct_begin_)
+          want = size_t(std::min<uint64_t>(want, direct_begin_ - written));
       }
       ssize_t k = ::recv(recv_fd_, inbox_.data() + at, want, 0);
       if (k > 0) {
@@ -228,10 +232,10 @@ class TcpTransport::TcpConnection : public Connection {
   uint64_t read_ = 0;                        // bytes the consumer has released (its own copy)
   std::atomic<uint64_t> read_published_{0};  // read_, for the receiver
   std::atomic<bool> closed_{false}, stopping_{false}, receiver_waiting_{false};
-  std::string close_reason_;                 // written before closed_ is set
+  std::string close_reason_;  // written before closed_ is set
   // The posted receive (post_recv): stream bytes [direct_begin_, direct_end_) belong at direct_dst_.
   std::mutex direct_mutex_;
-  std::byte* direct_dst_ = nullptr;          // under direct_mutex_ (read by the consumer, its writer)
+  std::byte* direct_dst_ = nullptr;  // under direct_mutex_ (read by the consumer, its writer)
   uint64_t direct_begin_ = 0, direct_end_ = 0;
   std::atomic<bool> direct_posted_{false};
   std::atomic<uint64_t> direct_from_{kNone};  // the first byte the receiver put at direct_dst_
@@ -243,7 +247,9 @@ class TcpTransport::TcpConnection : public Connection {
 TcpTransport::TcpTransport(Store& store, const std::string& prefix, int rank, const std::vector<int>& peers,
                            const std::vector<std::string>& host_ids, const std::vector<int>& pids,
                            std::chrono::milliseconds timeout, TcpTransportOptions options)
-    : rank_(rank), local_pids_(host_ids.size(), 0), connections_(host_ids.size()),
+    : rank_(rank),
+      local_pids_(host_ids.size(), 0),
+      connections_(host_ids.size()),
       wakeup_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
   TINYDDP_CHECK(wakeup_fd_ >= 0, "tcp transport: eventfd failed: ", errno_text(errno),
                 hint("check the open-file limit"));
@@ -264,7 +270,8 @@ TcpTransport::TcpTransport(Store& store, const std::string& prefix, int rank, co
   spec.socket_buffer_bytes = options.socket_buffer_bytes;
   spec.timeout = timeout;
   std::vector<SocketPair> sockets = connect_mesh(store, spec);
-  for (int p : peers) connections_[p] = std::make_unique<TcpConnection>(*this, p, sockets[p].send_fd, sockets[p].recv_fd);
+  for (int p : peers)
+    connections_[p] = std::make_unique<TcpConnection>(*this, p, sockets[p].send_fd, sockets[p].recv_fd);
 }
 
 TcpTransport::~TcpTransport() {
@@ -292,8 +299,7 @@ void TcpTransport::sleep_once(std::span<const WaitFor> waits, std::chrono::micro
   }
   waiting_.store(false, std::memory_order_seq_cst);
   uint64_t drained;
-  while (::read(wakeup_fd_, &drained, sizeof drained) > 0) {
-  }
+  while (::read(wakeup_fd_, &drained, sizeof drained) > 0) {}
 }
 
 void TcpTransport::wake() {
@@ -321,7 +327,8 @@ std::string TcpTransport::hangup_summary() const {
   auto now = Clock::now();
   for (const HangUp& h : hangups_) {
     auto ago = std::chrono::duration_cast<std::chrono::milliseconds>(now - h.when).count();
-    text += (text.empty() ? "" : ", ") + std::string("rank ") + std::to_string(h.rank) + " (" + std::to_string(ago) + " ms ago)";
+    text += (text.empty() ? "" : ", ") + std::string("rank ") + std::to_string(h.rank) + " (" + std::to_string(ago) +
+            " ms ago)";
   }
   return text;
 }

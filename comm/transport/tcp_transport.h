@@ -54,8 +54,8 @@ class TcpTransport : public Transport {
   // identities talk over loopback) and `pids[r]` its process id (checked for peers on this host).
   // Keys go under `prefix` in `store`; bounded by `timeout`.
   TcpTransport(Store& store, const std::string& prefix, int rank, const std::vector<int>& peers,
-               const std::vector<std::string>& host_ids, const std::vector<int>& pids, std::chrono::milliseconds timeout,
-               TcpTransportOptions options = {});
+               const std::vector<std::string>& host_ids, const std::vector<int>& pids,
+               std::chrono::milliseconds timeout, TcpTransportOptions options = {});
   ~TcpTransport() override;
 
   const char* name() const override { return "tcp"; }
@@ -85,9 +85,9 @@ class TcpTransport : public Transport {
   std::vector<int> local_pids_;  // by rank; 0 for this rank and for peers on other hosts
   std::vector<HangUp> hangups_;
   std::mutex hangups_mutex_;
-  std::atomic<bool> waiting_{false};  // the communication thread sleeps in sleep_once
+  std::atomic<bool> waiting_{false};                         // the communication thread sleeps in sleep_once
   std::vector<std::unique_ptr<TcpConnection>> connections_;  // by rank; after what their receivers use
-  int wakeup_fd_ = -1;                                        // eventfd the receivers write to wake this rank
+  int wakeup_fd_ = -1;                                       // eventfd the receivers write to wake this rank
 };
 
 }  // namespace tinyddp::comm

@@ -46,8 +46,9 @@ class RuntimeApi final : public CudaApi {
 
   void memcpy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) override {
     if (bytes == 0) return;
-    cudaMemcpyKind kind = dst_device.is_cpu() ? (src_device.is_cpu() ? cudaMemcpyHostToHost : cudaMemcpyDeviceToHost)
-                                              : (src_device.is_cpu() ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToDevice);
+    cudaMemcpyKind kind = dst_device.is_cpu()
+                              ? (src_device.is_cpu() ? cudaMemcpyHostToHost : cudaMemcpyDeviceToHost)
+                              : (src_device.is_cpu() ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToDevice);
     set_device(dst_device.is_cuda() ? dst_device.index : src_device.index);
     CUDA_CHECK(cudaMemcpy(dst, src, bytes, kind));
   }
@@ -104,7 +105,8 @@ class RuntimeApi final : public CudaApi {
   }
   void destroy_event(CudaEvent event) override { CUDA_CHECK(cudaEventDestroy(static_cast<cudaEvent_t>(event))); }
   void record_event(CudaEvent event, CudaStream stream) override {
-    CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), stream ? static_cast<cudaStream_t>(stream) : cudaStreamLegacy));
+    CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event),
+                               stream ? static_cast<cudaStream_t>(stream) : cudaStreamLegacy));
   }
   void stream_wait_event(CudaStream stream, CudaEvent event) override {
     CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(event), 0));

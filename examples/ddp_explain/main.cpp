@@ -198,8 +198,10 @@ int main(int argc, char** argv) {
   const std::unique_ptr<nn::Sequential> shown = make_model(0);  // for its description and parameter names
   std::printf("%d ranks (threads), each with its own ProcessGroup(\"host\") and its own replica of\n%s\n", n,
               shown->describe().c_str());
-  std::printf("The textbook DDP (textbook_ddp.h) copied rank 0's weights to every rank, made every param.grad a "
-              "view into\none flat bucket of %zu floats, and added a hook to every parameter:\n ", total);
+  std::printf(
+      "The textbook DDP (textbook_ddp.h) copied rank 0's weights to every rank, made every param.grad a "
+      "view into\none flat bucket of %zu floats, and added a hook to every parameter:\n ",
+      total);
   int64_t offset = 0;
   for (const nn::NamedParameter& p : shown->named_parameters()) {
     const int64_t size = p.parameter->value.numel();
@@ -215,8 +217,10 @@ int main(int argc, char** argv) {
       differ += own_start[size_t(r)][i] != own_start[0][i] ? 1 : 0;
       still += start[size_t(r)][i] != start[0][i] ? 1 : 0;
     }
-    std::printf("Rank %d built its replica from its own seed: %zu of %zu weights differed from rank 0's; after the "
-                "broadcast: %zu.\n", r, differ, total, still);
+    std::printf(
+        "Rank %d built its replica from its own seed: %zu of %zu weights differed from rank 0's; after the "
+        "broadcast: %zu.\n",
+        r, differ, total, still);
     all_same = all_same && still == 0;
   }
   std::printf("Rank r trains on rows r, r+%d, r+%d, ... of a %lld-row data set, %lld rows a step; Adam, lr %g.\n", n,
@@ -272,9 +276,11 @@ int main(int argc, char** argv) {
   if (!ok) return command_line::kFailed;
   bool same_as_ddp = true;
   for (int r = 0; r < n; ++r) same_as_ddp = same_as_ddp && ddp_weights[size_t(r)] == logs[size_t(r)].back().weights;
-  std::printf("\nThe same %lld step(s) through nn::DistributedDataParallel, whose Reducer all-reduces these "
-              "buckets:\n%s", (long long)steps, buckets.c_str());
-  std::printf("final weights: %s\n", same_as_ddp ? "the same weights to the last bit, on every rank"
-                                                 : "DIFFERENT from the textbook's");
+  std::printf(
+      "\nThe same %lld step(s) through nn::DistributedDataParallel, whose Reducer all-reduces these "
+      "buckets:\n%s",
+      (long long)steps, buckets.c_str());
+  std::printf("final weights: %s\n",
+              same_as_ddp ? "the same weights to the last bit, on every rank" : "DIFFERENT from the textbook's");
   return all_averaged && all_same && same_as_ddp ? 0 : command_line::kFailed;
 }

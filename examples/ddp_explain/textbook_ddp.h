@@ -30,7 +30,9 @@ class TextbookDdp {
  public:
   // Collective: every rank of `group` constructs it at the same point. The model must outlive it.
   TextbookDdp(nn::Module& model, std::shared_ptr<comm::ProcessGroup> group)
-      : model_(model), group_(std::move(group)), parameters_(model.parameters()),
+      : model_(model),
+        group_(std::move(group)),
+        parameters_(model.parameters()),
         bucket_(Tensor::zeros({model.parameter_count()}, DType::f32, model.device())) {  // 2
     int64_t offset = 0;
     for (nn::Parameter* p : parameters_) {

@@ -23,7 +23,6 @@
 #include <optional>
 #include <sstream>
 
-#include "examples/example_cli.h"
 #include "tinyddp/core/run_main.h"
 #include "tinyddp/kernels/ops.h"
 #include "tinyddp/nn/activations.h"
@@ -39,6 +38,7 @@
 #include "tinyddp/nn/train/addons/trace.h"
 #include "tinyddp/nn/train/checkpoint.h"
 #include "tinyddp/nn/train/trainer.h"
+#include "examples/example_cli.h"
 
 using namespace tinyddp;
 
@@ -147,21 +147,30 @@ int main(int argc, char** argv) {
   int zero_stage = 0;
   std::string comm_hook = "allreduce";
   examples::add_example_options(app, options);
-  app.add_option("--data", data_path, "the digits CSV (64 pixel counts, then the label; .gz or plain; `make data` writes it)")
+  app.add_option("--data", data_path,
+                 "the digits CSV (64 pixel counts, then the label; .gz or plain; `make data` writes it)")
       ->capture_default_str();
   app.add_option("--test-fraction", test_fraction, "the last fraction of the rows, held out for testing")
-      ->check(CLI::Range(0.0, 0.9))->capture_default_str();
+      ->check(CLI::Range(0.0, 0.9))
+      ->capture_default_str();
   app.add_option("--augment", augment, "also train on every image moved by one pixel in each direction")
-      ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
   app.add_option("--noise", noise, "standard deviation of the noise added to training inputs (0: none)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--zero", zero_stage, "ZeRO stage: 0 (every worker holds Adam's whole state), 1 (each holds 1/N of it; "
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--zero", zero_stage,
+                 "ZeRO stage: 0 (every worker holds Adam's whole state), 1 (each holds 1/N of it; "
                  "the same weights as 0 when the all-reduce runs the ring)")
-      ->check(CLI::Range(0, 1))->capture_default_str();
-  app.add_option("--comm-hook", comm_hook, "how gradient buckets travel: allreduce (f32), bf16_compress, fp16_compress "
+      ->check(CLI::Range(0, 1))
+      ->capture_default_str();
+  app.add_option("--comm-hook", comm_hook,
+                 "how gradient buckets travel: allreduce (f32), bf16_compress, fp16_compress "
                  "(half the bytes, rounded each step) or bf16_single_rounding (half the bytes, rounded once)")
-      ->check(CLI::IsMember(nn::comm_hooks::names()))->capture_default_str();
-  app.add_option("--hidden", hidden, "hidden layer widths, comma-separated (ReLU between layers)")->capture_default_str();
+      ->check(CLI::IsMember(nn::comm_hooks::names()))
+      ->capture_default_str();
+  app.add_option("--hidden", hidden, "hidden layer widths, comma-separated (ReLU between layers)")
+      ->capture_default_str();
   if (auto code = command_line::parse(app, argc, argv)) return *code;
 
   std::vector<int64_t> widths;
@@ -184,7 +193,8 @@ int main(int argc, char** argv) {
                   hint("the file should hold the 8x8 digits (64 features)"));
     auto train_set = rows(all, 0, n_train), test_set = rows(all, n_train, n);
     if (augment == "on") train_set = with_shifted_copies(*train_set);
-    nn::DataLoader loader(train_set, {.batch_size = options.batch_size, .shuffle = options.shuffle == "on", .seed = options.seed});
+    nn::DataLoader loader(train_set,
+                          {.batch_size = options.batch_size, .shuffle = options.shuffle == "on", .seed = options.seed});
 
     Generator init(options.seed + 1);
     auto model = make_mlp(64, widths, 10, init);
@@ -208,16 +218,19 @@ int main(int argc, char** argv) {
     const int workers = trainer.world_size() > 1 ? trainer.world_size() : int(devices.size());
     std::string layers = "64";
     for (int64_t width : widths) layers += "-" + std::to_string(width);
-    std::printf("digits: %lld training rows (%lld with the shifted copies), %lld test rows, MLP %s-10, %d %s worker%s, %d epoch%s\n",
-                (long long)n_train, (long long)train_set->size(), (long long)n_test, layers.c_str(), workers,
-                devices[0].is_cpu() ? "CPU" : "GPU", workers == 1 ? "" : "s", options.epochs, options.epochs == 1 ? "" : "s");
+    std::printf(
+        "digits: %lld training rows (%lld with the shifted copies), %lld test rows, MLP %s-10, %d %s worker%s, %d "
+        "epoch%s\n",
+        (long long)n_train, (long long)train_set->size(), (long long)n_test, layers.c_str(), workers,
+        devices[0].is_cpu() ? "CPU" : "GPU", workers == 1 ? "" : "s", options.epochs, options.epochs == 1 ? "" : "s");
     if (n_test > 0) {
       nn::DataLoader test_loader(test_set, {.batch_size = 256});
       nn::InferenceResult test = trainer.inference(test_loader);
       std::printf("test loss %.4f  test accuracy %.4f\n", test.metrics.at("loss"), test.metrics.at("accuracy"));
     }
     if (!options.save_path.empty())
-      return examples::save_final_weights(options.save_path, [&](const std::string& path) { nn::save_model(path, trainer.model()); });
+      return examples::save_final_weights(options.save_path,
+                                          [&](const std::string& path) { nn::save_model(path, trainer.model()); });
     return 0;
   });
 }

@@ -9,7 +9,6 @@
 #include <cmath>
 #include <cstdio>
 
-#include "examples/dummy_dataset.h"
 #include "tinyddp/core/command_line.h"
 #include "tinyddp/core/cuda_runtime.h"
 #include "tinyddp/core/output_path.h"
@@ -21,6 +20,7 @@
 #include "tinyddp/nn/optim/adam.h"
 #include "tinyddp/nn/optim/schedulers.h"
 #include "tinyddp/nn/train/checkpoint.h"
+#include "examples/dummy_dataset.h"
 
 using namespace tinyddp;
 
@@ -32,18 +32,22 @@ int main(int argc, char** argv) {
   uint64_t seed = 0;
   std::string device_name = "cpu", load_path, save_path = "dummy_model.safetensors", shuffle = "on", step_on = "batch";
   app.add_option("--epochs", epochs, "passes over the data (0: only evaluate, e.g. a --load'ed model)")
-      ->check(at_least(0))->capture_default_str();
+      ->check(at_least(0))
+      ->capture_default_str();
   app.add_option("--batch-size", batch_size, "samples per step")->check(at_least(1))->capture_default_str();
   app.add_option("--lr", lr, "Adam learning rate")->check(command_line::positive<double>())->capture_default_str();
   app.add_option("--seed", seed, "seed of the data, the initial weights and the shuffle")->capture_default_str();
   app.add_option("--device", device_name, "cpu or cuda:N")->capture_default_str();
   app.add_option("--load", load_path, "start from the weights in this safetensors file")->check(CLI::ExistingFile);
   app.add_option("--save", save_path, "write the final weights here (empty: do not save)")->capture_default_str();
-  app.add_option("--shuffle", shuffle, "shuffle the samples every epoch")->check(CLI::IsMember({"on", "off"}))->capture_default_str();
+  app.add_option("--shuffle", shuffle, "shuffle the samples every epoch")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
   app.add_option("--samples", samples, "size of the dummy data set")->check(at_least(1))->capture_default_str();
   app.add_option("--total-iters", total_iters, "cosine schedule length T")->check(at_least(1))->capture_default_str();
   app.add_option("--scheduler-step", step_on, "advance the schedule every batch or every epoch")
-      ->check(CLI::IsMember({"batch", "epoch"}))->capture_default_str();
+      ->check(CLI::IsMember({"batch", "epoch"}))
+      ->capture_default_str();
   if (auto code = command_line::parse(app, argc, argv)) return *code;
   Device device = Device::cpu();
   try {
@@ -104,7 +108,8 @@ int main(int argc, char** argv) {
                 device.str().c_str());
     int code = 0;
     if (!save_path.empty()) {
-      std::string written = write_with_fallback(save_path, [&](const std::string& path) { nn::save_model(path, model); });
+      std::string written = write_with_fallback(save_path,
+                                                [&](const std::string& path) { nn::save_model(path, model); });
       std::printf("saved %s\n", written.c_str());
       if (written != save_path) code = command_line::kFailed;
     }

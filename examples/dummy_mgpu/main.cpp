@@ -29,8 +29,6 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
-#include "examples/dummy_dataset.h"
-#include "examples/example_cli.h"
 #include "tinyddp/core/run_main.h"
 #include "tinyddp/kernels/ops.h"
 #include "tinyddp/nn/data/data_loader.h"
@@ -43,6 +41,8 @@
 #include "tinyddp/nn/train/addons/trace.h"
 #include "tinyddp/nn/train/checkpoint.h"
 #include "tinyddp/nn/train/trainer.h"
+#include "examples/dummy_dataset.h"
+#include "examples/example_cli.h"
 
 using namespace tinyddp;
 
@@ -55,7 +55,7 @@ class DummyTrainer : public nn::Trainer {
 
   nn::StepOutput train_step(const nn::Batch& batch) override {
     float loss = loss_fn_.forward(forward(batch.inputs), batch.targets);  // F.cross_entropy(self.model(x), y)
-    return {.loss = loss, .output_grad = loss_fn_.backward()};           // {'loss': loss}
+    return {.loss = loss, .output_grad = loss_fn_.backward()};            // {'loss': loss}
   }
   nn::StepOutput test_step(const nn::Batch& batch) override {
     Tensor logits = forward(batch.inputs);
@@ -75,9 +75,13 @@ int main(int argc, char** argv) {
   options.save_path = "dummy_model.safetensors";
   int samples = 1000, total_iters = 100;
   examples::add_example_options(app, options);
-  app.add_option("--samples", samples, "size of the dummy data set")->check(command_line::at_least(1))->capture_default_str();
-  app.add_option("--total-iters", total_iters, "cosine schedule length T (in epochs: it steps per epoch, as in the seed)")
-      ->check(command_line::at_least(1))->capture_default_str();
+  app.add_option("--samples", samples, "size of the dummy data set")
+      ->check(command_line::at_least(1))
+      ->capture_default_str();
+  app.add_option("--total-iters", total_iters,
+                 "cosine schedule length T (in epochs: it steps per epoch, as in the seed)")
+      ->check(command_line::at_least(1))
+      ->capture_default_str();
   if (auto code = command_line::parse(app, argc, argv)) return *code;
 
   // Every failure prints its message once and exits 1 (core/run_main.h).
@@ -86,7 +90,8 @@ int main(int argc, char** argv) {
     // DummyDataset(1000) and DataLoader(dataset, batch_size=32). Every worker builds the same data from
     // the seed; MultiDevice gives each its own share of it.
     auto dataset = examples::make_dummy_dataset(samples, 10, options.seed);
-    nn::DataLoader loader(dataset, {.batch_size = options.batch_size, .shuffle = options.shuffle == "on", .seed = options.seed});
+    nn::DataLoader loader(dataset,
+                          {.batch_size = options.batch_size, .shuffle = options.shuffle == "on", .seed = options.seed});
 
     // nn.Linear(10, 2), Adam, cosine.
     Generator init(options.seed + 1);
@@ -96,7 +101,8 @@ int main(int argc, char** argv) {
     nn::CosineAnnealing scheduler(optimizer, total_iters);
 
     std::vector<Device> devices = examples::choose_devices(options.device_kind, options.world_size);
-    MultiDeviceTrainer trainer(model, devices, optimizer, &scheduler, {.precision = nn::parse_precision(options.precision)});
+    MultiDeviceTrainer trainer(model, devices, optimizer, &scheduler,
+                               {.precision = nn::parse_precision(options.precision)});
     examples::use_init_method(app, options, trainer);
     if (!options.checkpoint_dir.empty()) trainer.set_checkpoint_dir(options.checkpoint_dir);
 
@@ -110,10 +116,11 @@ int main(int argc, char** argv) {
     const double accuracy = double(kernels::count_correct(result.outputs, dataset->targets())) / double(samples);
     const int workers = trainer.world_size() > 1 ? trainer.world_size() : int(devices.size());
     std::printf("%d %s worker%s, %d epoch%s: final loss %.4f  accuracy %.4f  (%d samples)\n", workers,
-                devices[0].is_cpu() ? "CPU" : "GPU", workers == 1 ? "" : "s", options.epochs, options.epochs == 1 ? "" : "s",
-                result.metrics.at("loss"), accuracy, samples);
+                devices[0].is_cpu() ? "CPU" : "GPU", workers == 1 ? "" : "s", options.epochs,
+                options.epochs == 1 ? "" : "s", result.metrics.at("loss"), accuracy, samples);
     if (!options.save_path.empty())  // torch.save(trainer.model.state_dict(), ...)
-      return examples::save_final_weights(options.save_path, [&](const std::string& path) { nn::save_model(path, trainer.model()); });
+      return examples::save_final_weights(options.save_path,
+                                          [&](const std::string& path) { nn::save_model(path, trainer.model()); });
     return 0;
   });
 }

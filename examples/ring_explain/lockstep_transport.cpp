@@ -8,7 +8,10 @@
 namespace tinyddp::examples {
 
 LockstepNetwork::LockstepNetwork(std::vector<const std::byte*> buffers, std::function<void(int)> on_step)
-    : buffers_(std::move(buffers)), on_step_(std::move(on_step)), sent_(buffers_.size()), received_(buffers_.size()),
+    : buffers_(std::move(buffers)),
+      on_step_(std::move(on_step)),
+      sent_(buffers_.size()),
+      received_(buffers_.size()),
       inbox_(buffers_.size()) {}
 
 StepRecord& LockstepNetwork::record(int step, int rank) {

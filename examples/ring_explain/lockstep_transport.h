@@ -71,9 +71,9 @@ class LockstepNetwork {
   std::function<void(int)> on_step_;
   std::mutex mutex_;
   std::condition_variable changed_;
-  int open_step_ = 0;                     // ranks may send their message number open_step_
-  std::vector<int> sent_;                 // per rank: messages sent
-  std::vector<int> received_;             // per rank: messages fully received
+  int open_step_ = 0;                           // ranks may send their message number open_step_
+  std::vector<int> sent_;                       // per rank: messages sent
+  std::vector<int> received_;                   // per rank: messages fully received
   std::vector<std::deque<RingMessage>> inbox_;  // per rank: messages from rank-1, oldest first
   std::vector<std::vector<StepRecord>> records_;
 };

@@ -79,7 +79,9 @@ int main(int argc, char** argv) {
   CLI::App app{"ring_explain: the library's ring all-reduce, step by step, on CPU threads", "ring_explain"};
   int ranks = 4;
   size_t count = 9;
-  app.add_option("--ranks", ranks, "ranks in the ring (threads)")->check(command_line::between(2, 6))->capture_default_str();
+  app.add_option("--ranks", ranks, "ranks in the ring (threads)")
+      ->check(command_line::between(2, 6))
+      ->capture_default_str();
   app.add_option("--count", count, "floats per rank (at least --ranks, at most 9 so every digit stays a digit)")
       ->check(command_line::between<size_t>(2, 9))
       ->capture_default_str();
@@ -146,7 +148,8 @@ int main(int argc, char** argv) {
         bool changed = buffers[size_t(r)][i] != before[size_t(r)][i];
         bool in_chunk = i >= got_first && i < got_first + got_count;
         if (changed != in_chunk) {
-          std::printf("  !! rank %d: element %zu %s\n", r, i, changed ? "changed outside the chunk received" : "did not change");
+          std::printf("  !! rank %d: element %zu %s\n", r, i,
+                      changed ? "changed outside the chunk received" : "did not change");
           consistent = false;
         }
       }
@@ -211,11 +214,11 @@ int main(int argc, char** argv) {
   // Traffic: every rank sent 2(n-1) chunks, 2(n-1)/n of its buffer (exactly so when n divides count).
   std::printf("traffic: each rank sent");
   for (int r = 0; r < n; ++r) std::printf(" %zu", sent_elements[size_t(r)]);
-  std::printf(" elements (rank 0 .. %d); 2(n-1)/n x %zu = %.1f. That is why busbw = algbw x 2(n-1)/n.\n", n - 1,
-              count, 2.0 * (n - 1) / n * double(count));
+  std::printf(" elements (rank 0 .. %d); 2(n-1)/n x %zu = %.1f. That is why busbw = algbw x 2(n-1)/n.\n", n - 1, count,
+              2.0 * (n - 1) / n * double(count));
   std::printf("schedule: %s\n", consistent ? "every send and receive matched ring.h (rank r sends chunk "
-                                               "r-s in reduce-scatter step s, chunk r+1-s in all-gather step s)"
-                                             : "MISMATCH (see the lines marked !!)");
+                                             "r-s in reduce-scatter step s, chunk r+1-s in all-gather step s)"
+                                           : "MISMATCH (see the lines marked !!)");
 
   // The same inputs through a real "host" process group over shared memory; small_message_bytes = 0
   // makes it take the ring even for these few bytes (by default it would use the direct exchange).

@@ -34,8 +34,8 @@ void convert(int device, const void* src, DType src_dtype, void* dst, DType dst_
   if (src_dtype == DType::f32 && dst_dtype == DType::f16) return launch_convert<float, float16>(src, dst, n);
   if (src_dtype == DType::f16 && dst_dtype == DType::f32) return launch_convert<float16, float>(src, dst, n);
   // kernels::convert checked the pair; the CUDA half links nothing of core's dtype names.
-  TINYDDP_FAIL("convert on CUDA: dtype code ", int(src_dtype), " -> ", int(dst_dtype),
-               " is not supported", hint("convert between f32 and bf16 or f16"));
+  TINYDDP_FAIL("convert on CUDA: dtype code ", int(src_dtype), " -> ", int(dst_dtype), " is not supported",
+               hint("convert between f32 and bf16 or f16"));
 }
 
 }  // namespace tinyddp::kernels::cuda

@@ -15,6 +15,6 @@
                               ::tinyddp::detail::concat("cuBLAS call failed: ",                            \
                                                         cublasGetStatusName(tinyddp_cublas_status), " (",  \
                                                         cublasGetStatusString(tinyddp_cublas_status), ")", \
-                                                        "; hint: check the matrix sizes and that the GPU "  \
-                                                        "has free memory (nvidia-smi)"));                   \
+                                                        "; hint: check the matrix sizes and that the GPU " \
+                                                        "has free memory (nvidia-smi)"));                  \
   } while (0)

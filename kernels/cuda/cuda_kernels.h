@@ -21,7 +21,8 @@ void gemm(int device, bool transpose_a, bool transpose_b, int64_t m, int64_t n, 
 // The same with bf16 or f16 operands (`operands`) and an f32 c: cublasGemmEx with CUDA_R_16BF or
 // CUDA_R_16F inputs and CUBLAS_COMPUTE_32F (tensor cores, products summed in f32).
 void gemm_mixed(int device, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
-                const void* a, int64_t lda, const void* b, int64_t ldb, DType operands, float beta, float* c, int64_t ldc);
+                const void* a, int64_t lda, const void* b, int64_t ldb, DType operands, float beta, float* c,
+                int64_t ldc);
 
 void bias_add(int device, float* y, const float* bias, int64_t rows, int64_t cols);
 void bias_grad(int device, const float* dy, float* dbias, int64_t rows, int64_t cols, float beta);

@@ -42,9 +42,12 @@ cublasHandle_t handle_for(int device) {
 }  // namespace
 
 void gemm_mixed(int device, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
-                const void* a, int64_t lda, const void* b, int64_t ldb, DType operands, float beta, float* c, int64_t ldc) {
-  TINYDDP_CHECK(operands == DType::bf16 || operands == DType::f16, "gemm: the operands of a mixed-precision GEMM "
-                "must be bf16 or f16 (dtype ", int(operands), ")", hint("f32 operands go through gemm"));
+                const void* a, int64_t lda, const void* b, int64_t ldb, DType operands, float beta, float* c,
+                int64_t ldc) {
+  TINYDDP_CHECK(operands == DType::bf16 || operands == DType::f16,
+                "gemm: the operands of a mixed-precision GEMM "
+                "must be bf16 or f16 (dtype ",
+                int(operands), ")", hint("f32 operands go through gemm"));
   const cudaDataType_t type = operands == DType::bf16 ? CUDA_R_16BF : CUDA_R_16F;
   cublasHandle_t handle = handle_for(device);
   CUDA_CHECK(cudaSetDevice(device));

@@ -128,11 +128,14 @@ double softmax_cross_entropy(int device, const float* logits, const int64_t* lab
                              int64_t cols, int64_t* first_bad_row) {
   detail::use_device(device);
   // Scratch: the per-row losses, and the bad-row flag set to all ones.
-  auto* row_loss = static_cast<float*>(detail::scratch(device, detail::Scratch::row_values, size_t(rows) * sizeof(float)));
-  auto* bad_row = static_cast<unsigned long long*>(detail::scratch(device, detail::Scratch::counters, sizeof(unsigned long long)));
+  auto* row_loss = static_cast<float*>(
+      detail::scratch(device, detail::Scratch::row_values, size_t(rows) * sizeof(float)));
+  auto* bad_row = static_cast<unsigned long long*>(
+      detail::scratch(device, detail::Scratch::counters, sizeof(unsigned long long)));
   CUDA_CHECK(cudaMemset(bad_row, 0xff, sizeof(unsigned long long)));
-  softmax_cross_entropy_kernel<<<detail::blocks_for(rows, kRowsPerBlock), kThreads>>>(
-      logits, labels, dlogits, row_loss, rows, cols, 1.f / float(rows), bad_row);
+  softmax_cross_entropy_kernel<<<detail::blocks_for(rows, kRowsPerBlock), kThreads>>>(logits, labels, dlogits, row_loss,
+                                                                                      rows, cols, 1.f / float(rows),
+                                                                                      bad_row);
   CUDA_CHECK_LAUNCH();
   const double loss_sum = detail::sum_to_host(device, rows, RowValue{row_loss});
   *first_bad_row = read_first_bad_row(bad_row);
@@ -143,11 +146,12 @@ int64_t count_correct(int device, const float* logits, const int64_t* labels, in
                       int64_t* first_bad_row) {
   detail::use_device(device);
   // [correct, first bad row]
-  auto* counters = static_cast<unsigned long long*>(detail::scratch(device, detail::Scratch::counters, 2 * sizeof(unsigned long long)));
+  auto* counters = static_cast<unsigned long long*>(
+      detail::scratch(device, detail::Scratch::counters, 2 * sizeof(unsigned long long)));
   CUDA_CHECK(cudaMemset(counters, 0, sizeof(unsigned long long)));
   CUDA_CHECK(cudaMemset(counters + 1, 0xff, sizeof(unsigned long long)));
   count_correct_kernel<<<detail::blocks_for(rows, kRowsPerBlock), kThreads>>>(logits, labels, rows, cols, counters,
-                                                                               counters + 1);
+                                                                              counters + 1);
   CUDA_CHECK_LAUNCH();
   unsigned long long correct = 0;
   CUDA_CHECK(cudaMemcpy(&correct, counters, sizeof(correct), cudaMemcpyDeviceToHost));

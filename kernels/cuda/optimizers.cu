@@ -17,8 +17,10 @@ __global__ void sgd_kernel(float* param, const float* grad, float* momentum_buff
   }
 }
 
-__global__ void adam_kernel(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n, AdamScalars s) {
-  for (int64_t i = first_index(); i < n; i += grid_stride()) adam_update(param[i], grad[i], exp_avg[i], exp_avg_sq[i], s);
+__global__ void adam_kernel(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
+                            AdamScalars s) {
+  for (int64_t i = first_index(); i < n; i += grid_stride())
+    adam_update(param[i], grad[i], exp_avg[i], exp_avg_sq[i], s);
 }
 
 }  // namespace

@@ -36,7 +36,8 @@ __global__ void __launch_bounds__(kThreads) partial_sums_kernel(Term term, int64
 }
 
 // static: a plain (non-template) kernel defined in a header gets one copy per including file.
-static __global__ void __launch_bounds__(kThreads) sum_partials_kernel(const double* partials, int count, double* result) {
+static __global__ void __launch_bounds__(kThreads)
+    sum_partials_kernel(const double* partials, int count, double* result) {
   __shared__ double shared[kThreads];
   double sum = 0.0;
   for (int i = threadIdx.x; i < count; i += kThreads) sum += partials[i];

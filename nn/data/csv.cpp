@@ -220,9 +220,12 @@ TensorDataset parse_csv(const std::string& text, const std::string& source, cons
     for (int64_t column = 0; column < columns; ++column) {
       const std::string_view field = fields[size_t(column)];
       const Where at{source, line_number, column + 1};
-      if (column != label_column) features.push_back(scaled(parse_value(field, at, first_row_without_header), at, options));
-      else if (options.class_labels) class_labels.push_back(parse_class_label(field, at, first_row_without_header, options.num_classes));
-      else value_labels.push_back(parse_value(field, at, first_row_without_header));
+      if (column != label_column)
+        features.push_back(scaled(parse_value(field, at, first_row_without_header), at, options));
+      else if (options.class_labels)
+        class_labels.push_back(parse_class_label(field, at, first_row_without_header, options.num_classes));
+      else
+        value_labels.push_back(parse_value(field, at, first_row_without_header));
     }
     ++rows;
   }
@@ -233,7 +236,8 @@ TensorDataset parse_csv(const std::string& text, const std::string& source, cons
                                : " holds a header but no data rows",
                 hint("a CSV dataset needs at least one row of numbers"));
   Tensor inputs = Tensor::from_vector(features, {rows, columns - 1});
-  Tensor targets = options.class_labels ? Tensor::from_vector(class_labels, {rows}) : Tensor::from_vector(value_labels, {rows});
+  Tensor targets = options.class_labels ? Tensor::from_vector(class_labels, {rows})
+                                        : Tensor::from_vector(value_labels, {rows});
   return TensorDataset(std::move(inputs), std::move(targets));
 }
 

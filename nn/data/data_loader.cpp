@@ -117,8 +117,10 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, DataLoaderOptions
   TINYDDP_CHECK(!(sampler_ && options_.shuffle), "DataLoader: a sampler and shuffle = true were both given",
                 hint("the sampler decides the order, so leave shuffle false (a DistributedSampler shuffles itself)"));
   if (!sampler_) {
-    if (options_.shuffle) sampler_ = std::make_shared<RandomSampler>(dataset_->size(), options_.seed);
-    else sampler_ = std::make_shared<SequentialSampler>(dataset_->size());
+    if (options_.shuffle)
+      sampler_ = std::make_shared<RandomSampler>(dataset_->size(), options_.seed);
+    else
+      sampler_ = std::make_shared<SequentialSampler>(dataset_->size());
   }
 }
 

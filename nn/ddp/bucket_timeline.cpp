@@ -36,10 +36,10 @@ void BucketTimeline::record_span(size_t bucket) {
   Launch& launch = launches_[bucket];
   launch.work = nullptr;  // recorded: the span ends at the first look that found it complete
   if (!trace::enabled()) return;
-  trace::record_span("all_reduce bucket " + std::to_string(bucket), "ddp", trace::Lane::comm, launch.at_us,
-                     trace::now_us(),
-                     nlohmann::json{{"rank", rank_}, {"bucket", bucket}, {"bytes", launch.bytes},
-                                    {"parameters", launch.parameters}}.dump());
+  trace::record_span(
+      "all_reduce bucket " + std::to_string(bucket), "ddp", trace::Lane::comm, launch.at_us, trace::now_us(),
+      nlohmann::json{{"rank", rank_}, {"bucket", bucket}, {"bytes", launch.bytes}, {"parameters", launch.parameters}}
+          .dump());
 }
 
 }  // namespace tinyddp::nn

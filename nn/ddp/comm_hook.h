@@ -42,9 +42,9 @@ namespace tinyddp::nn {
 
 // One bucket as a hook sees it (PyTorch's dist.GradBucket).
 struct GradBucket {
-  size_t index = 0;         // launch order: bucket 0 goes first
-  bool last = false;        // the last bucket of this iteration
-  Tensor buffer;            // f32, flat: every gradient of the bucket is a view into it
+  size_t index = 0;                // launch order: bucket 0 goes first
+  bool last = false;               // the last bucket of this iteration
+  Tensor buffer;                   // f32, flat: every gradient of the bucket is a view into it
   std::vector<size_t> parameters;  // their indices (registration order), in layout order
   std::vector<int64_t> offsets;    // where each one's gradient starts in `buffer`, in elements
   std::vector<int64_t> lengths;    // and how many elements it has

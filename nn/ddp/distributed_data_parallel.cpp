@@ -109,8 +109,10 @@ void DistributedDataParallel::check_replicas_match() {
     const std::vector<std::string> lines = split_lines(all[r]);
     for (size_t i = 0; i < std::max(lines.size(), reference.size()); ++i) {
       if (i < lines.size() && i < reference.size() && lines[i] == reference[i]) continue;
-      const std::string theirs = i < lines.size() ? lines[i] : "nothing (it has only " + std::to_string(lines.size()) + ")";
-      const std::string ours = i < reference.size() ? reference[i] : "nothing (it has only " + std::to_string(reference.size()) + ")";
+      const std::string theirs = i < lines.size() ? lines[i]
+                                                  : "nothing (it has only " + std::to_string(lines.size()) + ")";
+      const std::string ours = i < reference.size() ? reference[i]
+                                                    : "nothing (it has only " + std::to_string(reference.size()) + ")";
       TINYDDP_FAIL("DistributedDataParallel: the model on rank ", r, " differs from rank 0's: parameter #", i, " is ",
                    theirs, " on rank ", r, " but ", ours, " on rank 0",
                    hint("build the same model (same layers, "

@@ -73,11 +73,14 @@ Reducer::Reducer(std::vector<NamedParameter> parameters, std::shared_ptr<comm::P
   for (const NamedParameter& named : parameters_) bytes.push_back(named.parameter->value.nbytes());
   install(plan_buckets(reverse_registration_order(parameters_.size()), bytes, options_.first_bucket_bytes,
                        options_.bucket_cap_bytes));
-  for (size_t i = 0; i < parameters_.size(); ++i) parameters_[i].parameter->grad_ready_hooks.push_back(ReadyHook{this, i});
+  for (size_t i = 0; i < parameters_.size(); ++i)
+    parameters_[i].parameter->grad_ready_hooks.push_back(ReadyHook{this, i});
 
   if (debug_info_enabled() && group_->rank() == 0)
-    log_line(LogLevel::info, "ddp", "buckets in reverse registration order (rebuilt after the first "
-                   "iteration):\n" + trimmed(describe_buckets()));
+    log_line(LogLevel::info, "ddp",
+             "buckets in reverse registration order (rebuilt after the first "
+             "iteration):\n" +
+                 trimmed(describe_buckets()));
 }
 
 Reducer::~Reducer() {
@@ -325,14 +328,15 @@ void Reducer::rebuild_from_observed_order() {
   for (int64_t index : agreed.to_vector<int64_t>()) agreed_order.push_back(size_t(index));
   std::vector<size_t> bytes;
   for (const NamedParameter& named : parameters_) bytes.push_back(named.parameter->value.nbytes());
-  std::vector<BucketSpec> specs =
-      plan_buckets(agreed_order, bytes, options_.first_bucket_bytes, options_.bucket_cap_bytes);
+  std::vector<BucketSpec> specs = plan_buckets(agreed_order, bytes, options_.first_bucket_bytes,
+                                               options_.bucket_cap_bytes);
   bool same = specs.size() == specs_.size();
   for (size_t b = 0; same && b < specs.size(); ++b) same = specs[b].parameters == specs_[b].parameters;
   if (!same) install(std::move(specs));  // the gradients just averaged move into the new buffers
   if (debug_info_enabled() && group_->rank() == 0)
-    log_line(LogLevel::info, "ddp", std::string(same ? "buckets kept" : "buckets rebuilt") +
-                   " in the ready order of the first iteration:\n" + trimmed(describe_buckets()));
+    log_line(LogLevel::info, "ddp",
+             std::string(same ? "buckets kept" : "buckets rebuilt") + " in the ready order of the first iteration:\n" +
+                 trimmed(describe_buckets()));
 }
 
 std::string Reducer::describe_buckets() const {

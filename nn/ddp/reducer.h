@@ -64,8 +64,8 @@
 #include <vector>
 
 #include "tinyddp/comm/process_group.h"
-#include "tinyddp/nn/ddp/comm_hook.h"
 #include "tinyddp/nn/ddp/bucket_plan.h"
+#include "tinyddp/nn/ddp/comm_hook.h"
 #include "tinyddp/nn/module.h"
 
 namespace tinyddp::nn {

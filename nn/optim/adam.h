@@ -34,13 +34,13 @@ class Adam : public Optimizer {
   double weight_decay() const { return config_.weight_decay; }
 
  protected:
-  Adam(std::vector<NamedParameter> params, double lr, std::pair<double, double> betas, double eps,
-       double weight_decay, bool decoupled_weight_decay);
+  Adam(std::vector<NamedParameter> params, double lr, std::pair<double, double> betas, double eps, double weight_decay,
+       bool decoupled_weight_decay);
 
  private:
   void create_state();
 
-  kernels::AdamConfig config_;  // checked once, at construction; step() sets only its lr
+  kernels::AdamConfig config_;                // checked once, at construction; step() sets only its lr
   std::vector<Tensor> exp_avg_, exp_avg_sq_;  // one each per parameter, created on the first use
 };
 

@@ -17,8 +17,8 @@ namespace tinyddp::nn {
 
 class SGD : public Optimizer {
  public:
-  SGD(std::vector<NamedParameter> params, double lr, double momentum = 0, double dampening = 0,
-      double weight_decay = 0, bool nesterov = false);
+  SGD(std::vector<NamedParameter> params, double lr, double momentum = 0, double dampening = 0, double weight_decay = 0,
+      bool nesterov = false);
 
   void step() override;
   std::string kind() const override { return "sgd"; }

@@ -285,7 +285,8 @@ std::vector<std::pair<std::string, Tensor>> ZeroRedundancyOptimizer::state_tenso
   // The unsharded optimizer's order: parameter by parameter, its keys in order.
   std::vector<std::pair<std::string, Tensor>> named;
   for (size_t i = 0; i < params_.size(); ++i)
-    for (const auto& [key, per_parameter] : consolidated_) named.emplace_back(key + "." + params_[i].name, per_parameter[i]);
+    for (const auto& [key, per_parameter] : consolidated_)
+      named.emplace_back(key + "." + params_[i].name, per_parameter[i]);
   return named;
 }
 

@@ -95,8 +95,8 @@ class ZeroRedundancyOptimizer : public Optimizer {
   struct Shard {
     BucketPlaces places;
     ShardLayout layout;
-    Tensor staging;   // world * slot: the reduce-scatter's input, then the all-gather's output
-    Tensor reduced;   // slot: the reduce-scatter's output, this rank's averaged gradients (+ padding)
+    Tensor staging;  // world * slot: the reduce-scatter's input, then the all-gather's output
+    Tensor reduced;  // slot: the reduce-scatter's output, this rank's averaged gradients (+ padding)
     // value: this rank's weights, a view into its slot of `staging`; grad: a view into `reduced`
     std::unique_ptr<Parameter> owned;
     comm::WorkPtr all_gather;  // pending after step()

@@ -25,10 +25,10 @@
 namespace tinyddp::nn {
 
 struct ShardLayout {
-  int64_t count = 0;   // elements in the bucket
+  int64_t count = 0;  // elements in the bucket
   int world = 1, rank = 0;
-  int64_t slot = 0;    // each rank's part of the collectives: ceil(count / world), padded
-  int64_t begin = 0;   // this rank's elements: [begin, begin + length) of the bucket's flat layout
+  int64_t slot = 0;   // each rank's part of the collectives: ceil(count / world), padded
+  int64_t begin = 0;  // this rank's elements: [begin, begin + length) of the bucket's flat layout
   int64_t length = 0;
 
   // The all-reduce chunk that slot j carries.

@@ -43,8 +43,7 @@ void check_loss_scaler_options(const LossScalerOptions& o) {
   TINYDDP_CHECK(std::isfinite(o.init_scale) && o.init_scale > 0, "LossScalerOptions: init_scale is ", o.init_scale,
                 hint("a finite positive scale, 65536 (2^16) as GradScaler's"));
   TINYDDP_CHECK(std::isfinite(o.growth_factor) && o.growth_factor > 1, "LossScalerOptions: growth_factor is ",
-                o.growth_factor,
-                hint("more than 1 (the scale grows after a run of finite steps), 2 as GradScaler's"));
+                o.growth_factor, hint("more than 1 (the scale grows after a run of finite steps), 2 as GradScaler's"));
   TINYDDP_CHECK(o.backoff_factor > 0 && o.backoff_factor < 1, "LossScalerOptions: backoff_factor is ", o.backoff_factor,
                 hint("between 0 and 1 (the scale shrinks after an overflow), 0.5 as GradScaler's"));
   TINYDDP_CHECK(o.growth_interval >= 1, "LossScalerOptions: growth_interval is ", o.growth_interval,

@@ -35,8 +35,9 @@ Precision parse_precision(std::string_view text, std::string_view where) {
       {"f16", Precision::fp16},  {"16-mixed", Precision::fp16}};
   for (const auto& [name, precision] : words)
     if (word == name) return precision;
-  TINYDDP_FAIL(where, " '", text, "' is not a precision", hint("use fp32 (every product in f32), bf16 (bf16 products, ",
-               "f32 sums and master weights) or fp16 (the same in IEEE half, with a loss scaler)"));
+  TINYDDP_FAIL(where, " '", text, "' is not a precision",
+               hint("use fp32 (every product in f32), bf16 (bf16 products, ",
+                    "f32 sums and master weights) or fp16 (the same in IEEE half, with a loss scaler)"));
 }
 
 DType operand_dtype(Precision precision) {

@@ -102,7 +102,8 @@ class RestorePlan {
   std::vector<std::string> unexpected(const std::string& skipped_prefix) const {
     std::vector<std::string> names;
     for (const auto& [name, tensor] : in_file_)
-      if (!expected_.count(name) && (skipped_prefix.empty() || name.rfind(skipped_prefix, 0) != 0)) names.push_back(name);
+      if (!expected_.count(name) && (skipped_prefix.empty() || name.rfind(skipped_prefix, 0) != 0))
+        names.push_back(name);
     return names;
   }
 
@@ -177,8 +178,8 @@ CheckpointInfo load_checkpoint(const std::string& path, Module& model, Optimizer
   double lr = 0;
   int64_t optimizer_steps = 0, scheduler_last_step = 0;
   if (optimizer) {
-    const std::string& kind =
-        metadata.text(key::optimizer, "it was saved without an optimizer: pass nullptr for the optimizer");
+    const std::string& kind = metadata.text(key::optimizer,
+                                            "it was saved without an optimizer: pass nullptr for the optimizer");
     TINYDDP_CHECK(kind == optimizer->kind(), path, ": the checkpoint holds the state of a \"", kind,
                   "\" optimizer but a \"", optimizer->kind(), "\" optimizer was given",
                   hint("build the same optimizer",
@@ -187,11 +188,12 @@ CheckpointInfo load_checkpoint(const std::string& path, Module& model, Optimizer
     optimizer_steps = metadata.number<int64_t>(key::optimizer_steps);
     TINYDDP_CHECK(optimizer_steps >= 0, path, ": optimizer step count ", optimizer_steps, " is negative",
                   hint("the file was edited or damaged"));
-    for (auto& [name, tensor] : optimizer->state_tensors()) plan.expect(kOptimizerPrefix + name, tensor, "optimizer state");
+    for (auto& [name, tensor] : optimizer->state_tensors())
+      plan.expect(kOptimizerPrefix + name, tensor, "optimizer state");
   }
   if (scheduler) {
-    const std::string& kind =
-        metadata.text(key::scheduler, "it was saved without a scheduler: pass nullptr for the scheduler");
+    const std::string& kind = metadata.text(key::scheduler,
+                                            "it was saved without a scheduler: pass nullptr for the scheduler");
     TINYDDP_CHECK(kind == scheduler->kind(), path, ": the checkpoint holds a \"", kind, "\" scheduler but a \"",
                   scheduler->kind(), "\" scheduler was given",
                   hint("build the same schedule as the run that saved it"));

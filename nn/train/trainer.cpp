@@ -11,8 +11,8 @@
 #include "tinyddp/core/trace.h"
 #include "tinyddp/kernels/ops.h"
 #include "tinyddp/nn/optim/clip.h"
-#include "tinyddp/nn/optim/zero_redundancy_optimizer.h"
 #include "tinyddp/nn/optim/schedulers.h"
+#include "tinyddp/nn/optim/zero_redundancy_optimizer.h"
 #include "tinyddp/nn/train/progress_bar.h"
 
 namespace tinyddp::nn {
@@ -44,7 +44,8 @@ Tensor stack_rows(const std::vector<Tensor>& parts) {
                 hint("return the model's output [batch, ...]"));
   int64_t rows = 0;
   for (const Tensor& t : parts) {
-    bool same_row_shape = t.dim() == int64_t(shape.size()) && std::equal(shape.begin() + 1, shape.end(), t.shape().begin() + 1);
+    bool same_row_shape = t.dim() == int64_t(shape.size()) &&
+                          std::equal(shape.begin() + 1, shape.end(), t.shape().begin() + 1);
     TINYDDP_CHECK(same_row_shape && t.dtype() == parts[0].dtype(),
                   "inference: test_step outputs differ: ", parts[0].describe(), " and ", t.describe(),
                   hint("every batch's output must have the same shape past the batch dimension, and one dtype"));
@@ -128,8 +129,9 @@ Trainer::Trainer(Module& model, std::vector<Device> devices, Optimizer& optimize
                 hint("build the scheduler on the same optimizer object"));
   if (needs_loss_scaling(options_.precision)) {
     TINYDDP_CHECK(options_.loss_scaler.enabled, "Trainer: precision fp16 with loss_scaler.enabled = false; fp16's ",
-                  "smallest values end at 6e-8, and unscaled gradients below that become zero", hint("keep the loss ",
-                  "scaler on (the default) or train in bf16, which has f32's range and needs none"));
+                  "smallest values end at 6e-8, and unscaled gradients below that become zero",
+                  hint("keep the loss ",
+                       "scaler on (the default) or train in bf16, which has f32's range and needs none"));
     loss_scaler_ = std::make_unique<LossScaler>(options_.loss_scaler);
   }
   // The model moves to its device when the first pass starts (run_pass), not here: under MultiDevice
@@ -422,7 +424,10 @@ void Trainer::apply_best_weights() {
 namespace {
 
 json record_to_json(const EpochRecord& r) {
-  return {{"epoch", r.epoch}, {"train", means_to_json(r.train)}, {"valid", means_to_json(r.valid)}, {"lr", r.lr},
+  return {{"epoch", r.epoch},
+          {"train", means_to_json(r.train)},
+          {"valid", means_to_json(r.valid)},
+          {"lr", r.lr},
           {"seconds", r.seconds}};
 }
 

@@ -14,13 +14,15 @@
 //       def test_step(self, batch): ...                    nn::StepOutput test_step(const nn::Batch& b) override {...}
 //                                                          nn::CrossEntropyLoss loss_fn_;
 //                                                        };
-//   trainer = Trainer.add_on(MultiGPUAddon)(             using MyTrainer = nn::WithAddOns<DummyTrainer, nn::MultiDevice>;
+//   trainer = Trainer.add_on(MultiGPUAddon)(             using MyTrainer = nn::WithAddOns<DummyTrainer,
+//   nn::MultiDevice>;
 //       model=model, device=devices, mode='train',       MyTrainer trainer(model, devices, opt, &sched, {});
 //       optimizer=opt, scheduler=sched,
 //       init_method='tcp://localhost:12355')             trainer.set_init_method("tcp://localhost:12355");
 //   trainer.run(n_epoch=10, loader=loader,               trainer.run(10, loader);
 //               valid_loader=None)
-//   torch.save(trainer.model.state_dict(), path)         if (trainer.is_main_process()) nn::save_model(path, trainer.model());
+//   torch.save(trainer.model.state_dict(), path)         if (trainer.is_main_process()) nn::save_model(path,
+//   trainer.model());
 //
 // What one training batch does (run_batch in the seed):
 //   1. the batch is moved to the trainer's device;
@@ -115,10 +117,10 @@ struct TrainerOptions {
 
 // One epoch of history. Means are over samples (each batch weighted by its size), over every rank.
 struct EpochRecord {
-  int64_t epoch = 0;                     // 0-based
-  std::map<std::string, double> train;   // "loss" and every metric train_step returned
-  std::map<std::string, double> valid;   // the same for valid_loader; empty without one
-  double lr = 0;                         // the learning rate at the end of the epoch
+  int64_t epoch = 0;                    // 0-based
+  std::map<std::string, double> train;  // "loss" and every metric train_step returned
+  std::map<std::string, double> valid;  // the same for valid_loader; empty without one
+  double lr = 0;                        // the learning rate at the end of the epoch
   double seconds = 0;
 };
 
@@ -268,7 +270,8 @@ class Trainer {
 
  private:
   struct Totals;  // sums of one pass over a loader
-  Totals run_pass(DataLoader& loader, bool training, bool keep_outputs, int64_t epoch, int64_t n_epoch, ProgressBar* bar);
+  Totals run_pass(DataLoader& loader, bool training, bool keep_outputs, int64_t epoch, int64_t n_epoch,
+                  ProgressBar* bar);
   void train_batch(const Batch& batch, int64_t epoch, int64_t batch_index, Totals& totals);
   void check_loss(float loss, int64_t epoch, int64_t batch_index, StepOutput& step);
   bool gradients_finite();

@@ -10,8 +10,8 @@
 #include <sstream>
 
 #include "test/bench/perf_programs.h"
-#include "test/test_support.h"
 #include "test/test_skip.h"
+#include "test/test_support.h"
 
 using namespace tinyddp::testing;
 using Json = nlohmann::json;
@@ -39,8 +39,9 @@ void check_placement(const Json& p, bool checked) {
 }
 
 void check_per_iteration(const Json& p, int iters, int world, int skipped) {
-  check_keys(p, {"skipped_iterations", "min_us", "max_us", "avg_us", "p50_us", "p95_us", "p99_us", "stdev_us", "cv_pct",
-                 "times_us", "per_process_max_times_us"},
+  check_keys(p,
+             {"skipped_iterations", "min_us", "max_us", "avg_us", "p50_us", "p95_us", "p99_us", "stdev_us", "cv_pct",
+              "times_us", "per_process_max_times_us"},
              "per_iter");
   CHECK(p["skipped_iterations"] == skipped);
   REQUIRE(p["times_us"].size() == size_t(iters));
@@ -71,7 +72,8 @@ std::string read_file(const std::string& path) {
 // nccl-tests' tools/analyze_perf_json.py, where a copy of nccl-tests can be found.
 std::string nccl_tests_analyzer() {
   std::vector<std::string> places;
-  if (const char* dir = std::getenv("NCCL_TESTS_DIR")) places.push_back(std::string(dir) + "/tools/analyze_perf_json.py");
+  if (const char* dir = std::getenv("NCCL_TESTS_DIR"))
+    places.push_back(std::string(dir) + "/tools/analyze_perf_json.py");
   places.push_back(std::string(TINYDDP_SOURCE_DIR) + "/../shared/nccl-tests/tools/analyze_perf_json.py");
   for (const auto& p : places)
     if (std::ifstream(p)) return p;
@@ -86,15 +88,16 @@ TEST_CASE("-J writes nccl-tests' JSON, key for key, and --csv the same rows") {
   }
   TempDir dir;
   const std::string json = dir.file("result.json"), csv = dir.file("result.csv");
-  const std::vector<std::string> args = {"-b", "1K", "-e", "64K", "-f", "8", "-n", "4", "-w", "1", "-I", "1", "-K", "1",
-                                         "--transport", "shm", "-J", json, "--csv", csv};
+  const std::vector<std::string> args = {"-b", "1K", "-e", "64K", "-f",          "8",   "-n", "4",  "-w",    "1",
+                                         "-I", "1",  "-K", "1",   "--transport", "shm", "-J", json, "--csv", csv};
   auto run = run_perf("all_reduce_perf", 3, args);
   REQUIRE_MESSAGE(run.ok(), run.describe());
   CHECK(run.report.find("# Writing JSON output to " + json) != std::string::npos);
   const Json doc = Json::parse(read_file(json));
 
-  check_keys(doc, {"version", "start_time", "args", "env", "nccl_version", "tinyddp", "config", "results", "out_of_bounds",
-                   "average_bus_bandwidth", "errors", "end_time"},
+  check_keys(doc,
+             {"version", "start_time", "args", "env", "nccl_version", "tinyddp", "config", "results", "out_of_bounds",
+              "average_bus_bandwidth", "errors", "end_time"},
              "top level");
   CHECK(doc["version"] == 3);
   CHECK(doc["start_time"].get<std::string>().size() == 19);  // "%Y-%m-%d %H:%M:%S"
@@ -107,9 +110,10 @@ TEST_CASE("-J writes nccl-tests' JSON, key for key, and --csv the same rows") {
   CHECK(doc["tinyddp"]["backend"] == "host");
 
   const Json& config = doc["config"];
-  check_keys(config, {"nthreads", "ngpus", "minimum_bytes", "maximum_bytes", "step_factor", "warmup_iters", "iterations",
-                      "aggregated_iterations", "validation", "graph", "blocking_collectives", "per_iter_timing",
-                      "per_iter_skip", "parallel_init", "devices"},
+  check_keys(config,
+             {"nthreads", "ngpus", "minimum_bytes", "maximum_bytes", "step_factor", "warmup_iters", "iterations",
+              "aggregated_iterations", "validation", "graph", "blocking_collectives", "per_iter_timing",
+              "per_iter_skip", "parallel_init", "devices"},
              "config");
   CHECK(config["minimum_bytes"] == 1024);
   CHECK(config["maximum_bytes"] == 65536);
@@ -136,15 +140,17 @@ TEST_CASE("-J writes nccl-tests' JSON, key for key, and --csv the same rows") {
   std::istringstream words(heading);
   std::vector<std::string> tail;
   for (std::string w; words >> w;) tail.push_back(w);
-  CHECK(tail == std::vector<std::string>{"oop_p50", "oop_p95", "oop_slow", "oop_lag%", "ip_p50", "ip_p95", "ip_slow", "ip_lag%"});
+  CHECK(tail == std::vector<std::string>{"oop_p50", "oop_p95", "oop_slow", "oop_lag%", "ip_p50", "ip_p95", "ip_slow",
+                                         "ip_lag%"});
 
   const auto rows = table_rows(run.report);
   REQUIRE(doc["results"].size() == 3);  // 1K, 8K, 64K
   REQUIRE(rows.size() == 3);
   for (size_t i = 0; i < 3; ++i) {
     const Json& r = doc["results"][i];
-    check_keys(r, {"size", "count", "type", "redop", "root", "out_of_place", "out_of_place_per_iter", "in_place",
-                   "in_place_per_iter", "actual_iterations", "experiment_name"},
+    check_keys(r,
+               {"size", "count", "type", "redop", "root", "out_of_place", "out_of_place_per_iter", "in_place",
+                "in_place_per_iter", "actual_iterations", "experiment_name"},
                "results");
     CHECK(std::to_string(r["size"].get<size_t>()) == rows[i][0]);
     CHECK(std::to_string(r["count"].get<size_t>()) == rows[i][1]);
@@ -182,15 +188,17 @@ TEST_CASE("-J writes nccl-tests' JSON, key for key, and --csv the same rows") {
   if (analyzer.empty() || std::system("python3 --version >/dev/null 2>&1") != 0) {
     MESSAGE("nccl-tests' tools/analyze_perf_json.py not found (set NCCL_TESTS_DIR to a copy of nccl-tests): not run");
   } else {
-    auto analysis = finish_child(spawn_program({"/usr/bin/env", "python3", analyzer, json, "--all"}), std::chrono::seconds(60));
+    auto analysis = finish_child(spawn_program({"/usr/bin/env", "python3", analyzer, json, "--all"}),
+                                 std::chrono::seconds(60));
     CHECK_MESSAGE(analysis.ok(), analysis.describe());
     CHECK(analysis.report.find("Consistency (times_us == max over process rows, OOP): PASS") != std::string::npos);
     CHECK(analysis.report.find("PER-PROCESS STRAGGLER ANALYSIS") != std::string::npos);
   }
 }
 
-TEST_CASE("-J: a placement that did not run is null, an unchecked #wrong is null, a file is never overwritten and the "
-          "new name is said") {
+TEST_CASE(
+    "-J: a placement that did not run is null, an unchecked #wrong is null, a file is never overwritten and the "
+    "new name is said") {
   if (!built("broadcast_perf")) {
     TINYDDP_SKIP("build broadcast_perf first");
   }

@@ -14,7 +14,7 @@ using namespace tinyddp;
 using namespace tinyddp::bench;
 
 TEST_CASE("bus bandwidth factors are doc/PERFORMANCE.md's") {
-  CHECK(all_reduce_collective().bus_factor(4) == doctest::Approx(1.5));       // 2(n-1)/n
+  CHECK(all_reduce_collective().bus_factor(4) == doctest::Approx(1.5));  // 2(n-1)/n
   CHECK(all_reduce_collective().bus_factor(1) == 0.0);
   CHECK(reduce_scatter_collective().bus_factor(4) == doctest::Approx(0.75));  // (n-1)/n
   CHECK(all_gather_collective().bus_factor(8) == doctest::Approx(0.875));     // (n-1)/n
@@ -127,14 +127,19 @@ class FaultyGroup : public comm::ProcessGroup {
     }
     return comm::Work::completed("all_reduce");
   }
-  comm::WorkPtr all_reduce_into(const Tensor& out, const Tensor& in, comm::ReduceOp op, const comm::CallOptions& call) override {
+  comm::WorkPtr all_reduce_into(const Tensor& out, const Tensor& in, comm::ReduceOp op,
+                                const comm::CallOptions& call) override {
     if (fault_ != Fault::nothing_written) Tensor(out).copy_from(in);
     return all_reduce(out, op, call);
   }
-  comm::WorkPtr all_reduce_coalesced(const std::vector<Tensor>&, comm::ReduceOp, const comm::CallOptions&) override { return done(); }
+  comm::WorkPtr all_reduce_coalesced(const std::vector<Tensor>&, comm::ReduceOp, const comm::CallOptions&) override {
+    return done();
+  }
   comm::WorkPtr broadcast(const Tensor&, int, const comm::CallOptions&) override { return done(); }
   comm::WorkPtr all_gather(const Tensor&, const Tensor&, const comm::CallOptions&) override { return done(); }
-  comm::WorkPtr reduce_scatter(const Tensor&, const Tensor&, comm::ReduceOp, const comm::CallOptions&) override { return done(); }
+  comm::WorkPtr reduce_scatter(const Tensor&, const Tensor&, comm::ReduceOp, const comm::CallOptions&) override {
+    return done();
+  }
   comm::WorkPtr barrier(const comm::CallOptions&) override { return done(); }
 
  private:

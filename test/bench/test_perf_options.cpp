@@ -13,7 +13,8 @@ using namespace tinyddp::bench;
 
 namespace {
 
-std::optional<PerfOptions> parse(std::vector<std::string> args, const PerfCollective& collective = all_reduce_collective()) {
+std::optional<PerfOptions> parse(std::vector<std::string> args,
+                                 const PerfCollective& collective = all_reduce_collective()) {
   args.insert(args.begin(), "/path/to/all_reduce_perf");
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -78,7 +79,8 @@ TEST_CASE("every bad flag is refused with a message that names it") {
   CHECK(refusal({"-K", "3"}) == "-K 3 needs per-iteration timing: add -I 1");
   CHECK(refusal({"-I", "1", "-n", "5", "-K", "5"}).find("-K must be below -n (5), got 5") == 0);
   CHECK(refusal({"-d", "int8"}) ==
-        "-d: 'int8' is not a datatype tinyddp's collectives take; use float, double, bfloat16, half, int32, int64 or all");
+        "-d: 'int8' is not a datatype tinyddp's collectives take; use float, double, bfloat16, half, int32, int64 or "
+        "all");
   CHECK(refusal({"-o", "xor"}) == "-o: 'xor' is not a reduction; use sum, prod, max, min, avg or all");
   CHECK(refusal({"-r", "x"}, broadcast_collective()) == "-r: 'x' is not a whole number");
   CHECK(refusal({"-g", "2"}).find("-g must be between 1 and 1, got 2 (one device per rank") == 0);
@@ -86,11 +88,13 @@ TEST_CASE("every bad flag is refused with a message that names it") {
   CHECK(refusal({"-G", "1"}).find("-G 1: CUDA graph replay is an NCCL-tests feature tinyddp does not have") == 0);
   CHECK(refusal({"-G", "0"}).empty());
   CHECK(refusal({"--backend", "gloo2"}).find("--backend: 'gloo2' is not a backend of this build; it has host") == 0);
-  CHECK(refusal({"--backend", "ring"}).find("--backend: 'ring' is not a backend; the backend is called 'host' now; 'ring' "
-                                            "is one of its algorithms") == 0);
+  CHECK(refusal({"--backend", "ring"})
+            .find("--backend: 'ring' is not a backend; the backend is called 'host' now; 'ring' "
+                  "is one of its algorithms") == 0);
   CHECK(refusal({"--transport", "rdma"}) == "--transport: 'rdma' is not a transport; use tcp, shm or auto");
-  CHECK(refusal({"--algo", "tree"}).find("--algo: 'tree' is not an algorithm the host backend has for all_reduce; use auto, "
-                                          "ring, direct, rd, rabenseifner or hier") == 0);
+  CHECK(refusal({"--algo", "tree"})
+            .find("--algo: 'tree' is not an algorithm the host backend has for all_reduce; use auto, "
+                  "ring, direct, rd, rabenseifner or hier") == 0);
   CHECK(refusal({"--algo", "direct"}, all_gather_collective()).find("for all_gather; use auto or ring") !=
         std::string::npos);
   CHECK(refusal({"--device", "gpu"}) == "--device: 'gpu' is not a device; use cpu, cuda or cuda:N");

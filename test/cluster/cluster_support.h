@@ -11,15 +11,17 @@
 #include <vector>
 
 #include "test/comm/helpers/child_process.h"
-#include "test/test_support.h"
 #include "test/test_skip.h"
+#include "test/test_support.h"
 
 namespace tinyddp::testing {
 
 inline std::string bin(const std::string& name) { return std::string(TINYDDP_BIN_DIR) + "/" + name; }
 inline std::string source_file(const std::string& path) { return std::string(TINYDDP_SOURCE_DIR) + "/" + path; }
 
-inline bool contains(const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; }
+inline bool contains(const std::string& text, const std::string& needle) {
+  return text.find(needle) != std::string::npos;
+}
 
 inline size_t count_of(const std::string& text, const std::string& needle) {
   size_t n = 0;
@@ -102,7 +104,8 @@ struct ClusterJob {
   }
   std::string describe() const {
     std::string text;
-    for (size_t i = 0; i < nodes.size(); ++i) text += "--- node " + std::to_string(i) + ": " + nodes[i].describe() + "\n";
+    for (size_t i = 0; i < nodes.size(); ++i)
+      text += "--- node " + std::to_string(i) + ": " + nodes[i].describe() + "\n";
     return text;
   }
 };
@@ -116,9 +119,17 @@ inline ClusterJob run_on_cluster(const SimCluster& cluster, int per_host, const 
   environment.insert(environment.end(), env.begin(), env.end());
   // The far nodes first: they wait for node 0's store to appear, as on a real cluster.
   for (int host = cluster.hosts() - 1; host >= 0; --host) {
-    std::vector<std::string> argv = {bin("tinyddp-run"), "-n", std::to_string(per_host), "--nnodes",
-                                     std::to_string(cluster.hosts()), "--node-rank", std::to_string(host),
-                                     "--master-addr", cluster.address(0), "--master-port", "29500"};
+    std::vector<std::string> argv = {bin("tinyddp-run"),
+                                     "-n",
+                                     std::to_string(per_host),
+                                     "--nnodes",
+                                     std::to_string(cluster.hosts()),
+                                     "--node-rank",
+                                     std::to_string(host),
+                                     "--master-addr",
+                                     cluster.address(0),
+                                     "--master-port",
+                                     "29500"};
     argv.insert(argv.end(), launcher_flags.begin(), launcher_flags.end());
     argv.insert(argv.end(), program.begin(), program.end());
     children.push_back(cluster.start(host, argv, environment));

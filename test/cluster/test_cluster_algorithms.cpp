@@ -5,8 +5,8 @@
 #include <doctest/doctest.h>
 
 #include "test/cluster/cluster_support.h"
-#include "test/test_support.h"
 #include "test/test_skip.h"
+#include "test/test_support.h"
 
 using namespace tinyddp::testing;
 
@@ -21,8 +21,8 @@ TEST_CASE("cluster: every all-reduce algorithm is exact on 2 hosts x 2 ranks") {
     // 1 KiB + 4 bytes ... : odd counts (257, 2053, 16421 floats) as well as the usual ones.
     // auto chooses with the model the link probe measures (every rank must agree on it).
     ClusterJob job = run_on_cluster(cluster, 2,
-                                    {bin("all_reduce_perf"), "-b", "1028", "-e", "70000", "-f", "8", "-n", "2", "-w", "1",
-                                     "-o", "all", "--algo", algo},
+                                    {bin("all_reduce_perf"), "-b", "1028", "-e", "70000", "-f", "8", "-n", "2", "-w",
+                                     "1", "-o", "all", "--algo", algo},
                                     {}, {"TINYDDP_COST_MODEL=probe"});
     REQUIRE_MESSAGE(job.ok(), job.describe(), job.nodes[0].report);
     CHECK_MESSAGE(contains(job.nodes[0].report, "# Out of bounds values : 0 OK"), job.nodes[0].report);

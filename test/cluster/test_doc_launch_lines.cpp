@@ -39,12 +39,12 @@ namespace fs = std::filesystem;
 namespace {
 
 struct DocLine {
-  std::string page;     // README.md, docs/launchers.md
+  std::string page;  // README.md, docs/launchers.md
   int line = 0;
-  int block = 0;        // which ``` block of the page
-  std::string command;  // as written, without its comment
-  std::string comment;  // after "#", trimmed
-  std::string launcher;  // tinyddp-run, torchrun, srun, mpirun
+  int block = 0;                     // which ``` block of the page
+  std::string command;               // as written, without its comment
+  std::string comment;               // after "#", trimmed
+  std::string launcher;              // tinyddp-run, torchrun, srun, mpirun
   std::vector<std::string> exports;  // the block's `export NAME=...` lines before it
 
   std::string where() const { return page + ":" + std::to_string(line) + ": " + command; }
@@ -124,7 +124,8 @@ std::string as_a_reader_writes(std::string command) {
 
 // What the programs print when they finish, one of which each line's output must contain.
 bool finished(const std::string& output) {
-  for (const char* done : {"# Out of bounds values : 0 OK", "final loss", "test accuracy", "workers finished successfully"})
+  for (const char* done :
+       {"# Out of bounds values : 0 OK", "final loss", "test accuracy", "workers finished successfully"})
     if (output.find(done) != std::string::npos) return true;
   return false;
 }
@@ -141,7 +142,8 @@ std::vector<std::string> launcher_env(const std::vector<std::string>& more = {})
   std::vector<std::string> env = {"MASTER_ADDR=", "MASTER_PORT=", "RANK=", "WORLD_SIZE=", "LOCAL_RANK=",
                                   "TINYDDP_TOKEN=", "TINYDDP_LAUNCHER_STORE=", "TINYDDP_FAULT=", "TINYDDP_TRACE=",
                                   // the built programs on PATH, as `cmake --install` puts them
-                                  "PATH=" + std::string(TINYDDP_BIN_DIR) + ":/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
+                                  "PATH=" + std::string(TINYDDP_BIN_DIR) +
+                                      ":/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
                                   // mpirun refuses root without these (the simulated hosts need root)
                                   "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"};
   env.insert(env.end(), more.begin(), more.end());
@@ -192,7 +194,8 @@ std::vector<DocLine> all_lines() {
 
 bool ready_to_run(const DocLine& l, const ReaderTree& tree) {
   if (!installed(l.launcher)) {
-    TINYDDP_SKIP_PART(l.where(), ": ", l.launcher, " is not installed (make test installs it as root: scripts/deps.sh --tests)");
+    TINYDDP_SKIP_PART(l.where(), ": ", l.launcher,
+                      " is not installed (make test installs it as root: scripts/deps.sh --tests)");
     return false;
   }
   if (l.names("data/") || l.names("digits")) {
@@ -225,7 +228,8 @@ TEST_CASE("docs: the pages' launcher lines are found, each launcher's") {
   std::map<std::pair<std::string, int>, std::set<int>> nodes;
   for (const DocLine& l : lines)
     if (own_node(l) >= 0) nodes[{l.page, l.block}].insert(own_node(l));
-  for (const auto& [where, set] : nodes) CHECK_MESSAGE((set == std::set<int>{0, 1}), where.first, " block ", where.second);
+  for (const auto& [where, set] : nodes)
+    CHECK_MESSAGE((set == std::set<int>{0, 1}), where.first, " block ", where.second);
 }
 
 TEST_CASE("docs: every one-host launcher line runs as written") {
@@ -297,7 +301,8 @@ TEST_CASE("docs: every multi-host launcher line runs as written, on simulated ho
     if (own_node(l) >= 0) {
       // This line and its siblings of the same block, each on its node, at the same time.
       std::vector<DocLine> group{l};
-      while (i + 1 < lines.size() && lines[i + 1].page == l.page && lines[i + 1].block == l.block && own_node(lines[i + 1]) >= 0)
+      while (i + 1 < lines.size() && lines[i + 1].page == l.page && lines[i + 1].block == l.block &&
+             own_node(lines[i + 1]) >= 0)
         group.push_back(lines[++i]);
       std::vector<Child> started;
       for (auto it = group.rbegin(); it != group.rend(); ++it)  // node0, which hosts the store, last
@@ -327,9 +332,9 @@ TEST_CASE("docs: every multi-host launcher line runs as written, on simulated ho
       // Host 0's network and a mount namespace of its own for /etc/hosts; this machine's pid space.
       const std::string script = "mount --bind '" + named.files.file("hosts") + "' /etc/hosts && cd '" +
                                  tree.dir.path.string() + "' && " + as_a_reader_writes(l.command);
-      check_outcome(l, finish_child(spawn_program({"/usr/bin/env", "ip", "netns", "exec", "tdsim-" + cluster.name() + "-0",
-                                                   "unshare", "--mount", "--propagation", "private", "/bin/bash", "-c",
-                                                   script},
+      check_outcome(l, finish_child(spawn_program({"/usr/bin/env", "ip", "netns", "exec",
+                                                   "tdsim-" + cluster.name() + "-0", "unshare", "--mount",
+                                                   "--propagation", "private", "/bin/bash", "-c", script},
                                                   launcher_env(env)),
                                     240s));
       continue;
@@ -337,11 +342,14 @@ TEST_CASE("docs: every multi-host launcher line runs as written, on simulated ho
     if (l.launcher == "srun") {
       if (!slurm_dir && !slurm_down) {
         slurm_dir = std::make_unique<TempDir>("tinyddp_doc_slurm");
-        auto up = finish_child(spawn_program({source_file("scripts/slurm_localhost.sh"), "start", slurm_dir->file("cluster"),
-                                              std::to_string(getpid()), "--sim", cluster.name(), std::to_string(cluster.hosts())}),
+        auto up = finish_child(spawn_program({source_file("scripts/slurm_localhost.sh"), "start",
+                                              slurm_dir->file("cluster"), std::to_string(getpid()), "--sim",
+                                              cluster.name(), std::to_string(cluster.hosts())}),
                                120s);
-        if (up.ok()) slurm_conf = "SLURM_CONF=" + slurm_dir->file("cluster") + "/slurm.conf";
-        else slurm_down = std::make_unique<ChildOutcome>(up);
+        if (up.ok())
+          slurm_conf = "SLURM_CONF=" + slurm_dir->file("cluster") + "/slurm.conf";
+        else
+          slurm_down = std::make_unique<ChildOutcome>(up);
       }
       if (slurm_down) {
         TINYDDP_SKIP_PART(l.where(), ": a Slurm across the simulated hosts did not start (", slurm_down->report, ")");

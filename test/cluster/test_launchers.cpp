@@ -12,8 +12,8 @@
 #include <sstream>
 
 #include "test/cluster/cluster_support.h"
-#include "test/test_support.h"
 #include "test/test_skip.h"
+#include "test/test_support.h"
 
 using namespace tinyddp;
 using namespace tinyddp::testing;
@@ -85,7 +85,9 @@ std::vector<Torchrun> torchruns() {
 
 }  // namespace
 
-TEST_CASE("torchrun: workers join the agent's store, restart with TORCHELASTIC_RESTART_COUNT, and its Root Cause names the rank that failed") {
+TEST_CASE(
+    "torchrun: workers join the agent's store, restart with TORCHELASTIC_RESTART_COUNT, and its Root Cause names the "
+    "rank that failed") {
   if (!programs_built({"test_rendezvous_worker", "all_reduce_perf", "dummy_mgpu"})) return;
   auto launchers = torchruns();
   if (launchers.empty()) {
@@ -131,7 +133,8 @@ TEST_CASE("torchrun: workers join the agent's store, restart with TORCHELASTIC_R
     CHECK_MESSAGE(contains(cause, "Signal 9 (SIGKILL)"), killed.report);
   }
   // all_reduce_perf's results, checked, under Debian's torchrun.
-  auto perf = run(launchers.front().command(2, {bin("all_reduce_perf"), "-b", "64K", "-e", "1M", "-f", "4", "-n", "2"}));
+  auto perf = run(
+      launchers.front().command(2, {bin("all_reduce_perf"), "-b", "64K", "-e", "1M", "-f", "4", "-n", "2"}));
   CHECK_MESSAGE(perf.ok(), perf.report);
   CHECK(contains(perf.report, "# Out of bounds values : 0 OK"));
 }

@@ -16,8 +16,8 @@
 
 #include "tinyddp/core/safetensors.h"
 #include "test/cluster/cluster_support.h"
-#include "test/test_support.h"
 #include "test/test_skip.h"
+#include "test/test_support.h"
 
 using namespace tinyddp;
 using namespace tinyddp::testing;
@@ -53,7 +53,8 @@ void check_allreduce(const SimCluster& cluster, const Layout& layout, const std:
   // Every rank says where it runs ("Rank 2 Group 0 Pid 41 on <hostname> device ..."): per_host of them on
   // each host's own hostname.
   for (int host = 0; host < layout.hosts; ++host)
-    CHECK(count_matches(out, " on +" + cluster.name() + "-" + std::to_string(host) + " device") == size_t(layout.per_host));
+    CHECK(count_matches(out, " on +" + cluster.name() + "-" + std::to_string(host) + " device") ==
+          size_t(layout.per_host));
   CHECK_MESSAGE(contains(out, "# Out of bounds values : 0 OK"), out);
   CHECK(count_matches(out, "float +sum") == 3);  // 64K, 512K, 4M
 }
@@ -114,7 +115,8 @@ TEST_CASE("cluster: digits for two epochs across simulated hosts ends where the 
     SafetensorsFile a = load_safetensors(dir.file("cluster.safetensors"));
     SafetensorsFile b = load_safetensors(dir.file("one_host.safetensors"));
     for (const char* name : {"0.weight", "0.bias", "2.weight", "2.bias"})
-      check_close(a.get(name), b.get(name), 1e-4, 1e-3, std::string(name) + " after 2 epochs, across hosts vs one host");
+      check_close(a.get(name), b.get(name), 1e-4, 1e-3,
+                  std::string(name) + " after 2 epochs, across hosts vs one host");
     double accuracy = std::stod(out.substr(out.find("test accuracy ") + 14));
     double reference = std::stod(one_host.report.substr(one_host.report.find("test accuracy ") + 14));
     CHECK(accuracy == doctest::Approx(reference).epsilon(0.01));
@@ -122,7 +124,9 @@ TEST_CASE("cluster: digits for two epochs across simulated hosts ends where the 
   }
 }
 
-TEST_CASE("cluster: a worker SIGKILLed mid-step on another host; --max-restarts 1 restarts and ends bitwise as if never killed") {
+TEST_CASE(
+    "cluster: a worker SIGKILLed mid-step on another host; --max-restarts 1 restarts and ends bitwise as if never "
+    "killed") {
   if (!programs_built({"tinyddp-run", "dummy_mgpu"})) return;
   for (const Layout& layout : kLayouts) {
     INFO(layout_name(layout));
@@ -133,8 +137,9 @@ TEST_CASE("cluster: a worker SIGKILLed mid-step on another host; --max-restarts 
     const int world = layout.hosts * layout.per_host;
     const int victim = world - 1;  // on the last host, not node 0's
     auto program = [&](const std::string& save, const std::string& checkpoints) {
-      return std::vector<std::string>{bin("dummy_mgpu"), "--device", "cpu", "--epochs", "3", "--save",
-                                      dir.file(save), "--checkpoint-dir", dir.file(checkpoints)};
+      return std::vector<std::string>{
+          bin("dummy_mgpu"),  "--device",           "cpu", "--epochs", "3", "--save", dir.file(save),
+          "--checkpoint-dir", dir.file(checkpoints)};
     };
     ClusterJob straight = run_on_cluster(cluster, layout.per_host, program("straight.safetensors", "ck-straight"));
     REQUIRE_MESSAGE(straight.ok(), straight.describe(), straight.nodes[0].report);

@@ -7,7 +7,9 @@
 using namespace tinyddp;
 using namespace tinyddp::testing;
 
-TEST_CASE("cluster: symmetric buffers (-R 2) and ordinary ones inside one simulated host leave its /dev/shm as they found it") {
+TEST_CASE(
+    "cluster: symmetric buffers (-R 2) and ordinary ones inside one simulated host leave its /dev/shm as they found "
+    "it") {
   if (!programs_built({"tinyddp-run", "all_reduce_perf"})) return;
   SimCluster cluster(1, "cy");
   if (!cluster.ready()) {

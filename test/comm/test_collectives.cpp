@@ -1,5 +1,5 @@
-// Every collective x dtype (f32, f64, bf16, f16, i32, i64) x op x world size 1-4 x awkward counts, over both transports, with
-// threads acting as ranks. Results are checked against a plain loop over every rank's input
+// Every collective x dtype (f32, f64, bf16, f16, i32, i64) x op x world size 1-4 x awkward counts, over both
+// transports, with threads acting as ranks. Results are checked against a plain loop over every rank's input
 // (test_collectives_support.h), never against the library itself.
 #include <doctest/doctest.h>
 
@@ -56,8 +56,8 @@ void check_reductions(ProcessGroup& pg, Failures& failures) {
   const int r = pg.rank(), world = pg.size();
   for (ReduceOp op : kOps) {
     for (int64_t count : kCounts) {
-      std::string where = std::string(dtype_name(dtype_of<T>())) + " " + reduce_op_name(op) + " x" + std::to_string(count) +
-                          " world " + std::to_string(world) + " rank " + std::to_string(r);
+      std::string where = std::string(dtype_name(dtype_of<T>())) + " " + reduce_op_name(op) + " x" +
+                          std::to_string(count) + " world " + std::to_string(world) + " rank " + std::to_string(r);
       auto want = reference_reduce<T>(op, world, count);
 
       Tensor t = make_input<T>(op, r, count);
@@ -67,7 +67,8 @@ void check_reductions(ProcessGroup& pg, Failures& failures) {
       Tensor in = make_input<T>(op, r, count), out = Tensor::zeros({count}, dtype_of<T>());
       pg.all_reduce_into(out, in, op)->wait();
       failures.compare("all_reduce_into " + where, out.to_vector<T>(), want);
-      failures.compare("all_reduce_into input untouched " + where, in.to_vector<T>(), make_input<T>(op, r, count).template to_vector<T>());
+      failures.compare("all_reduce_into input untouched " + where, in.to_vector<T>(),
+                       make_input<T>(op, r, count).template to_vector<T>());
 
       // reduce_scatter: every rank contributes world parts of `count`; part k of the reference
       // is the reduction of every rank's part k.
@@ -148,7 +149,8 @@ TEST_CASE("a 64 MiB all-reduce is exact over each transport") {
       const float* p = t.data<float>();
       for (int64_t i = 0; i < count; ++i) {
         if (p[i] != float(3 * (i % 1024) + 1)) {
-          errors[size_t(r)] = "rank " + std::to_string(r) + " element " + std::to_string(i) + " = " + std::to_string(p[i]);
+          errors[size_t(r)] = "rank " + std::to_string(r) + " element " + std::to_string(i) + " = " +
+                              std::to_string(p[i]);
           break;
         }
       }

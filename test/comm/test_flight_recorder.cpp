@@ -115,8 +115,10 @@ TEST_CASE("flight explain: the rank that did not start the furthest collective l
   CHECK(x.furthest == 7);
   CHECK(x.lagging == std::vector<int>{1, 3});
   CHECK(x.waiting == std::vector<int>{0, 2});
-  CHECK_MESSAGE(x.verdict.find("ranks 1, 3 lag, not in all_reduce #7 (f32 x1024, 4096 bytes, bucket 2) which ranks 0, 2 "
-                               "wait in") == 0, x.verdict);
+  CHECK_MESSAGE(x.verdict.find(
+                    "ranks 1, 3 lag, not in all_reduce #7 (f32 x1024, 4096 bytes, bucket 2) which ranks 0, 2 "
+                    "wait in") == 0,
+                x.verdict);
   CHECK(x.verdict.find("rank 1 (") != std::string::npos);
   CHECK(x.verdict.find("its last collective is #4") != std::string::npos);
   CHECK(x.verdict.find("rank 3: it left no record") != std::string::npos);
@@ -150,7 +152,8 @@ TEST_CASE("flight explain: only the newest attempt's records are read; an earlie
   CHECK(x.furthest == 2);
   CHECK(x.lagging == std::vector<int>{1});
   CHECK_MESSAGE(x.verdict.find("rank 1: it left no record") != std::string::npos, x.verdict);
-  CHECK(format_explanation(x).find("(1 record of earlier attempts left out: these are restart 1's)") != std::string::npos);
+  CHECK(format_explanation(x).find("(1 record of earlier attempts left out: these are restart 1's)") !=
+        std::string::npos);
 }
 
 TEST_CASE("watchdog: the board's verdict names who has not entered the collective, and who waits in it") {
@@ -160,9 +163,10 @@ TEST_CASE("watchdog: the board's verdict names who has not entered the collectiv
   board[2] = {2, false, false, -1, 0, 102, "c"};    // never reported
   StallVerdict v = judge_board(board, 12, "all_reduce #12");
   CHECK(v.lagging == std::vector<int>{1, 2});
-  CHECK_MESSAGE(v.text == "rank 1 (b, pid 101) has not entered all_reduce #12 (it is outside any collective since #11 "
-                          "finished 20.5 s ago); rank 2 (c, pid 102) has not entered all_reduce #12 (it has not said "
-                          "where it stands: a stopped or frozen process cannot); rank 0 waits in it",
+  CHECK_MESSAGE(v.text ==
+                    "rank 1 (b, pid 101) has not entered all_reduce #12 (it is outside any collective since #11 "
+                    "finished 20.5 s ago); rank 2 (c, pid 102) has not entered all_reduce #12 (it has not said "
+                    "where it stands: a stopped or frozen process cannot); rank 0 waits in it",
                 v.text);
   board[1].sequence = 12, board[1].running = true;
   board[2].reported = true, board[2].running = true, board[2].sequence = 12;

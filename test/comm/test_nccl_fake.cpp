@@ -14,13 +14,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "test/support/fake_nccl.h"
 #include "tinyddp/comm/process_group.h"
 #include "tinyddp/core/cuda_runtime.h"
 #include "tinyddp/kernels/ops.h"
-#include "test/support/fake_cuda.h"
 #include "test/comm/test_collectives_support.h"
 #include "test/gpu/gpu_test_support.h"
+#include "test/support/fake_cuda.h"
+#include "test/support/fake_nccl.h"
 #include "test/test_support.h"
 
 using namespace tinyddp;
@@ -78,14 +78,16 @@ TEST_CASE("nccl backend on fake devices: every collective agrees with the refere
       g.reduce_scatter(half, whole, ReduceOp::sum)->wait();
       std::vector<float> all = reference_reduce<float>(ReduceOp::sum, 2, 20);
       CHECK(half.to_vector<float>() == std::vector<float>(all.begin() + 10 * r, all.begin() + 10 * r + 10));
-      std::vector<Tensor> several{make_input<float>(ReduceOp::sum, r, 5).to(device), make_input<float>(ReduceOp::sum, r, 7).to(device)};
+      std::vector<Tensor> several{make_input<float>(ReduceOp::sum, r, 5).to(device),
+                                  make_input<float>(ReduceOp::sum, r, 7).to(device)};
       g.all_reduce_coalesced(several)->wait();
       CHECK(several[1].to_vector<float>() == reference_reduce<float>(ReduceOp::sum, 2, 7));
       // 16-bit floats (ncclBfloat16, ncclFloat16): avg is the premultiplied sum, exact for these values.
       Tensor halves = make_input<bfloat16>(ReduceOp::sum, r, 101).to(device);
       g.all_reduce(halves, ReduceOp::avg)->wait();
       CHECK(halves.to_vector<bfloat16>() == reference_reduce<bfloat16>(ReduceOp::avg, 2, 101));
-      Tensor whole16 = make_input<float16>(ReduceOp::sum, r, 22).to(device), half16 = Tensor::zeros({11}, DType::f16, device);
+      Tensor whole16 = make_input<float16>(ReduceOp::sum, r, 22).to(device),
+             half16 = Tensor::zeros({11}, DType::f16, device);
       g.reduce_scatter(half16, whole16, ReduceOp::sum)->wait();
       std::vector<float16> all16 = reference_reduce<float16>(ReduceOp::sum, 2, 22);
       CHECK(half16.to_vector<float16>() == std::vector<float16>(all16.begin() + 11 * r, all16.begin() + 11 * r + 11));
@@ -95,7 +97,8 @@ TEST_CASE("nccl backend on fake devices: every collective agrees with the refere
   CHECK(fake_nccl().live_communicators() == 0);
 }
 
-TEST_CASE("nccl backend on asynchronous fake devices: a collective starts only after the kernels that wrote its input") {
+TEST_CASE(
+    "nccl backend on asynchronous fake devices: a collective starts only after the kernels that wrote its input") {
   // The fill is still queued on the default stream (its output poisoned) when the collective is
   // launched on the communication stream: only the backend's cudaStreamWaitEvent orders the two.
   FakeCudaOptions options = ranks_as_threads(2);
@@ -193,7 +196,8 @@ TEST_CASE("nccl backend: the flight recorder keeps its collectives; a failure an
     groups[0]->all_reduce(t)->wait();
     raise(SIGUSR1);
     const auto path = dir.path / "rank-0.signalled.json";
-    for (int i = 0; i < 2000 && !std::filesystem::exists(path); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    for (int i = 0; i < 2000 && !std::filesystem::exists(path); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
     REQUIRE(std::filesystem::exists(path));
     std::ifstream in(path);
     auto record = nlohmann::json::parse(in);
@@ -250,7 +254,8 @@ TEST_CASE("fake NCCL records a second thread calling in while another is inside 
       std::this_thread::sleep_for(std::chrono::milliseconds(20));  // past rank 0's enqueue, into its wait
       const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
       NcclResult state;
-      while (nccl.comm_get_async_error(comms[0], &state) == NcclResult::success && std::chrono::steady_clock::now() < until)
+      while (nccl.comm_get_async_error(comms[0], &state) == NcclResult::success &&
+             std::chrono::steady_clock::now() < until)
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       polled = nccl.violations().size() == before + 1;
     }
@@ -269,9 +274,11 @@ TEST_CASE("nccl backend: tensors must be on the group's device, and two ranks ca
   {
     auto groups = nccl_groups(2, "devices");
     Tensor cpu = Tensor::zeros({4});
-    CHECK_THROWS_WITH_AS(groups[1]->all_reduce(cpu), doctest::Contains("f32[4] on cpu is not on this rank's device cuda:1"), Error);
+    CHECK_THROWS_WITH_AS(groups[1]->all_reduce(cpu),
+                         doctest::Contains("f32[4] on cpu is not on this rank's device cuda:1"), Error);
     Tensor other = Tensor::zeros({4}, DType::f32, Device::cuda(0));
-    CHECK_THROWS_WITH_AS(groups[1]->broadcast(other), doctest::Contains("on cuda:0 is not on this rank's device cuda:1"), Error);
+    CHECK_THROWS_WITH_AS(groups[1]->broadcast(other),
+                         doctest::Contains("on cuda:0 is not on this rank's device cuda:1"), Error);
   }
   auto store = std::make_shared<HashStore>();
   std::vector<std::string> errors(2);
@@ -286,7 +293,8 @@ TEST_CASE("nccl backend: tensors must be on the group's device, and two ranks ca
       errors[size_t(r)] = e.message();
     }
   });
-  for (const std::string& e : errors) CHECK(e.find("Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 0") != std::string::npos);
+  for (const std::string& e : errors)
+    CHECK(e.find("Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 0") != std::string::npos);
 }
 
 TEST_CASE("nccl_load_problem: an NCCL half that will not load is said, with the path and the loader's reason") {

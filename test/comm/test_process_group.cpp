@@ -228,7 +228,9 @@ TEST_CASE("without DETAIL, no collective pays a fingerprint round: calls that di
   constexpr int kCalls = 20;
   auto groups = make_groups(2, options("no-detail", false));
   std::vector<std::vector<double>> results(2);
-  auto errors = errors_of(2, [&](int r) { call_sum_and_max_alternately(*groups[size_t(r)], r, kCalls, results[size_t(r)]); });
+  auto errors = errors_of(2, [&](int r) {
+    call_sum_and_max_alternately(*groups[size_t(r)], r, kCalls, results[size_t(r)]);
+  });
   for (int r = 0; r < 2; ++r) {
     CAPTURE(r);
     CHECK_MESSAGE(errors[size_t(r)].empty(), errors[size_t(r)]);
@@ -247,7 +249,8 @@ TEST_CASE("with DETAIL, the same calls that differ only in reduce op fail at the
   // The check above could not pass by a fingerprint round that misses a differing op.
   auto groups = make_groups(2, options("detail-op", true));
   std::vector<std::vector<double>> results(2);
-  auto errors = errors_of(2, [&](int r) { call_sum_and_max_alternately(*groups[size_t(r)], r, 20, results[size_t(r)]); });
+  auto errors = errors_of(2,
+                          [&](int r) { call_sum_and_max_alternately(*groups[size_t(r)], r, 20, results[size_t(r)]); });
   for (int r = 0; r < 2; ++r) {
     CHECK_MESSAGE(errors[size_t(r)].find("collective mismatch") != std::string::npos, errors[size_t(r)]);
     CHECK(results[size_t(r)].empty());
@@ -265,7 +268,8 @@ TEST_CASE("bad arguments are rejected in the caller's thread with a hint") {
   CHECK_THROWS_WITH_AS(pg.reduce_scatter(in, wrong), doctest::Contains("must hold world size (1) x output"), Error);
   CHECK_THROWS_WITH_AS(pg.all_reduce_into(wrong, in), doctest::Contains("differ"), Error);
   CHECK_THROWS_WITH_AS(pg.broadcast(in, 3), doctest::Contains("root 3 is not a rank"), Error);
-  CHECK_THROWS_WITH_AS(pg.all_reduce_coalesced({in, Tensor::zeros({2}, DType::f64)}), doctest::Contains("mix f32 and f64"), Error);
+  CHECK_THROWS_WITH_AS(pg.all_reduce_coalesced({in, Tensor::zeros({2}, DType::f64)}),
+                       doctest::Contains("mix f32 and f64"), Error);
   // World size 1: every collective is a copy or nothing, and avg divides by one.
   Tensor t = Tensor::from_vector(std::vector<int32_t>{7, -3});
   pg.all_reduce(t, ReduceOp::avg)->wait();
@@ -287,7 +291,8 @@ TEST_CASE("all_reduce_coalesced reduces every tensor") {
 TEST_CASE("the backend's old name 'ring' is refused, pointing at 'host' and at the ring algorithm") {
   auto store = std::make_shared<HashStore>();
   CHECK_THROWS_WITH_AS(create_process_group("ring", store, 0, 1),
-                       doctest::Contains("the backend is called 'host' now; 'ring' is one of its algorithms (TINYDDP_ALGO=ring)"),
+                       doctest::Contains(
+                           "the backend is called 'host' now; 'ring' is one of its algorithms (TINYDDP_ALGO=ring)"),
                        Error);
   // The refusal is about the backend's name only: "ring" as the host backend's algorithm still runs.
   ProcessGroupOptions ring_algorithm;
@@ -301,14 +306,17 @@ TEST_CASE("the backend's old name 'ring' is refused, pointing at 'host' and at t
 
 TEST_CASE("backend selection") {
   auto store = std::make_shared<HashStore>();
-  CHECK_THROWS_WITH_AS(create_process_group("mpi", store, 0, 1), doctest::Contains("unknown process group backend 'mpi'"), Error);
+  CHECK_THROWS_WITH_AS(create_process_group("mpi", store, 0, 1),
+                       doctest::Contains("unknown process group backend 'mpi'"), Error);
   // "host" is the one name of the hand-written backend (it is not Gloo, and does not pose as it).
-  CHECK_THROWS_WITH_AS(create_process_group("gloo", store, 0, 1), doctest::Contains("unknown process group backend 'gloo'"), Error);
-  CHECK_THROWS_WITH_AS(create_process_group("host", store, 0, 1, [] {
-                         ProcessGroupOptions o;
-                         o.transport = "udp";
-                         return o;
-                       }()),
+  CHECK_THROWS_WITH_AS(create_process_group("gloo", store, 0, 1),
+                       doctest::Contains("unknown process group backend 'gloo'"), Error);
+  CHECK_THROWS_WITH_AS(create_process_group("host", store, 0, 1,
+                                            [] {
+                                              ProcessGroupOptions o;
+                                              o.transport = "udp";
+                                              return o;
+                                            }()),
                        doctest::Contains("unknown transport 'udp'"), Error);
   auto backends = available_backends();
   CHECK(backends.front() == "host");
@@ -325,9 +333,12 @@ TEST_CASE("each group waits by its own policy: the spin follows its own ranks pe
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   auto pair = make_groups(2, options("policy-pair"));
   auto quad = make_groups(4, options("policy-quad"));
-  auto spin_of = [](const std::shared_ptr<ProcessGroup>& g) { return dynamic_cast<HostBackend&>(*g).wait_policy().spin; };
+  auto spin_of = [](const std::shared_ptr<ProcessGroup>& g) {
+    return dynamic_cast<HostBackend&>(*g).wait_policy().spin;
+  };
   auto expected = [&](unsigned ranks) {
-    return ranks > cores ? std::chrono::nanoseconds(tuning::kSpinBudgetOversubscribed) : std::chrono::nanoseconds(tuning::kSpinBudget);
+    return ranks > cores ? std::chrono::nanoseconds(tuning::kSpinBudgetOversubscribed)
+                         : std::chrono::nanoseconds(tuning::kSpinBudget);
   };
   for (auto& g : pair) CHECK(spin_of(g) == expected(2));
   for (auto& g : quad) CHECK(spin_of(g) == expected(4));
@@ -350,7 +361,8 @@ TEST_CASE("the host backend's environment variables: a bad value is refused, nam
     const char* name;
     const char* value;
   };
-  for (Case c : {Case{"TINYDDP_SMALL_MESSAGE_BYTES", "32K"}, Case{"TINYDDP_SPIN_US", "-5"}, Case{"TINYDDP_BIND", "yes"}}) {
+  for (Case c :
+       {Case{"TINYDDP_SMALL_MESSAGE_BYTES", "32K"}, Case{"TINYDDP_SPIN_US", "-5"}, Case{"TINYDDP_BIND", "yes"}}) {
     CAPTURE(c.name);
     ::setenv(c.name, c.value, 1);
     const std::string expected = std::string(c.name) + "='" + c.value + "'";

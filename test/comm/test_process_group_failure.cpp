@@ -97,8 +97,9 @@ int run_rank(int rank, int port, const std::string& transport, std::string& repo
 
 void kill_one_rank(const std::string& transport) {
   TINYDDP_SKIP_UNDER_TSAN();  // the ranks are spawn_child lambdas: forked, no exec
-  const auto outcomes = run_forked_ranks(
-      kWorld, [&](int r, int port, std::string& report) { return run_rank(r, port, transport, report); });
+  const auto outcomes = run_forked_ranks(kWorld, [&](int r, int port, std::string& report) {
+    return run_rank(r, port, transport, report);
+  });
   for (int r = 0; r < kWorld; ++r) {
     const ChildOutcome& outcome = outcomes[size_t(r)];
     if (r == kVictim) {
@@ -117,12 +118,16 @@ TEST_CASE("a peer killed mid-collective is named by every survivor, over tcp") {
 TEST_CASE("a peer killed mid-collective is named by every survivor, over shared memory") { kill_one_rank("shm"); }
 
 TEST_CASE("the survivors' check: a message that says another rank died too does not pass") {
-  CHECK_FALSE(names_exactly_the_victim("tcp transport: connection from rank 1 to rank 0 broke: ...; rank(s) 2, 3 died (the "
-                                       "process is gone); rank(s) 2, 3, 0 closed their connections"));
+  CHECK_FALSE(
+      names_exactly_the_victim("tcp transport: connection from rank 1 to rank 0 broke: ...; rank(s) 2, 3 died (the "
+                               "process is gone); rank(s) 2, 3, 0 closed their connections"));
   CHECK_FALSE(names_exactly_the_victim("shm transport: rank 3 (pid 7) died while rank 0 was in a collective with it"));
   CHECK_FALSE(names_exactly_the_victim("tcp transport: rank(s) 0 closed their connections"));
-  CHECK(names_exactly_the_victim("shm transport: rank 3 aborted: rank 3 failed: shm transport: rank 2 (pid 7) died while "
-                                 "rank 3 was in a collective with it; hint: look at rank 3's own output"));
-  CHECK(names_exactly_the_victim("tcp transport: connection from rank 3 to rank 2 broke: ...; rank(s) 2 closed their connections"));
-  CHECK(names_exactly_the_victim("tcp transport: ...; rank(s) 2 died (the process is gone); rank(s) 2, 0 closed their connections"));
+  CHECK(
+      names_exactly_the_victim("shm transport: rank 3 aborted: rank 3 failed: shm transport: rank 2 (pid 7) died while "
+                               "rank 3 was in a collective with it; hint: look at rank 3's own output"));
+  CHECK(names_exactly_the_victim(
+      "tcp transport: connection from rank 3 to rank 2 broke: ...; rank(s) 2 closed their connections"));
+  CHECK(names_exactly_the_victim(
+      "tcp transport: ...; rank(s) 2 died (the process is gone); rank(s) 2, 0 closed their connections"));
 }

@@ -56,21 +56,25 @@ TEST_CASE("ChildProcesses: exit codes and signals, the environment given, and an
   CHECK_FALSE(children.any_running());
   CHECK(children.pidfd(ok) == -1);  // closed with the reap
   CHECK_THROWS_WITH_AS(children.start({"/nonexistent/program", {"program"}, {}}),
-                       doctest::Contains("test: cannot execute /nonexistent/program: No such file or directory"), Error);
+                       doctest::Contains("test: cannot execute /nonexistent/program: No such file or directory"),
+                       Error);
   CHECK(children.size() == 3);
 }
 
-TEST_CASE("ChildProcesses: a child inherits no descriptor but 0-2 and no ignored signal; its output goes where it is told") {
+TEST_CASE(
+    "ChildProcesses: a child inherits no descriptor but 0-2 and no ignored signal; its output goes where it is told") {
   int leak[2];
   REQUIRE(pipe(leak) == 0);  // not close-on-exec: only the supervisor keeps it from the child
   REQUIRE(dup2(leak[0], 57) == 57);
-  struct sigaction ignore {}, previous {};
+  struct sigaction ignore {
+  }, previous{};
   ignore.sa_handler = SIG_IGN;
   sigaction(SIGUSR2, &ignore, &previous);
   int out[2];
   REQUIRE(pipe2(out, O_CLOEXEC) == 0);
   ChildProcesses children("test");
-  ChildCommand command = shell("if [ -e /proc/self/fd/57 ]; then echo fd 57 leaked; fi; echo to stdout; kill -USR2 $$; echo survived");
+  ChildCommand command = shell(
+      "if [ -e /proc/self/fd/57 ]; then echo fd 57 leaked; fi; echo to stdout; kill -USR2 $$; echo survived");
   command.stdout_fd = out[1];
   size_t child = children.start(command);
   close(out[1]);

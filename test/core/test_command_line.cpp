@@ -6,8 +6,8 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -96,14 +96,17 @@ TEST_CASE("output paths: refused before the work when the directory is missing o
   CHECK(failure_of([&] { check_output_path("--save", ""); }).find("--save is empty") != std::string::npos);
   if (geteuid() != 0) {  // root writes anywhere
     std::filesystem::create_directory(dir.file("ro"));
-    std::filesystem::permissions(dir.file("ro"), std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
-    CHECK(failure_of([&] { check_output_path("--save", dir.file("ro/m")); }).find("is not writable") != std::string::npos);
+    std::filesystem::permissions(dir.file("ro"),
+                                 std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
+    CHECK(failure_of([&] { check_output_path("--save", dir.file("ro/m")); }).find("is not writable") !=
+          std::string::npos);
   }
 }
 
 TEST_CASE("output paths: when writing fails at the end, the data goes to the fallback and the path is returned") {
   testing::TempDir dir;
-  CHECK(write_with_fallback(dir.file("a.txt"), [](const std::string& p) { std::ofstream(p) << "a"; }) == dir.file("a.txt"));
+  CHECK(write_with_fallback(dir.file("a.txt"), [](const std::string& p) { std::ofstream(p) << "a"; }) ==
+        dir.file("a.txt"));
   // The directory went away during the run: the fallback in TMPDIR gets the bytes.
   const std::string gone = dir.file("gone/model.txt");
   const char* tmpdir = std::getenv("TMPDIR");
@@ -114,17 +117,18 @@ TEST_CASE("output paths: when writing fails at the end, the data goes to the fal
     TINYDDP_CHECK(out.good(), "cannot open ", p);
     out << "weights";
   });
-  if (previous.empty()) ::unsetenv("TMPDIR");
-  else ::setenv("TMPDIR", previous.c_str(), 1);
+  if (previous.empty())
+    ::unsetenv("TMPDIR");
+  else
+    ::setenv("TMPDIR", previous.c_str(), 1);
   CHECK(written == dir.file("model.txt." + std::to_string(getpid())));
   std::ifstream in(written);
   std::string content;
   in >> content;
   CHECK(content == "weights");
   // Both failing is an error naming both paths.
-  std::string both = failure_of([&] {
-    write_with_fallback(gone, [](const std::string& p) { TINYDDP_FAIL("cannot open ", p); });
-  });
+  std::string both = failure_of(
+      [&] { write_with_fallback(gone, [](const std::string& p) { TINYDDP_FAIL("cannot open ", p); }); });
   CHECK(both.find("cannot write " + gone) != std::string::npos);
   CHECK(both.find("nor the fallback") != std::string::npos);
 }

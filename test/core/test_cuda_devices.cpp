@@ -13,11 +13,11 @@
 #include "tinyddp/core/cuda_driver.h"
 #include "tinyddp/core/cuda_plugin.h"
 #include "tinyddp/core/cuda_runtime.h"
-#include "test/support/fake_cuda.h"
 #include "tinyddp/core/random.h"
 #include "tinyddp/core/tensor.h"
-#include "test/test_support.h"
+#include "test/support/fake_cuda.h"
 #include "test/test_skip.h"
+#include "test/test_support.h"
 
 using namespace tinyddp;
 
@@ -61,7 +61,8 @@ TEST_CASE("assess_cuda_driver tells no driver, a too-old driver, no device and a
   CHECK(a.reason.find("--device") == std::string::npos);
 
   none.kernel_module_loaded = true;  // a container without the driver's library mounted
-  CHECK(assess_cuda_driver(none, 13000).reason.find("kernel driver is loaded, but its library libcuda.so.1") != std::string::npos);
+  CHECK(assess_cuda_driver(none, 13000).reason.find("kernel driver is loaded, but its library libcuda.so.1") !=
+        std::string::npos);
 
   CudaDriverFacts old = working_driver(12040, 2);
   a = assess_cuda_driver(old, 13000);
@@ -127,7 +128,8 @@ TEST_CASE("default_cuda_device: the local rank's, the rank's, or the only one; n
   CHECK(default_cuda_device(1, 5, 4) == 1);
   CHECK(default_cuda_device(-1, 2, 4) == 2);
   CHECK(default_cuda_device(3, 3, 1) == 0);  // per-rank CUDA_VISIBLE_DEVICES
-  CHECK_THROWS_WITH_AS(default_cuda_device(3, 3, 2), doctest::Contains("local rank 3 has no CUDA device of its own"), Error);
+  CHECK_THROWS_WITH_AS(default_cuda_device(3, 3, 2), doctest::Contains("local rank 3 has no CUDA device of its own"),
+                       Error);
   CHECK_THROWS_WITH_AS(default_cuda_device(-1, 5, 2), doctest::Contains("no LOCAL_RANK was set"), Error);
 }
 
@@ -160,7 +162,10 @@ TEST_CASE("fake CUDA: one device per process, and a thread that never selected a
     CHECK_THROWS_WITH_AS(on_fresh_thread([&] { fake.host_alloc_pinned(64); }),
                          doctest::Contains("never selected a device (CUDA then uses cuda:0)"), Error);
     // Through tinyddp's allocator the same thread uses the device that has a context already.
-    on_fresh_thread([&] { Tensor pinned = Tensor::empty({1000}); CHECK(pinned.storage()->pinned()); });
+    on_fresh_thread([&] {
+      Tensor pinned = Tensor::empty({1000});
+      CHECK(pinned.storage()->pinned());
+    });
     CHECK(fake.devices_with_context() == std::vector<int>{1});
     // Host memory passed as device memory fails as it would on a GPU.
     Tensor host = Tensor::zeros({16});

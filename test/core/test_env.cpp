@@ -25,8 +25,8 @@ TEST_CASE("env: whole numbers in range, or an error naming the variable, the val
     CHECK_THROWS_WITH_AS(env::parse_unsigned_integer("TINYDDP_X", bad), doctest::Contains("TINYDDP_X='"), Error);
   CHECK_THROWS_WITH_AS(env::parse_unsigned_integer("TINYDDP_X", "4095", 4096, 8192),
                        doctest::Contains("TINYDDP_X='4095' is not a whole number from 4096 to 8192"), Error);
-  CHECK_THROWS_WITH_AS(env::parse_unsigned_integer("TINYDDP_X", "8193", 4096, 8192), doctest::Contains("unset TINYDDP_X"),
-                       Error);
+  CHECK_THROWS_WITH_AS(env::parse_unsigned_integer("TINYDDP_X", "8193", 4096, 8192),
+                       doctest::Contains("unset TINYDDP_X"), Error);
 }
 
 TEST_CASE("env: seconds are a positive number, fractions allowed, in milliseconds rounded up") {
@@ -50,7 +50,8 @@ TEST_CASE("env: flags take the usual words in any case") {
 TEST_CASE("env: a choice is one of its words, in any case; the error lists them all") {
   enum class Color { red, green, blue };
   auto parse = [](const char* text) {
-    return env::parse_choice<Color>("COLOR", text, {{"red", Color::red}, {"green", Color::green}, {"blue", Color::blue}});
+    return env::parse_choice<Color>("COLOR", text,
+                                    {{"red", Color::red}, {"green", Color::green}, {"blue", Color::blue}});
   };
   CHECK(parse("red") == Color::red);
   CHECK(parse("GREEN") == Color::green);

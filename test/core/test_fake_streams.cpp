@@ -31,8 +31,8 @@ TEST_CASE("fake streams: a kernel's output reads as poison until its stream runs
     Tensor t = Tensor::zeros({64}, DType::f32, Device::cuda(0));
     cuda_synchronize(0);
     CHECK(first_float(t.raw_data()) == 0.f);
-    kernels::fill(t, 3.f);  // returns at once, as a launch does
-    CHECK(std::isnan(first_float(t.raw_data())));  // a host read that skipped the synchronisation
+    kernels::fill(t, 3.f);                                       // returns at once, as a launch does
+    CHECK(std::isnan(first_float(t.raw_data())));                // a host read that skipped the synchronisation
     CHECK(t.to_vector<float>() == std::vector<float>(64, 3.f));  // cudaMemcpy waits for the default stream
     // In-place work on one stream sees the true values, not the poison of its own output.
     kernels::scale(t, 2.f);

@@ -86,10 +86,14 @@ TEST_CASE("widening bf16 and f16 to f32 is exact for all 65536 bit patterns of e
   for (uint32_t h = 0; h < 0x10000; ++h) {
     const double bf = decode_bf16(uint16_t(h)), f = decode_f16(uint16_t(h));
     const float got_bf = f32_from_bf16_bits(uint16_t(h)), got_f = f32_from_f16_bits(uint16_t(h));
-    if (std::isnan(bf)) REQUIRE(std::isnan(got_bf));
-    else REQUIRE_MESSAGE((double(got_bf) == bf && std::signbit(got_bf) == std::signbit(bf)), ("bf16 " + hex(h)));
-    if (std::isnan(f)) REQUIRE((std::isnan(got_f) && (bits_of(got_f) & 0x400000u)));
-    else REQUIRE_MESSAGE((double(got_f) == f && std::signbit(got_f) == std::signbit(f)), ("f16 " + hex(h)));
+    if (std::isnan(bf))
+      REQUIRE(std::isnan(got_bf));
+    else
+      REQUIRE_MESSAGE((double(got_bf) == bf && std::signbit(got_bf) == std::signbit(bf)), ("bf16 " + hex(h)));
+    if (std::isnan(f))
+      REQUIRE((std::isnan(got_f) && (bits_of(got_f) & 0x400000u)));
+    else
+      REQUIRE_MESSAGE((double(got_f) == f && std::signbit(got_f) == std::signbit(f)), ("f16 " + hex(h)));
   }
   // The bulk loops, portable and this CPU's, give the same bits as the element functions.
   std::vector<uint16_t> all(0x10000);
@@ -99,7 +103,8 @@ TEST_CASE("widening bf16 and f16 to f32 is exact for all 65536 bit patterns of e
   convert_f16_to_f32(as_f16(all.data()), chosen_out.data(), all.size());
   for (uint32_t h = 0; h < 0x10000; ++h) {
     REQUIRE(bits_of(portable_out[h]) == bits_of(f32_from_f16_bits(uint16_t(h))));
-    REQUIRE_MESSAGE(bits_of(chosen_out[h]) == bits_of(portable_out[h]), (std::string(f16_conversion_path()) + " f16 " + hex(h)));
+    REQUIRE_MESSAGE(bits_of(chosen_out[h]) == bits_of(portable_out[h]),
+                    (std::string(f16_conversion_path()) + " f16 " + hex(h)));
   }
   convert_bf16_to_f32(as_bf16(all.data()), chosen_out.data(), all.size());
   for (uint32_t h = 0; h < 0x10000; ++h) REQUIRE(bits_of(chosen_out[h]) == (h << 16));
@@ -113,23 +118,28 @@ TEST_CASE("f32 -> bf16 and f32 -> f16 round to nearest even at every value, tie 
     for (size_t i = 0; i < n; ++i) out[i] = bf16_bits_from_f32(in[i]);
   };
   check_narrowing("bf16 element", bf_inputs, element_bf16, decode_bf16, kBf16, 0x40);
-  check_narrowing("bf16 portable", bf_inputs, [](const float* in, uint16_t* out, size_t n) {
-    portable::convert_f32_to_bf16(in, as_bf16(out), n);
-  }, decode_bf16, kBf16, 0x40);
-  check_narrowing("bf16 this CPU", bf_inputs, [](const float* in, uint16_t* out, size_t n) {
-    convert_f32_to_bf16(in, as_bf16(out), n);
-  }, decode_bf16, kBf16, 0x40);
+  check_narrowing(
+      "bf16 portable", bf_inputs,
+      [](const float* in, uint16_t* out, size_t n) { portable::convert_f32_to_bf16(in, as_bf16(out), n); }, decode_bf16,
+      kBf16, 0x40);
+  check_narrowing(
+      "bf16 this CPU", bf_inputs,
+      [](const float* in, uint16_t* out, size_t n) { convert_f32_to_bf16(in, as_bf16(out), n); }, decode_bf16, kBf16,
+      0x40);
 
   const std::vector<float> f_inputs = interesting_inputs(decode_f16, 1 << 20);
-  check_narrowing("f16 portable", f_inputs, [](const float* in, uint16_t* out, size_t n) {
-    portable::convert_f32_to_f16(in, as_f16(out), n);
-  }, decode_f16, kF16, 0x200);
-  check_narrowing("f16 this CPU", f_inputs, [](const float* in, uint16_t* out, size_t n) {
-    convert_f32_to_f16(in, as_f16(out), n);
-  }, decode_f16, kF16, 0x200);
+  check_narrowing(
+      "f16 portable", f_inputs,
+      [](const float* in, uint16_t* out, size_t n) { portable::convert_f32_to_f16(in, as_f16(out), n); }, decode_f16,
+      kF16, 0x200);
+  check_narrowing(
+      "f16 this CPU", f_inputs,
+      [](const float* in, uint16_t* out, size_t n) { convert_f32_to_f16(in, as_f16(out), n); }, decode_f16, kF16,
+      0x200);
 }
 
-TEST_CASE("special values: NaN stays a quiet NaN (never an infinity), infinities, zeros, the largest values, subnormals") {
+TEST_CASE(
+    "special values: NaN stays a quiet NaN (never an infinity), infinities, zeros, the largest values, subnormals") {
   // NaNs whose blind rounding would carry into the exponent: all-ones payloads, signalling NaNs.
   for (uint32_t nan : {0x7fffffffu, 0xffffffffu, 0x7f800001u, 0x7fbfffffu, 0xff800001u, 0x7fc00000u, 0x7f80ffffu}) {
     CAPTURE(nan);
@@ -156,7 +166,7 @@ TEST_CASE("special values: NaN stays a quiet NaN (never an infinity), infinities
   CHECK(f16_bits_from_f32(std::ldexp(1.f, -24)) == 0x0001);
   CHECK(f16_bits_from_f32(std::ldexp(1.f, -25)) == 0x0000);
   CHECK(f16_bits_from_f32(std::nextafter(std::ldexp(1.f, -25), 1.f)) == 0x0001);
-  CHECK(f16_bits_from_f32(std::ldexp(3.f, -25)) == 0x0002);  // 1.5 units: tie, to even 2
+  CHECK(f16_bits_from_f32(std::ldexp(3.f, -25)) == 0x0002);      // 1.5 units: tie, to even 2
   CHECK(f16_bits_from_f32(std::ldexp(1023.5f, -24)) == 0x0400);  // the largest subnormal rounds up into the normals
   // f32 subnormals become bf16 subnormals (same exponent range), rounded to nearest even.
   CHECK(bf16_bits_from_f32(float_of(0x00010000u)) == 0x0001);
@@ -181,12 +191,16 @@ TEST_CASE("f32 -> f16 agrees with numpy's float16 on a million random values and
   const auto dir = std::filesystem::temp_directory_path() / ("tinyddp_f16_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const std::string in_path = (dir / "in.f32").string(), out_path = (dir / "out.f16").string();
-  std::ofstream(in_path, std::ios::binary).write(reinterpret_cast<const char*>(inputs.data()), std::streamsize(inputs.size() * 4));
-  const std::string command = python + " -c \"import numpy as np, sys; np.fromfile(sys.argv[1], dtype='<f4').astype('<f2')"
-                              ".tofile(sys.argv[2])\" " + in_path + " " + out_path + " 2>/dev/null";
+  std::ofstream(in_path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(inputs.data()), std::streamsize(inputs.size() * 4));
+  const std::string command = python +
+                              " -c \"import numpy as np, sys; np.fromfile(sys.argv[1], dtype='<f4').astype('<f2')"
+                              ".tofile(sys.argv[2])\" " +
+                              in_path + " " + out_path + " 2>/dev/null";
   REQUIRE(std::system(command.c_str()) == 0);
   std::vector<uint16_t> numpy_bits(inputs.size());
-  std::ifstream(out_path, std::ios::binary).read(reinterpret_cast<char*>(numpy_bits.data()), std::streamsize(numpy_bits.size() * 2));
+  std::ifstream(out_path, std::ios::binary)
+      .read(reinterpret_cast<char*>(numpy_bits.data()), std::streamsize(numpy_bits.size() * 2));
   std::filesystem::remove_all(dir);
   std::vector<uint16_t> ours(inputs.size());
   convert_f32_to_f16(inputs.data(), as_f16(ours.data()), inputs.size());
@@ -211,10 +225,12 @@ TEST_CASE("Tensor::to converts to and from bf16 and f16 by the same rounding, an
   CHECK(std::isinf(h.to(DType::f32).to_vector<float>()[5]));
   CHECK(b.to(DType::f64).to_vector<double>()[1] == -2.5);
   CHECK(b.view(0, {4}).to(DType::i64).to_vector<int64_t>() == std::vector<int64_t>{1, -2, 1, 3});
-  CHECK(Tensor::from_vector<int64_t>({7, -300}).to(DType::bf16).to(DType::f32).to_vector<float>() == std::vector<float>{7.f, -300.f});
+  CHECK(Tensor::from_vector<int64_t>({7, -300}).to(DType::bf16).to(DType::f32).to_vector<float>() ==
+        std::vector<float>{7.f, -300.f});
   // bf16 -> f16: widened exactly, rounded once.
   CHECK(b.to(DType::f16).data<float16>()[3].bits == f16_bits_from_f32(3.140625f));
-  CHECK_THROWS_WITH_AS(Tensor::from_vector<float>({NAN}).to(DType::bf16).to(DType::i32), doctest::Contains("i32 cannot hold"), Error);
+  CHECK_THROWS_WITH_AS(Tensor::from_vector<float>({NAN}).to(DType::bf16).to(DType::i32),
+                       doctest::Contains("i32 cannot hold"), Error);
   CHECK(dtype_from_name("bf16") == DType::bf16);
   CHECK(dtype_from_name("f16") == DType::f16);
   CHECK(std::string(dtype_safetensors_name(DType::bf16)) == "BF16");
@@ -222,7 +238,9 @@ TEST_CASE("Tensor::to converts to and from bf16 and f16 by the same rounding, an
 }
 
 TEST_CASE("bf16 and f16 tensors round-trip through safetensors under the names BF16 and F16") {
-  const auto path = (std::filesystem::temp_directory_path() / ("tinyddp_half_" + std::to_string(::getpid()) + ".safetensors")).string();
+  const auto path = (std::filesystem::temp_directory_path() /
+                     ("tinyddp_half_" + std::to_string(::getpid()) + ".safetensors"))
+                        .string();
   Tensor b = Tensor::from_vector<float>({1.f, -0.5f, 3.f, 1e-3f, 2e38f}).to(DType::bf16).reshape({5});
   Tensor h = Tensor::from_vector<float>({1.f, -0.5f, 3.f, 1e-6f, 60000.f, -7.f}).to(DType::f16).reshape({2, 3});
   save_safetensors(path, {{"grad.bf16", b}, {"grad.f16", h}});

@@ -31,7 +31,8 @@ void count_signal(int) { g_caught.fetch_add(1); }
 
 int files_named_like(const std::filesystem::path& dir, const std::string& part) {
   int n = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) n += entry.path().filename().string().find(part) != std::string::npos;
+  for (const auto& entry : std::filesystem::directory_iterator(dir))
+    n += entry.path().filename().string().find(part) != std::string::npos;
   return n;
 }
 }  // namespace

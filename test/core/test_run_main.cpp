@@ -106,7 +106,8 @@ TEST_CASE("run_main: the body's exit code; a failure printed once with exit code
   }
 }
 
-TEST_CASE("exit_on_uncaught_exception: an exception nobody catches ends the process with its message and exit 1, no abort") {
+TEST_CASE(
+    "exit_on_uncaught_exception: an exception nobody catches ends the process with its message and exit 1, no abort") {
   TINYDDP_SKIP_UNDER_TSAN();
   TempDir dir;
   const std::string log = dir.file("stderr");

@@ -34,9 +34,7 @@ std::string read_bytes(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary) << bytes;
-}
+void write_bytes(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
 
 // A file image: the 8-byte little-endian length of `header`, the header, then `data`.
 std::string file_image(const std::string& header, const std::string& data = "") {
@@ -59,8 +57,10 @@ void check_refused(const std::string& bytes, const std::string& problem) {
     FAIL_CHECK("a file that should fail with \"" << problem << "\" was accepted");
   } catch (const Error& e) {
     const std::string message = e.what();
-    CHECK_MESSAGE(message.find(problem) != std::string::npos, "the error \"" << message << "\" does not say \"" << problem << "\"");
-    CHECK_MESSAGE(message.find("bad.safetensors") != std::string::npos, "the error \"" << message << "\" does not name the file");
+    CHECK_MESSAGE(message.find(problem) != std::string::npos,
+                  "the error \"" << message << "\" does not say \"" << problem << "\"");
+    CHECK_MESSAGE(message.find("bad.safetensors") != std::string::npos,
+                  "the error \"" << message << "\" does not name the file");
     CHECK_MESSAGE(!e.hint().empty(), "the error \"" << message << "\" gives no hint");
   }
 }
@@ -94,7 +94,10 @@ NamedTensors every_dtype() {
 TEST_CASE("save then load gives back every dtype, empty and 0-d tensors, and metadata, in order") {
   TempDir dir;
   const NamedTensors tensors = every_dtype();
-  const Metadata metadata{{"format", "pt"}, {"epoch", "3"}, {"note", "unicode: \xc3\xa9t\xc3\xa9 \xe2\x9c\x93"}, {"empty", ""}};
+  const Metadata metadata{{"format", "pt"},
+                          {"epoch", "3"},
+                          {"note", "unicode: \xc3\xa9t\xc3\xa9 \xe2\x9c\x93"},
+                          {"empty", ""}};
   save_safetensors(dir.file("all.safetensors"), tensors, metadata);
   SafetensorsFile loaded = load_safetensors(dir.file("all.safetensors"));
   REQUIRE(loaded.tensors.size() == tensors.size());
@@ -152,7 +155,10 @@ TEST_CASE("a file written by an independent Python writer is read exactly") {
   CHECK(file.get("empty").dtype() == DType::f32);
   CHECK(file.get("scalar").shape() == Shape{});
   CHECK(file.get("scalar").item<int64_t>() == 7);
-  CHECK(file.metadata == Metadata{{"format", "pt"}, {"note", "\xc3\xa9" "crit par make_data.py"}});
+  CHECK(file.metadata == Metadata{{"format", "pt"},
+                                  {"note",
+                                   "\xc3\xa9"
+                                   "crit par make_data.py"}});
 }
 
 TEST_CASE("our file is what an independent reader expects") {
@@ -207,7 +213,8 @@ TEST_CASE("headers that are not a JSON object of entries are refused") {
   check_refused(file_image(json_object({f32_entry("a", 1, 0), f32_entry("a", 1, 4)}), std::string(8, '\0')),
                 "names \"a\" twice");
   // Nesting deeper than a safetensors header can is refused while parsing (no deep tree is built).
-  check_refused(file_image("{\"a\":{\"dtype\":\"F32\",\"shape\":[[[1]]],\"data_offsets\":[0,4]}}", std::string(4, '\0')),
+  check_refused(file_image("{\"a\":{\"dtype\":\"F32\",\"shape\":[[[1]]],\"data_offsets\":[0,4]}}",
+                           std::string(4, '\0')),
                 "nests deeper");
   check_refused(file_image(std::string(100000, '[') + std::string(100000, ']')), "nests deeper");
 }
@@ -228,17 +235,22 @@ TEST_CASE("entries with missing or malformed fields are refused") {
                 "\"shape\" must be an array");
   std::string rank65 = "[1";
   for (int i = 1; i < 65; ++i) rank65 += ",1";
-  check_refused(file_image("{\"a\":{\"dtype\":\"U8\",\"shape\":" + rank65 + "],\"data_offsets\":[0,1]}}", "x"), "at most 64");
-  check_refused(file_image("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0]}}", data), "must be [begin, end]");
+  check_refused(file_image("{\"a\":{\"dtype\":\"U8\",\"shape\":" + rank65 + "],\"data_offsets\":[0,1]}}", "x"),
+                "at most 64");
+  check_refused(file_image("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0]}}", data),
+                "must be [begin, end]");
   check_refused(file_image("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[-8,0]}}", data),
                 "must be non-negative integers, found -8");
 }
 
 TEST_CASE("shapes whose size overflows are refused before anything is allocated") {
   const std::string data(8, '\0');
-  check_refused(file_image("{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296,4294967296],\"data_offsets\":[0,8]}}", data),
-                "more elements than fit in 64 bits");
-  check_refused(file_image("{\"a\":{\"dtype\":\"F64\",\"shape\":[2305843009213693952,4],\"data_offsets\":[0,8]}}", data),
+  check_refused(
+      file_image("{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296,4294967296],\"data_offsets\":[0,8]}}",
+                 data),
+      "more elements than fit in 64 bits");
+  check_refused(file_image("{\"a\":{\"dtype\":\"F64\",\"shape\":[2305843009213693952,4],\"data_offsets\":[0,8]}}",
+                           data),
                 "more bytes than fit in 64 bits");
   check_refused(file_image("{\"a\":{\"dtype\":\"F32\",\"shape\":[18446744073709551615],\"data_offsets\":[0,8]}}", data),
                 "is too large");
@@ -260,12 +272,14 @@ TEST_CASE("offsets outside the data, wrong byte counts, overlaps, gaps and trunc
   check_refused(file_image(json_object({f32_entry("a", 2, 0), f32_entry("b", 2, 0)}), std::string(8, '\0')),
                 "overlaps tensor");
   // An empty tensor may sit at a boundary, not inside another tensor.
-  check_refused(file_image(json_object({f32_entry("a", 2, 0), "\"e\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[4,4]}"}),
+  check_refused(file_image(json_object({f32_entry("a", 2, 0),
+                                        "\"e\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[4,4]}"}),
                            std::string(8, '\0')),
                 "overlaps tensor");
   check_refused(file_image(json_object({f32_entry("a", 1, 0), f32_entry("b", 1, 8)}), std::string(12, '\0')),
                 "data bytes [4, 8) before tensor \"b\" belong to no tensor");
-  check_refused(file_image(json_object({f32_entry("a", 2, 0)}), std::string(12, '\0')), "the last 4 data bytes belong to no tensor");
+  check_refused(file_image(json_object({f32_entry("a", 2, 0)}), std::string(12, '\0')),
+                "the last 4 data bytes belong to no tensor");
   // A whole valid file cut short by one byte: its last tensor now reaches past the end.
   TempDir dir;
   save_safetensors(dir.file("t.safetensors"), every_dtype());
@@ -275,15 +289,17 @@ TEST_CASE("offsets outside the data, wrong byte counts, overlaps, gaps and trunc
 }
 
 TEST_CASE("metadata must be an object of strings") {
-  check_refused(file_image("{\"__metadata__\":{\"epoch\":3}}"), "__metadata__ value \"epoch\" is not a string but number");
+  check_refused(file_image("{\"__metadata__\":{\"epoch\":3}}"),
+                "__metadata__ value \"epoch\" is not a string but number");
   check_refused(file_image("{\"__metadata__\":{\"x\":null}}"), "is not a string but null");
   check_refused(file_image("{\"__metadata__\":[\"a\"]}"), "__metadata__ is array");
 }
 
 TEST_CASE("edge cases a valid writer produces are accepted") {
   // Empty tensors sharing a boundary, padding spaces after the JSON, metadata anywhere in the object.
-  const std::string text = json_object({"\"e1\":{\"dtype\":\"F32\",\"shape\":[0,3],\"data_offsets\":[0,0]}", f32_entry("a", 1, 0),
-                                        "\"__metadata__\":{}", "\"e2\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[4,4]}"}) +
+  const std::string text = json_object({"\"e1\":{\"dtype\":\"F32\",\"shape\":[0,3],\"data_offsets\":[0,0]}",
+                                        f32_entry("a", 1, 0), "\"__metadata__\":{}",
+                                        "\"e2\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[4,4]}"}) +
                            "    ";
   SafetensorsFile file = parse_safetensors(file_image(text, std::string("\x00\x00\x80\x3f", 4)), "ok");
   REQUIRE(file.tensors.size() == 3);
@@ -297,15 +313,18 @@ TEST_CASE("load_safetensors names the path for missing, empty, directory and tru
   CHECK_THROWS_WITH_AS(load_safetensors(dir.file("missing.safetensors")), doctest::Contains("cannot open"), Error);
   CHECK_THROWS_WITH_AS(load_safetensors(dir.path.string()), doctest::Contains("is not a regular file"), Error);
   write_bytes(dir.file("empty.safetensors"), "");
-  CHECK_THROWS_WITH_AS(load_safetensors(dir.file("empty.safetensors")), doctest::Contains("empty.safetensors is empty"), Error);
+  CHECK_THROWS_WITH_AS(load_safetensors(dir.file("empty.safetensors")), doctest::Contains("empty.safetensors is empty"),
+                       Error);
   write_bytes(dir.file("seven.safetensors"), "1234567");
-  CHECK_THROWS_WITH_AS(load_safetensors(dir.file("seven.safetensors")), doctest::Contains("fewer than the 8-byte"), Error);
+  CHECK_THROWS_WITH_AS(load_safetensors(dir.file("seven.safetensors")), doctest::Contains("fewer than the 8-byte"),
+                       Error);
   save_safetensors(dir.file("cut.safetensors"), every_dtype());
   std::string bytes = read_bytes(dir.file("cut.safetensors"));
   write_bytes(dir.file("cut.safetensors"), bytes.substr(0, bytes.size() / 2));
   CHECK_THROWS_WITH_AS(load_safetensors(dir.file("cut.safetensors")), doctest::Contains("cut.safetensors"), Error);
   write_bytes(dir.file("header_cut.safetensors"), bytes.substr(0, 20));
-  CHECK_THROWS_WITH_AS(load_safetensors(dir.file("header_cut.safetensors")), doctest::Contains("the file is truncated"), Error);
+  CHECK_THROWS_WITH_AS(load_safetensors(dir.file("header_cut.safetensors")), doctest::Contains("the file is truncated"),
+                       Error);
 }
 
 TEST_CASE("save_safetensors refuses bad names and leaves no file behind") {
@@ -318,8 +337,8 @@ TEST_CASE("save_safetensors refuses bad names and leaves no file behind") {
   CHECK_THROWS_WITH_AS(save_safetensors(path, {{"u", Tensor()}}), doctest::Contains("\"u\" is undefined"), Error);
   CHECK_THROWS_WITH_AS(save_safetensors(path, {{"bad\xff", t}}), doctest::Contains("not valid UTF-8"), Error);
   CHECK_THROWS_WITH_AS(save_safetensors(path, {}, {{"k", "\xc3"}}), doctest::Contains("not valid UTF-8"), Error);
-  CHECK_THROWS_WITH_AS(save_safetensors(dir.file("no/such/dir/x.safetensors"), {{"a", t}}), doctest::Contains("cannot create"),
-                       Error);
+  CHECK_THROWS_WITH_AS(save_safetensors(dir.file("no/such/dir/x.safetensors"), {{"a", t}}),
+                       doctest::Contains("cannot create"), Error);
   CHECK(std::filesystem::is_empty(dir.path));  // neither the file nor a temporary one
 }
 
@@ -332,7 +351,8 @@ TEST_CASE("saving replaces the old file whole and leaves no temporary file; stra
   save_safetensors(path, {{"w", Tensor::from_vector<float>({3.f, 4.f, 5.f})}});
   CHECK(load_safetensors(path).get("w").to_vector<float>() == std::vector<float>{3.f, 4.f, 5.f});
   std::vector<std::string> names;
-  for (const auto& entry : std::filesystem::directory_iterator(dir.path)) names.push_back(entry.path().filename().string());
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path))
+    names.push_back(entry.path().filename().string());
   std::sort(names.begin(), names.end());
   CHECK(names == std::vector<std::string>{"model.safetensors", "model.safetensors.tmp.99999.0"});
 }
@@ -357,7 +377,8 @@ TEST_CASE("seeded mutations of a valid file are parsed or refused with tinyddp::
         bytes.resize(below(bytes.size()));
         break;
       case 2: {  // rewrite the length prefix: near the true value, or anything
-        uint64_t n = round % 12 == 2 ? header_len + below(33) - 16 : (uint64_t(below(1u << 30)) << 34) ^ below(1u << 30);
+        uint64_t n = round % 12 == 2 ? header_len + below(33) - 16
+                                     : (uint64_t(below(1u << 30)) << 34) ^ below(1u << 30);
         for (int i = 0; i < 8; ++i) bytes[size_t(i)] = char(n >> (8 * i));
         break;
       }
@@ -370,8 +391,10 @@ TEST_CASE("seeded mutations of a valid file are parsed or refused with tinyddp::
       }
       case 4: {  // insert or delete a few bytes inside the header
         size_t at = 8 + below(header_len);
-        if (round % 12 == 4) bytes.insert(at, std::string(1 + below(3), "{}[],:\"0"[below(8)]));
-        else bytes.erase(at, 1 + below(3));
+        if (round % 12 == 4)
+          bytes.insert(at, std::string(1 + below(3), "{}[],:\"0"[below(8)]));
+        else
+          bytes.erase(at, 1 + below(3));
         break;
       }
       case 5:  // a valid file with random bytes appended

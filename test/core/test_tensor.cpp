@@ -37,7 +37,8 @@ TEST_CASE("Philox4x32-10 matches the Random123 known-answer vectors") {
   CHECK(ones.v[1] == 0x41c83b0eu);
   CHECK(ones.v[2] == 0xa20bc7c6u);
   CHECK(ones.v[3] == 0x6d5451fdu);
-  Block pi = philox::philox4x32_10(Block{{0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}}, 0xa4093822u, 0x299f31d0u);
+  Block pi = philox::philox4x32_10(Block{{0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}}, 0xa4093822u,
+                                   0x299f31d0u);
   CHECK(pi.v[0] == 0xd16cfe09u);
   CHECK(pi.v[1] == 0x94fdccebu);
   CHECK(pi.v[2] == 0x5001e420u);
@@ -48,7 +49,8 @@ TEST_CASE("no CUDA device means a clear error, not a crash") {
   if (cuda_device_count() > 0) {
     TINYDDP_SKIP("this machine has a CUDA device");
   }
-  CHECK_THROWS_WITH_AS(Tensor::empty({2}, DType::f32, Device::cuda(0)), doctest::Contains("cuda:0 was requested"), Error);
+  CHECK_THROWS_WITH_AS(Tensor::empty({2}, DType::f32, Device::cuda(0)), doctest::Contains("cuda:0 was requested"),
+                       Error);
 }
 
 TEST_CASE("to(dtype) converts as PyTorch's .to(dtype): toward zero into integers, modulo 2^bits between them") {
@@ -76,10 +78,11 @@ TEST_CASE("to(dtype) converts as PyTorch's .to(dtype): toward zero into integers
 
 TEST_CASE("to(dtype) refuses a value the integer type cannot hold, naming the element") {
   Tensor nan = Tensor::from_vector<float>({1.f, std::nanf(""), 2.f}, {3});
-  CHECK_THROWS_WITH_AS(nan.to(DType::i32), doctest::Contains("element 1 of f32[3] on cpu is nan, which i32 cannot hold"),
-                       Error);
+  CHECK_THROWS_WITH_AS(nan.to(DType::i32),
+                       doctest::Contains("element 1 of f32[3] on cpu is nan, which i32 cannot hold"), Error);
   CHECK_THROWS_WITH_AS(Tensor::from_vector<float>({3e9f}, {1}).to(DType::i32), doctest::Contains("cannot hold"), Error);
-  CHECK_THROWS_WITH_AS(Tensor::from_vector<double>({-1.0}, {1}).to(DType::u8), doctest::Contains("u8 cannot hold"), Error);
+  CHECK_THROWS_WITH_AS(Tensor::from_vector<double>({-1.0}, {1}).to(DType::u8), doctest::Contains("u8 cannot hold"),
+                       Error);
   // The edges themselves fit: -2^31 and just under 2^31 into i32, -0.9 (which becomes 0) into u8.
   Tensor edges = Tensor::from_vector<double>({-2147483648.0, 2147483647.9}, {2});
   CHECK(edges.to(DType::i32).to_vector<int32_t>() == std::vector<int32_t>{-2147483647 - 1, 2147483647});

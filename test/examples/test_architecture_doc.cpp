@@ -196,7 +196,10 @@ std::string without_comments(const std::string& src) {
       out += ' ';
     } else if (src.compare(i, 2, "R\"") == 0 && (i == 0 || !is_word_char(src[i - 1]))) {
       const size_t open = src.find('(', i + 2);
-      if (open == std::string::npos) { out += src.substr(i); break; }
+      if (open == std::string::npos) {
+        out += src.substr(i);
+        break;
+      }
       std::string close(1, ')');  // )delimiter"
       close.append(src, i + 2, open - i - 2).push_back('"');
       size_t end = src.find(close, open);
@@ -317,7 +320,8 @@ RoomsMap parse_rooms(const CodeBlock& block, Problems& problems) {
     const std::string token = line.substr(indent, line.find(' ', indent) - indent);
     const size_t depth = indent / 2;
     if (indent % 2 != 0 || depth > stack.size() || !std::regex_match(token, entry)) {
-      problems.push_back("the rooms map cannot be read at \"" + line + "\": an entry is a file or a folder/, "
+      problems.push_back("the rooms map cannot be read at \"" + line +
+                         "\": an entry is a file or a folder/, "
                          "indented two spaces per level under its folder");
       continue;
     }
@@ -336,8 +340,8 @@ Problems check_rooms(const RoomsMap& map, const fs::path& root) {
     if (resolve(root, entry).empty()) problems.push_back("the rooms map lists " + entry + ", which does not exist");
   for (const auto& [folder, listed] : map.children) {
     if (folder.empty() || !fs::is_directory(root / folder)) continue;  // the root holds build output too
-    const bool lists_files =
-        std::any_of(listed.begin(), listed.end(), [](const std::string& e) { return e.back() != '/'; });
+    const bool lists_files = std::any_of(listed.begin(), listed.end(),
+                                         [](const std::string& e) { return e.back() != '/'; });
     for (const auto& item : fs::directory_iterator(root / folder)) {
       const std::string name = item.path().filename().string();
       if (item.is_directory()) {
@@ -416,8 +420,8 @@ Problems check_function_tables(const Page& page, const fs::path& root, SourceCac
         }
         if (checked) ++*checked;
         if (!file_has_function(sources, resolved[0], name))
-          problems.push_back(where + ": " + files[0] + (resolved[0].extension() == ".cpp" ? " does not define `" :
-                                                                                              " does not declare `") +
+          problems.push_back(where + ": " + files[0] +
+                             (resolved[0].extension() == ".cpp" ? " does not define `" : " does not declare `") +
                              token + "`");
       }
     }

@@ -19,8 +19,8 @@
 #include "tinyddp/core/tensor.h"
 #include "test/comm/helpers/child_process.h"
 #include "test/examples/example_programs.h"
-#include "test/test_support.h"
 #include "test/test_skip.h"
+#include "test/test_support.h"
 
 using namespace tinyddp;
 using namespace tinyddp::testing;
@@ -93,13 +93,15 @@ TEST_CASE("programs: a number out of range or an unknown flag is a usage error (
   check_usage_error({"tinyddp-run", "--bogus", "-n", "2", "prog"}, "tinyddp-run: unknown flag --bogus");
   check_usage_error({"tinyddp-run", "--grace-ms", "-1", "true"}, "--grace-ms: must be from 0 to 3600000, got -1");
   check_usage_error({"tinyddp-run", "-n", "0", "true"}, "--nproc-per-node: must be from 1 to 4096, got 0");
-  check_usage_error({"tinyddp-run", "--nnodes", "2", "--node-rank", "2", "true"}, "--node-rank 2 is not below --nnodes 2");
+  check_usage_error({"tinyddp-run", "--nnodes", "2", "--node-rank", "2", "true"},
+                    "--node-rank 2 is not below --nnodes 2");
 }
 
 TEST_CASE("programs: --version everywhere, and --help shows the defaults") {
   if (!have_programs({"dummy", "dummy_mgpu", "digits", "tinyddp-run", "tinyddp-store", "train_bench", "ring_explain"}))
     return;
-  for (const char* name : {"dummy", "dummy_mgpu", "digits", "tinyddp-run", "tinyddp-store", "train_bench", "ring_explain"}) {
+  for (const char* name :
+       {"dummy", "dummy_mgpu", "digits", "tinyddp-run", "tinyddp-store", "train_bench", "ring_explain"}) {
     ChildOutcome version = run({name, "--version"});
     CHECK(version.exit_code == 0);
     CHECK(contains(version.report, std::string(name) + " (tinyddp 0."));
@@ -129,7 +131,8 @@ TEST_CASE("programs: an output path that cannot be written is refused before tra
 TEST_CASE("programs: a bad environment variable stops the run naming the variable and the values it allows") {
   if (!have_programs({"dummy_mgpu"})) return;
   TempDir dir;
-  const std::vector<std::string> argv = {"dummy_mgpu", "--device", "cpu", "--world-size", "2", "--epochs", "1", "--save", ""};
+  const std::vector<std::string> argv = {"dummy_mgpu", "--device", "cpu", "--world-size", "2", "--epochs",
+                                         "1",          "--save",   ""};
   ChildOutcome debug = run(argv, {"TINYDDP_DEBUG=verbose", "TMPDIR=" + dir.path.string()});
   CHECK(debug.exit_code == 1);
   CHECK(contains(debug.report, "TINYDDP_DEBUG='verbose' is not one of OFF, INFO or DETAIL"));
@@ -142,7 +145,9 @@ TEST_CASE("programs: a bad environment variable stops the run naming the variabl
   CHECK(spawn_dirs_in(dir.path.string()) == 0);
 }
 
-TEST_CASE("digits: a label that is not a class is refused at its line; a directory is named as one; no data/ says make data") {
+TEST_CASE(
+    "digits: a label that is not a class is refused at its line; a directory is named as one; no data/ says make "
+    "data") {
   if (!have_programs({"digits"})) return;
   TempDir dir;
   {
@@ -158,8 +163,9 @@ TEST_CASE("digits: a label that is not a class is refused at its line; a directo
   // A directory where the file was meant: said as such, with the CSV files it holds; not "damaged".
   ChildOutcome directory = run({"digits", "--data", dir.path.string(), "--world-size", "1"});
   CHECK(directory.exit_code == 1);
-  CHECK(contains(directory.report, dir.path.string() + " is a directory, not a CSV file; hint: name the file to read: " +
-                                       dir.file("d.csv")));
+  CHECK(contains(directory.report,
+                 dir.path.string() +
+                     " is a directory, not a CSV file; hint: name the file to read: " + dir.file("d.csv")));
   CHECK_FALSE(contains(directory.report, "damaged"));
   if (std::filesystem::exists("data/digits.csv.gz")) {
     TINYDDP_SKIP_PART("the make-data hint: data/digits.csv.gz is there in ", std::filesystem::current_path().string());
@@ -185,7 +191,9 @@ TEST_CASE("dummy_mgpu: a NaN weight stops the job at the first step, said once w
   CHECK(count(out.report, "tinyddp error:") == 1);  // the workers' own copies are not printed
   CHECK(count(out.report, "the loss is nan at epoch 1, batch 1 (step 1, rank ") == 2);
   CHECK(count(out.report, "\n  then rank ") == 1);
-  CHECK(contains(out.report, "hint: look for NaN or huge values in the inputs and in the weights it started from (a loaded model)"));
+  CHECK(
+      contains(out.report,
+               "hint: look for NaN or huge values in the inputs and in the weights it started from (a loaded model)"));
   CHECK_FALSE(std::filesystem::exists(dir.file("out.safetensors")));
   CHECK(spawn_dirs_in(dir.path.string()) == 0);
 }
@@ -203,7 +211,8 @@ TEST_CASE("dummy_mgpu: an explicit --init-method whose port is taken is an error
   CHECK_FALSE(contains(out.report, "epoch 1/1"));
 }
 
-TEST_CASE("dummy_mgpu: SIGTERM to the spawner stops the workers, removes its temporary folder and exits 1; stale ones go") {
+TEST_CASE(
+    "dummy_mgpu: SIGTERM to the spawner stops the workers, removes its temporary folder and exits 1; stale ones go") {
   if (!have_programs({"dummy_mgpu"})) return;
   TempDir dir;
   // What a spawner killed with SIGKILL leaves: a folder named after a pid that no longer runs.
@@ -215,7 +224,8 @@ TEST_CASE("dummy_mgpu: SIGTERM to the spawner stops the workers, removes its tem
                                 {"TMPDIR=" + dir.path.string()});
   ChildGuard guard{spawner};
   // The stale folder is cleared when the spawner makes its own.
-  REQUIRE(eventually([&] { return !std::filesystem::exists(stale) && spawn_dirs_in(dir.path.string()) == 1; }, std::chrono::seconds(30)));
+  REQUIRE(eventually([&] { return !std::filesystem::exists(stale) && spawn_dirs_in(dir.path.string()) == 1; },
+                     std::chrono::seconds(30)));
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the workers are training
   REQUIRE(kill(spawner.pid, SIGTERM) == 0);
   ChildOutcome out = finish_child(spawner, std::chrono::seconds(30));

@@ -19,10 +19,10 @@
 #include "tinyddp/nn/ddp/distributed_data_parallel.h"
 #include "tinyddp/nn/loss.h"
 #include "tinyddp/nn/optim/adam.h"
-#include "examples/ddp_explain/textbook_ddp.h"
 #include "test/examples/example_programs.h"
 #include "test/nn/ddp/test_ddp_support.h"
 #include "test/test_support.h"
+#include "examples/ddp_explain/textbook_ddp.h"
 
 using namespace tinyddp;
 using namespace tinyddp::testing;
@@ -107,7 +107,8 @@ std::vector<float> averaged_by_hand(int world) {
     const std::vector<int64_t> mine = rows(rank, world, 0);
     train_step_backward(*model, gather_rows<float>(x, mine), gather_rows<int64_t>(y, mine));
     const std::vector<float> local = flat_grads(*model);
-    if (rank == 0) sum = local;
+    if (rank == 0)
+      sum = local;
     else
       for (size_t i = 0; i < sum.size(); ++i) sum[i] += local[i];
   }

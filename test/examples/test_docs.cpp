@@ -31,9 +31,9 @@
 
 #include <algorithm>
 #include <chrono>
-#include <iterator>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <optional>
 #include <regex>
 #include <set>
@@ -41,8 +41,8 @@
 #include <string>
 #include <vector>
 
-#include "test/test_support.h"
 #include "test/test_skip.h"
+#include "test/test_support.h"
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
@@ -58,9 +58,9 @@ std::string read_text(const fs::path& path) {
 }
 
 struct DocCommand {
-  int line = 0;          // of the marker, for messages
-  std::string expect;    // text the output must contain
-  std::string script;    // the block's lines
+  int line = 0;                        // of the marker, for messages
+  std::string expect;                  // text the output must contain
+  std::string script;                  // the block's lines
   std::optional<std::string> listing;  // the whole output, as the page shows it
   bool any_order = false;              // the listing's lines in any order
 };
@@ -256,7 +256,8 @@ TEST_CASE("docs/how-ddp-works.md: every marked command runs and prints what the 
   // losing the markers must not pass for success.
   CHECK(commands.size() >= 8);
   // and section 1's store listing is compared whole.
-  CHECK(std::count_if(commands.begin(), commands.end(), [](const DocCommand& c) { return c.listing.has_value(); }) >= 1);
+  CHECK(std::count_if(commands.begin(), commands.end(), [](const DocCommand& c) { return c.listing.has_value(); }) >=
+        1);
 
   // A directory laid out like the repository root, as the page's commands expect.
   TempDir dir;

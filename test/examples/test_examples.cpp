@@ -18,25 +18,25 @@
 
 #include "tinyddp/core/safetensors.h"
 #include "tinyddp/core/trace.h"
-#include "examples/dummy_dataset.h"
 #include "tinyddp/nn/linear.h"
 #include "tinyddp/nn/loss.h"
 #include "tinyddp/nn/train/checkpoint.h"
 #include "test/comm/helpers/child_process.h"
 #include "test/examples/example_programs.h"
-#include "test/test_support.h"
 #include "test/test_skip.h"
+#include "test/test_support.h"
+#include "examples/dummy_dataset.h"
 
 using namespace tinyddp;
 using namespace std::chrono_literals;
 
 namespace {
 
-using tinyddp::testing::TempDir;
 using tinyddp::testing::count;
 using tinyddp::testing::have_programs;
 using tinyddp::testing::program;
 using tinyddp::testing::run;
+using tinyddp::testing::TempDir;
 
 // The number after `label` in `text` (the first occurrence); fails the test when there is none.
 double number_after(const std::string& text, const std::string& label) {
@@ -65,7 +65,8 @@ TEST_CASE("examples/dummy: the seed job in one process trains and saves") {
 TEST_CASE("examples/dummy_mgpu: 2 CPU workers; only rank 0 reports; the spawner saves rank 0's weights") {
   if (!have_programs({"dummy_mgpu", "tinyddp-run"})) return;
   TempDir dir;
-  auto out = run({"dummy_mgpu", "--device", "cpu", "--world-size", "2", "--epochs", "3", "--save", dir.file("spawned.safetensors")});
+  auto out = run({"dummy_mgpu", "--device", "cpu", "--world-size", "2", "--epochs", "3", "--save",
+                  dir.file("spawned.safetensors")});
   REQUIRE(out.exit_code == 0);
   // One progress line per epoch: rank 1 trains but does not print.
   CHECK(count(out.report, "epoch 1/3") == 1);
@@ -104,7 +105,8 @@ TEST_CASE("examples/dummy_mgpu: 2 CPU workers; only rank 0 reports; the spawner 
       largest_z = std::max(largest_z, std::fabs(double(z[i * 2 + c])));
     }
     const double top = std::max(double(z[i * 2]), double(z[i * 2 + 1]));
-    const double row_loss = top + std::log(std::exp(z[i * 2] - top) + std::exp(z[i * 2 + 1] - top)) - z[i * 2 + size_t(y[i])];
+    const double row_loss = top + std::log(std::exp(z[i * 2] - top) + std::exp(z[i * 2 + 1] - top)) -
+                            z[i * 2 + size_t(y[i])];
     spread += 2 * 2 * testing::gamma_n(12) * largest_m + 2 * testing::kFloatRoundoff * (4 * largest_z + 8 + row_loss);
   }
   const double bound = 0.5e-4 + spread / 1000 + 2 * testing::kFloatRoundoff * loss;
@@ -124,7 +126,8 @@ TEST_CASE("examples/dummy_mgpu: 2 CPU workers; only rank 0 reports; the spawner 
   CHECK(read_file(dir.file("launched.safetensors")) == read_file(dir.file("spawned.safetensors")));
 }
 
-TEST_CASE("examples/dummy_mgpu: --checkpoint-dir resumes where a stopped run left off and ends where an unstopped one does") {
+TEST_CASE(
+    "examples/dummy_mgpu: --checkpoint-dir resumes where a stopped run left off and ends where an unstopped one does") {
   if (!have_programs({"dummy_mgpu"})) return;
   TempDir dir;
   auto first = run({"dummy_mgpu", "--device", "cpu", "--world-size", "2", "--epochs", "2", "--checkpoint-dir",
@@ -180,7 +183,8 @@ namespace {
 std::string digits_data_or_skip() {
   std::string data = testing::digits_data();
   if (data.empty())
-    TINYDDP_RECORD_SKIP("neither " TINYDDP_SHARED_DATA "/digits.csv.gz nor data/digits.csv.gz is there (make data extracts it)");
+    TINYDDP_RECORD_SKIP("neither " TINYDDP_SHARED_DATA
+                        "/digits.csv.gz nor data/digits.csv.gz is there (make data extracts it)");
   return data;
 }
 
@@ -191,7 +195,8 @@ TEST_CASE("examples/digits: at least 95% test accuracy with 2 workers, saved und
   const std::string data = digits_data_or_skip();
   if (data.empty()) return;
   TempDir dir;
-  auto out = run({"digits", "--data", data, "--device", "cpu", "--world-size", "2", "--save", dir.file("digits.safetensors")});
+  auto out = run(
+      {"digits", "--data", data, "--device", "cpu", "--world-size", "2", "--save", dir.file("digits.safetensors")});
   REQUIRE(out.exit_code == 0);
   CHECK(out.report.find("1438 training rows") != std::string::npos);
   CHECK(out.report.find("359 test rows") != std::string::npos);
@@ -201,8 +206,10 @@ TEST_CASE("examples/digits: at least 95% test accuracy with 2 workers, saved und
   CHECK(accuracy >= 0.95);
 
   SafetensorsFile saved = load_safetensors(dir.file("digits.safetensors"));
-  std::vector<std::pair<std::string, Shape>> expected = {
-      {"0.weight", {128, 64}}, {"0.bias", {128}}, {"2.weight", {10, 128}}, {"2.bias", {10}}};
+  std::vector<std::pair<std::string, Shape>> expected = {{"0.weight", {128, 64}},
+                                                         {"0.bias", {128}},
+                                                         {"2.weight", {10, 128}},
+                                                         {"2.bias", {10}}};
   REQUIRE(saved.tensors.size() == expected.size());
   for (const auto& [name, shape] : expected) CHECK(saved.get(name).shape() == shape);
 }
@@ -220,7 +227,8 @@ TEST_CASE("examples/digits --zero 1: plain DDP's weights to the bit at 2 and 3 w
     for (const char* zero : {"0", "1"}) {
       const std::string path = dir.file(std::string("w") + workers + "_" + zero + ".safetensors");
       auto out = run({"digits", "--data", data, "--device", "cpu", "--world-size", workers, "--epochs", "3", "--zero",
-                      zero, "--save", path}, ring);
+                      zero, "--save", path},
+                     ring);
       REQUIRE(out.exit_code == 0);
       SafetensorsFile saved = load_safetensors(path);
       std::vector<float> all;
@@ -248,7 +256,9 @@ TEST_CASE("examples/digits --zero 1: plain DDP's weights to the bit at 2 and 3 w
   CHECK(resumed.report.find("2 of 3 epochs done") != std::string::npos);
 }
 
-TEST_CASE("examples/digits --comm-hook: bf16 gradients on the wire train as well as f32 (mean of 6 seeds within 0.3 points)") {
+TEST_CASE(
+    "examples/digits --comm-hook: bf16 gradients on the wire train as well as f32 (mean of 6 seeds within 0.3 "
+    "points)") {
   if (!have_programs({"digits"})) return;
   const std::string data = digits_data_or_skip();
   if (data.empty()) return;
@@ -266,10 +276,12 @@ TEST_CASE("examples/digits --comm-hook: bf16 gradients on the wire train as well
       CHECK(accuracy >= 0.93);
       mean[hook] += accuracy / 6;
     }
-  MESSAGE("mean test accuracy: f32 ", mean["allreduce"], ", bf16 ", mean["bf16_compress"], ", f16 ", mean["fp16_compress"]);
+  MESSAGE("mean test accuracy: f32 ", mean["allreduce"], ", bf16 ", mean["bf16_compress"], ", f16 ",
+          mean["fp16_compress"]);
   CHECK(std::abs(mean["bf16_compress"] - mean["allreduce"]) <= 0.003);
   CHECK(std::abs(mean["fp16_compress"] - mean["allreduce"]) <= 0.01);
-  auto both = run({"digits", "--data", data, "--device", "cpu", "--world-size", "2", "--zero", "1", "--comm-hook", "bf16_compress"});
+  auto both = run({"digits", "--data", data, "--device", "cpu", "--world-size", "2", "--zero", "1", "--comm-hook",
+                   "bf16_compress"});
   CHECK(both.exit_code == 1);
   CHECK(both.report.find("ZeRO-1 reduces the buckets with its own hook") != std::string::npos);
   auto unknown = run({"digits", "--data", data, "--comm-hook", "topk"});

@@ -19,8 +19,8 @@
 #include "tinyddp/core/safetensors.h"
 #include "tinyddp/nn/train/addons/state_manager.h"
 #include "test/comm/helpers/child_process.h"
-#include "test/test_support.h"
 #include "test/test_skip.h"
+#include "test/test_support.h"
 
 using namespace tinyddp;
 using namespace std::chrono_literals;
@@ -52,9 +52,9 @@ constexpr int kEpochs = 4;  // dummy_mgpu on 2 workers: 1000 samples, 500 a rank
 // tinyddp-run -n 2 dummy_mgpu for kEpochs epochs, with `fault` in TINYDDP_FAULT (none when empty).
 testing::ChildOutcome run_job(const std::string& fault, int max_restarts, const std::string& checkpoint_dir,
                               const std::string& save) {
-  std::vector<std::string> argv{bin("tinyddp-run"), "-n", "2", "--max-restarts", std::to_string(max_restarts),
-                                "--grace-ms", "3000", bin("dummy_mgpu"), "--device", "cpu", "--epochs",
-                                std::to_string(kEpochs), "--save", save};
+  std::vector<std::string> argv{
+      bin("tinyddp-run"), "-n",       "2",   "--max-restarts", std::to_string(max_restarts), "--grace-ms", "3000",
+      bin("dummy_mgpu"),  "--device", "cpu", "--epochs",       std::to_string(kEpochs),      "--save",     save};
   if (!checkpoint_dir.empty()) argv.insert(argv.end(), {"--checkpoint-dir", checkpoint_dir});
   // A token of our own would be used by the launcher; none, so that it makes one per job.
   testing::ChildOutcome outcome =
@@ -76,13 +76,15 @@ const std::string& straight_weights() {
 
 }  // namespace
 
-TEST_CASE("faults: a worker SIGKILLed at each moment of a step; the group restarts, resumes and ends bitwise as if never killed") {
+TEST_CASE(
+    "faults: a worker SIGKILLed at each moment of a step; the group restarts, resumes and ends bitwise as if never "
+    "killed") {
   if (!built({"tinyddp-run", "dummy_mgpu"})) return;
   REQUIRE(!straight_weights().empty());
   struct Case {
-    const char* fault;       // TINYDDP_FAULT
-    const char* said;        // what the dying worker says
-    int resumed_epochs;      // the last complete checkpoint when it died
+    const char* fault;   // TINYDDP_FAULT
+    const char* said;    // what the dying worker says
+    int resumed_epochs;  // the last complete checkpoint when it died
   };
   // 16 steps an epoch: step 20 is in epoch 2, steps 35 and 40 in epoch 3. Checkpoint writes: epoch 1
   // last (1st) and best (2nd), epoch 2 last (3rd) and best (4th): the 4th dies in the middle of
@@ -112,7 +114,8 @@ TEST_CASE("faults: a worker SIGKILLed at each moment of a step; the group restar
     // fault left it one best behind: the resume repaired it).
     const Metadata last = load_safetensors(dir.file("ck/last.safetensors")).metadata;
     REQUIRE(last.count("extra.trainer.best_epoch"));
-    CHECK(nn::checkpoint_epochs_done(dir.file("ck/best.safetensors")) == std::stoll(last.at("extra.trainer.best_epoch")) + 1);
+    CHECK(nn::checkpoint_epochs_done(dir.file("ck/best.safetensors")) ==
+          std::stoll(last.at("extra.trainer.best_epoch")) + 1);
     // No temporary file of a killed writer is left.
     for (const auto& entry : std::filesystem::directory_iterator(dir.file("ck")))
       CHECK_MESSAGE(entry.path().extension() == ".safetensors", entry.path());
@@ -165,7 +168,8 @@ TEST_CASE("faults: with no restarts left the launcher names the killed rank, not
     CHECK(out.exit_code == 128 + SIGKILL);
     CHECK(has(out.report, "SIGKILL at backward (rank 0, attempt 1"));
     CHECK(has(out.report, "tinyddp-run: worker rank 0 (local rank 0 on node 0, pid "));
-    CHECK(has(out.report, ") was killed by SIGKILL (the first to fail); stopped the other 1 worker; all 1 restarts used"));
+    CHECK(has(out.report,
+              ") was killed by SIGKILL (the first to fail); stopped the other 1 worker; all 1 restarts used"));
   }
 }
 
@@ -175,9 +179,11 @@ TEST_CASE("faults: ranks that find different checkpoints (a directory that is no
   auto first = run_job("", 0, dir.file("ck0"), "");  // a checkpoint of 4 epochs, where only rank 0 will look
   REQUIRE_MESSAGE(first.exit_code == 0, first.report);
   // Each rank its own directory: rank 0 finds 4 epochs done, rank 1 none.
-  std::string worker = bin("dummy_mgpu") + " --device cpu --epochs 6 --save '' --checkpoint-dir " + dir.file("ck") + "$RANK";
+  std::string worker = bin("dummy_mgpu") + " --device cpu --epochs 6 --save '' --checkpoint-dir " + dir.file("ck") +
+                       "$RANK";
   auto out = testing::finish_child(
-      testing::spawn_program({bin("tinyddp-run"), "-n", "2", "/bin/sh", "-c", "exec " + worker}, {"TINYDDP_TOKEN="}), 120s);
+      testing::spawn_program({bin("tinyddp-run"), "-n", "2", "/bin/sh", "-c", "exec " + worker}, {"TINYDDP_TOKEN="}),
+      120s);
   INFO(out.report);
   REQUIRE(!out.timed_out);
   CHECK(out.exit_code == 1);
@@ -198,14 +204,16 @@ TEST_CASE("faults: a malformed TINYDDP_FAULT is refused with a message, not igno
   CHECK_MESSAGE(has(zero.report, "the count in \"forward:0\" is 0"), zero.report);
 }
 
-TEST_CASE("faults: test/soak/soak, a few runs with a random worker killed at a random moment: every run finishes, no checkpoint corrupt") {
+TEST_CASE(
+    "faults: test/soak/soak, a few runs with a random worker killed at a random moment: every run finishes, no "
+    "checkpoint corrupt") {
   if (!built({"tinyddp-run", "dummy_mgpu", "soak"})) return;
   FaultDir dir;
-  auto out = testing::finish_child(
-      testing::spawn_program({bin("soak"), "--runs", "3", "--job", "dummy_mgpu", "--epochs", "6", "--seed", "7",
-                              "--bin-dir", TINYDDP_BIN_DIR, "--work-dir", dir.path.string()},
-                             {"TINYDDP_TOKEN="}),
-      180s);
+  auto out = testing::finish_child(testing::spawn_program({bin("soak"), "--runs", "3", "--job", "dummy_mgpu",
+                                                           "--epochs", "6", "--seed", "7", "--bin-dir", TINYDDP_BIN_DIR,
+                                                           "--work-dir", dir.path.string()},
+                                                          {"TINYDDP_TOKEN="}),
+                                   180s);
   INFO(out.report);
   REQUIRE(!out.timed_out);
   CHECK(out.exit_code == 0);

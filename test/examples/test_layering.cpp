@@ -12,7 +12,8 @@
 namespace {
 
 tinyddp::testing::CommandOutput check_layering(const std::string& root) {
-  return tinyddp::testing::command_output(std::string(TINYDDP_SOURCE_DIR) + "/scripts/check_layering.sh '" + root + "'");
+  return tinyddp::testing::command_output(std::string(TINYDDP_SOURCE_DIR) + "/scripts/check_layering.sh '" + root +
+                                          "'");
 }
 
 void write(const std::filesystem::path& file, const std::string& text) {
@@ -27,13 +28,15 @@ TEST_CASE("layering: core, kernels, comm and nn include only what the dependency
   INFO(tree.output);
   CHECK(tree.exit_code == 0);
 
-  const std::filesystem::path root = std::filesystem::temp_directory_path() / ("tinyddp-layering-" + std::to_string(::getpid()));
+  const std::filesystem::path root = std::filesystem::temp_directory_path() /
+                                     ("tinyddp-layering-" + std::to_string(::getpid()));
   std::filesystem::remove_all(root);
   write(root / "core/a.h", "#include \"tinyddp/core/tensor.h\"\n#include \"tinyddp/comm/process_group.h\"\n");
   write(root / "kernels/b.cpp", "#include \"tinyddp/kernels/ops.h\"\n#include \"tinyddp/nn/module.h\"\n");
   write(root / "comm/c.cpp", "#include \"tinyddp/comm/work.h\"\n  #  include \"tinyddp/kernels/ops.h\"\n");
-  write(root / "nn/d.cpp", "#include \"tinyddp/comm/process_group.h\"\n#include \"tinyddp/comm/chunks.h\"\n"
-                           "#include \"tinyddp/comm/nccl/nccl_api.h\"\n#include \"tinyddp/comm/algorithms/engine.h\"\n");
+  write(root / "nn/d.cpp",
+        "#include \"tinyddp/comm/process_group.h\"\n#include \"tinyddp/comm/chunks.h\"\n"
+        "#include \"tinyddp/comm/nccl/nccl_api.h\"\n#include \"tinyddp/comm/algorithms/engine.h\"\n");
   tinyddp::testing::CommandOutput broken = check_layering(root.string());
   std::filesystem::remove_all(root);
   INFO(broken.output);

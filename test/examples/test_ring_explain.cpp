@@ -30,7 +30,8 @@ std::vector<std::vector<float>> inputs(int ranks, size_t count, uint32_t seed) {
 }
 
 // Every rank's all_reduce through a real "host" process group, the ranks as threads of this process.
-std::vector<std::vector<float>> through_engine(const std::vector<std::vector<float>>& in, const std::string& transport) {
+std::vector<std::vector<float>> through_engine(const std::vector<std::vector<float>>& in,
+                                               const std::string& transport) {
   const int n = int(in.size());
   auto store = std::make_shared<comm::HashStore>();
   store->set_timeout(std::chrono::seconds(30));

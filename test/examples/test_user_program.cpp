@@ -22,9 +22,9 @@
 #include <thread>
 #include <vector>
 
-#include "test/test_skip.h"
 #include "test/comm/helpers/child_process.h"
 #include "test/examples/example_programs.h"
+#include "test/test_skip.h"
 #include "test/test_support.h"
 
 using namespace tinyddp;
@@ -37,7 +37,8 @@ bool contains(const std::string& text, const std::string& part) { return text.fi
 std::set<std::string> names_in(const std::filesystem::path& dir) {
   std::set<std::string> names;
   std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) names.insert(entry.path().filename().string());
+  for (const auto& entry : std::filesystem::directory_iterator(dir, error))
+    names.insert(entry.path().filename().string());
   return names;
 }
 
@@ -140,7 +141,9 @@ TEST_CASE("user program: a worker killed with SIGKILL ends the job with exit 1 n
   check_nothing_left(tmp, dir, job.everyone());
 }
 
-TEST_CASE("user program: SIGINT (to the spawner, or Ctrl-C to the whole job) stops it with exit 1, says how to resume, leaves nothing") {
+TEST_CASE(
+    "user program: SIGINT (to the spawner, or Ctrl-C to the whole job) stops it with exit 1, says how to resume, "
+    "leaves nothing") {
   if (!have_programs({"test_user_program"})) return;
   for (bool whole_job : {false, true}) {
     CAPTURE(whole_job);
@@ -160,7 +163,8 @@ TEST_CASE("user program: SIGINT (to the spawner, or Ctrl-C to the whole job) sto
   }
 }
 
-TEST_CASE("user program: f32 labels for a classifier are refused with exit 1 naming the dtype; nothing is left behind") {
+TEST_CASE(
+    "user program: f32 labels for a classifier are refused with exit 1 naming the dtype; nothing is left behind") {
   if (!have_programs({"test_user_program"})) return;
   TempDir tmp, checkpoints;
   const std::string dir = checkpoints.file("run");
@@ -172,7 +176,8 @@ TEST_CASE("user program: f32 labels for a classifier are refused with exit 1 nam
   check_nothing_left(tmp, dir, {pid});
 }
 
-TEST_CASE("user program: a read-only checkpoint directory is refused as read-only, with exit 1; nothing is left behind") {
+TEST_CASE(
+    "user program: a read-only checkpoint directory is refused as read-only, with exit 1; nothing is left behind") {
   if (!have_programs({"test_user_program"})) return;
   TempDir tmp, checkpoints;
   const std::string dir = checkpoints.file("run");
@@ -183,7 +188,8 @@ TEST_CASE("user program: a read-only checkpoint directory is refused as read-onl
   if (probe.exit_code != 0) {
     TINYDDP_SKIP("unshare -rm cannot mount a read-only file system here: ", probe.report);
   }
-  Child spawner = spawn_program({"/usr/bin/unshare", "-rm", "sh", "-c", "mount -t tmpfs -o ro tmpfs \"$1\" && exec \"$0\" \"$1\" 2 i64",
+  Child spawner = spawn_program({"/usr/bin/unshare", "-rm", "sh", "-c",
+                                 "mount -t tmpfs -o ro tmpfs \"$1\" && exec \"$0\" \"$1\" 2 i64",
                                  program("test_user_program"), dir},
                                 {"TMPDIR=" + tmp.path.string()});
   ChildGuard guard{spawner};
@@ -194,10 +200,13 @@ TEST_CASE("user program: a read-only checkpoint directory is refused as read-onl
 
   // The same words for an output path checked before the work (core/output_path.h).
   if (!have_programs({"dummy"})) return;
-  ChildOutcome save = run_as_is({"/usr/bin/unshare", "-rm", "sh", "-c", "mount -t tmpfs -o ro tmpfs \"$1\" && exec \"$0\" --epochs 1 --save \"$1/x.safetensors\"",
-                           program("dummy"), dir});
+  ChildOutcome save = run_as_is(
+      {"/usr/bin/unshare", "-rm", "sh", "-c",
+       "mount -t tmpfs -o ro tmpfs \"$1\" && exec \"$0\" --epochs 1 --save \"$1/x.safetensors\"", program("dummy"),
+       dir});
   CHECK(save.exit_code == 1);
-  CHECK(contains(save.report, "--save " + dir + "/x.safetensors: the directory " + dir + " is on a read-only file system; hint: "));
+  CHECK(contains(save.report,
+                 "--save " + dir + "/x.safetensors: the directory " + dir + " is on a read-only file system; hint: "));
 }
 
 TEST_CASE("user program: a checkpoint directory without write permission is refused as such (not as read-only)") {
@@ -215,7 +224,8 @@ TEST_CASE("user program: a checkpoint directory without write permission is refu
   check_nothing_left(tmp, dir, {});
 }
 
-TEST_CASE("sine_fit, the README's program: a killed worker and Ctrl-C each end with exit 1 and one message, no litter") {
+TEST_CASE(
+    "sine_fit, the README's program: a killed worker and Ctrl-C each end with exit 1 and one message, no litter") {
   if (!have_programs({"sine_fit"})) return;
   for (bool interrupt : {false, true}) {
     CAPTURE(interrupt);
@@ -225,11 +235,14 @@ TEST_CASE("sine_fit, the README's program: a killed worker and Ctrl-C each end w
     // sine_fit trains for a fraction of a second: its workers are frozen (SIGSTOP) as soon as they
     // appear, so the signal surely comes while the job runs.
     std::vector<pid_t> workers;
-    REQUIRE(eventually([&] {
-      for (pid_t pid : children_of(spawner.pid))
-        if (std::find(workers.begin(), workers.end(), pid) == workers.end() && kill(pid, SIGSTOP) == 0) workers.push_back(pid);
-      return workers.size() == 2;
-    }, std::chrono::seconds(60)));
+    REQUIRE(eventually(
+        [&] {
+          for (pid_t pid : children_of(spawner.pid))
+            if (std::find(workers.begin(), workers.end(), pid) == workers.end() && kill(pid, SIGSTOP) == 0)
+              workers.push_back(pid);
+          return workers.size() == 2;
+        },
+        std::chrono::seconds(60)));
     std::vector<pid_t> everyone = workers;
     everyone.push_back(spawner.pid);
     if (interrupt) {

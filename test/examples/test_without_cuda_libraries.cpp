@@ -15,8 +15,8 @@
 #include "tinyddp/core/cuda_plugin.h"
 #include "tinyddp/core/cuda_runtime.h"
 #include "test/comm/helpers/child_process.h"
-#include "test/test_support.h"
 #include "test/test_skip.h"
+#include "test/test_support.h"
 
 using namespace tinyddp;
 using namespace std::chrono_literals;

@@ -111,13 +111,13 @@ int main(int argc, char** argv) {
   long iterations = argc > 1 ? std::atol(argv[1]) : 100000;
   std::mt19937 random(20240612);
   const std::vector<std::string> seeds = {
-      std::string(1, char(0x00)) + "1,2,3,0\n4,5,6,2\n7,8,9,1\n",                      // ',' class labels, last column
-      std::string(1, char(0x04)) + "a,b,label\n0.5,-1e3,1\n+2,3.0e-2,0\n\n",           // ',' header
-      std::string(1, char(0x09)) + "1;2;3.5\r\n4;5;-6.25\r\n",                          // ';' real labels
-      std::string(1, char(0x1a)) + "3\t0.25\t7\n1\t 2\t8\n",                            // '\t' label first
-      std::string(1, char(0x43)) + "16 0 8 0\n 4 12 16 3\n",                            // ' ' scale 1/16
-      std::string(1, char(0x80)) + "1e8,1\n-3,0\n",                                     // scale 1e30: overflows
-      std::string(1, char(0x28)) + "9,8,7,6\n5,4,3,2\n1,0,1,0\n",                       // label column 1
+      std::string(1, char(0x00)) + "1,2,3,0\n4,5,6,2\n7,8,9,1\n",             // ',' class labels, last column
+      std::string(1, char(0x04)) + "a,b,label\n0.5,-1e3,1\n+2,3.0e-2,0\n\n",  // ',' header
+      std::string(1, char(0x09)) + "1;2;3.5\r\n4;5;-6.25\r\n",                // ';' real labels
+      std::string(1, char(0x1a)) + "3\t0.25\t7\n1\t 2\t8\n",                  // '\t' label first
+      std::string(1, char(0x43)) + "16 0 8 0\n 4 12 16 3\n",                  // ' ' scale 1/16
+      std::string(1, char(0x80)) + "1e8,1\n-3,0\n",                           // scale 1e30: overflows
+      std::string(1, char(0x28)) + "9,8,7,6\n5,4,3,2\n1,0,1,0\n",             // label column 1
   };
   static const char kAlphabet[] = "0123456789.,;+-eE \t\r\nnaifx\"";
   auto run = [](const std::string& input) {

@@ -80,14 +80,12 @@ void fuzz_hello(std::string_view bytes) {
     uint16_t version = 0;
     uint32_t token = decode_hello_head(bytes.substr(0, kHelloHeadBytes), version);
     require(token <= kMaxTokenBytes, "token length over its bound");
-  } catch (const tinyddp::Error&) {
-  }
+  } catch (const tinyddp::Error&) {}
   try {
     HelloReply reply;
     uint32_t message = decode_hello_reply_head(bytes.substr(0, kHelloReplyHeadBytes), reply);
     require(message <= kMaxMessageBytes, "hello message length over its bound");
-  } catch (const tinyddp::Error&) {
-  }
+  } catch (const tinyddp::Error&) {}
 }
 
 // What the server does with a byte stream: length prefix, body, next frame.
@@ -135,7 +133,8 @@ int main(int argc, char** argv) {
     q.keys = {"key"};
     q.values = {"value"};
     if (q.command == Command::compare_set) q.values = {"old", "new"};
-    if (q.command == Command::check || q.command == Command::wait || q.command == Command::multi_get) q.keys = {"a", "bb"};
+    if (q.command == Command::check || q.command == Command::wait || q.command == Command::multi_get)
+      q.keys = {"a", "bb"};
     if (q.command == Command::multi_set) q.keys = {"a", "b"}, q.values = {"1", "22"};
     if (q.command == Command::num_keys) q.keys.clear();
     q.delta = -5;

@@ -48,7 +48,8 @@ void check_all_reduce_on_devices(const std::string& backend, int world, bool one
         Tensor t = make_input<float>(op, r, count).to(device);
         groups[size_t(r)]->all_reduce(t, op)->wait();
         if (!agrees(t.to_vector<float>(), op, world, count))
-          failures[size_t(r)] = backend + " all_reduce " + reduce_op_name(op) + " x" + std::to_string(count) + " differs";
+          failures[size_t(r)] = backend + " all_reduce " + reduce_op_name(op) + " x" + std::to_string(count) +
+                                " differs";
       }
     }
     Tensor in = make_input<double>(ReduceOp::max, r, 33).to(device);

@@ -26,7 +26,7 @@ using namespace tinyddp::testing;
 // (TINYDDP_REQUIRE_GPU=1): see gpu_available().
 #define SKIP_WITHOUT_CUDA_DEVICE() \
   do {                             \
-    if (!gpu_available()) return; \
+    if (!gpu_available()) return;  \
   } while (0)
 
 namespace {
@@ -255,7 +255,8 @@ TEST_CASE("gpu SGD and Adam/AdamW steps match the CPU over several steps") {
     float momentum, dampening, weight_decay;
     bool nesterov;
   };
-  for (SgdCase c : {SgdCase{0.f, 0.f, 0.01f, false}, SgdCase{0.9f, 0.1f, 0.01f, false}, SgdCase{0.9f, 0.f, 0.f, true}}) {
+  for (SgdCase c :
+       {SgdCase{0.f, 0.f, 0.01f, false}, SgdCase{0.9f, 0.1f, 0.01f, false}, SgdCase{0.9f, 0.f, 0.f, true}}) {
     CAPTURE(c.momentum);
     CAPTURE(c.nesterov);
     kernels::SgdConfig config;
@@ -284,7 +285,8 @@ TEST_CASE("gpu SGD and Adam/AdamW steps match the CPU over several steps") {
       config.weight_decay = weight_decay;
       config.decoupled_weight_decay = decoupled;
       Tensor p = start.clone(), m = Tensor::zeros({n}), v = Tensor::zeros({n});
-      Tensor p_gpu = on_gpu(start), m_gpu = Tensor::zeros({n}, DType::f32, kGpu), v_gpu = Tensor::zeros({n}, DType::f32, kGpu);
+      Tensor p_gpu = on_gpu(start), m_gpu = Tensor::zeros({n}, DType::f32, kGpu),
+             v_gpu = Tensor::zeros({n}, DType::f32, kGpu);
       for (int s = 0; s < kSteps; ++s) {
         kernels::adam_step(p, grads[size_t(s)], m, v, config, s + 1);
         kernels::adam_step(p_gpu, on_gpu(grads[size_t(s)]), m_gpu, v_gpu, config, s + 1);
@@ -299,7 +301,8 @@ TEST_CASE("gpu SGD and Adam/AdamW steps match the CPU over several steps") {
 TEST_CASE("gpu kernels refuse arguments on different devices") {
   SKIP_WITHOUT_CUDA_DEVICE();
   Tensor cpu = Tensor::zeros({2, 2}), gpu = Tensor::zeros({2, 2}, DType::f32, kGpu);
-  CHECK_THROWS_WITH_AS(kernels::axpy(1.f, cpu, gpu), doctest::Contains("argument `y` is on cuda:0 but `x` is on cpu"), Error);
+  CHECK_THROWS_WITH_AS(kernels::axpy(1.f, cpu, gpu), doctest::Contains("argument `y` is on cuda:0 but `x` is on cpu"),
+                       Error);
   CHECK_THROWS_WITH_AS(kernels::gemm(gpu, false, cpu, false, gpu), doctest::Contains("argument `b` is on cpu"), Error);
 }
 
@@ -345,7 +348,8 @@ TEST_CASE("gpu fill_uniform draws the CPU's numbers, on every device") {
 TEST_CASE("gpu an out-of-memory allocation does not poison the next kernel launch") {
   SKIP_WITHOUT_CUDA_DEVICE();
   // Far more than any GPU has: cudaMalloc fails, the caching allocator releases and retries, and throws.
-  CHECK_THROWS_WITH_AS(Tensor::empty({int64_t(1) << 40}, DType::f32, kGpu), doctest::Contains("out of memory on cuda:0"), Error);
+  CHECK_THROWS_WITH_AS(Tensor::empty({int64_t(1) << 40}, DType::f32, kGpu),
+                       doctest::Contains("out of memory on cuda:0"), Error);
   // cudaMalloc's failure must not be left as the thread's last error, or this launch check reports it.
   Tensor x = Tensor::zeros({1000}, DType::f32, kGpu);
   kernels::fill(x, 2.f);

@@ -2,8 +2,8 @@
 // that include +-0, tiny values and large |x| (where erf saturates and exp(-x^2/2) underflows).
 #include <doctest/doctest.h>
 
-#include "kernel_fixtures.h"
 #include "tinyddp/kernels/ops.h"
+#include "kernel_fixtures.h"
 
 using namespace tinyddp;
 using namespace tinyddp::testing;
@@ -43,7 +43,9 @@ TEST_CASE("activations refuse an output of another shape or dtype") {
   Tensor wrong_shape = Tensor::zeros({3, 2}), wrong_dtype = Tensor::zeros({2, 3}, DType::f64);
   CHECK_THROWS_WITH_AS(kernels::relu_forward(x, wrong_shape),
                        doctest::Contains("relu_forward: argument `y` is f32[3, 2] on cpu but `x` is f32[2, 3]"), Error);
-  CHECK_THROWS_WITH_AS(kernels::gelu_backward(x, wrong_dtype, x), doctest::Contains("argument `dy` is f64[2, 3]"), Error);
+  CHECK_THROWS_WITH_AS(kernels::gelu_backward(x, wrong_dtype, x), doctest::Contains("argument `dy` is f64[2, 3]"),
+                       Error);
   Tensor undefined;
-  CHECK_THROWS_WITH_AS(kernels::gelu_forward(undefined, x), doctest::Contains("argument `x` is an undefined tensor"), Error);
+  CHECK_THROWS_WITH_AS(kernels::gelu_forward(undefined, x), doctest::Contains("argument `x` is an undefined tensor"),
+                       Error);
 }

@@ -3,8 +3,8 @@
 
 #include <limits>
 
-#include "kernel_fixtures.h"
 #include "tinyddp/kernels/ops.h"
+#include "kernel_fixtures.h"
 
 using namespace tinyddp;
 using namespace tinyddp::testing;

@@ -3,8 +3,8 @@
 
 #include <cmath>
 
-#include "kernel_fixtures.h"
 #include "tinyddp/kernels/ops.h"
+#include "kernel_fixtures.h"
 
 using namespace tinyddp;
 using namespace tinyddp::testing;
@@ -55,7 +55,8 @@ TEST_CASE("fill writes every element, and only the view's elements") {
 
 TEST_CASE("BLAS-1 kernels refuse other dtypes and mismatched shapes") {
   Tensor i = Tensor::zeros({3}, DType::i32), x = Tensor::zeros({3}), y = Tensor::zeros({4});
-  CHECK_THROWS_WITH_AS(kernels::fill(i, 1.f), doctest::Contains("fill: argument `x` is i32[3] on cpu but must be f32"), Error);
+  CHECK_THROWS_WITH_AS(kernels::fill(i, 1.f), doctest::Contains("fill: argument `x` is i32[3] on cpu but must be f32"),
+                       Error);
   CHECK_THROWS_WITH_AS(kernels::scale(i, 1.f), doctest::Contains("scale: argument `x`"), Error);
   CHECK_THROWS_WITH_AS(kernels::sum_of_squares(i), doctest::Contains("sum_of_squares: argument `x`"), Error);
   CHECK_THROWS_WITH_AS(kernels::axpy(1.f, x, y), doctest::Contains("axpy: argument `y` is f32[4]"), Error);

@@ -32,6 +32,6 @@ TEST_CASE("convert writes f32 <-> bf16 and f32 <-> f16 into existing tensors, as
   }
   Tensor short_one = Tensor::empty({3}, DType::bf16), two = Tensor::empty({2}, DType::bf16);
   CHECK_THROWS_WITH_AS(kernels::convert(f, short_one), doctest::Contains("same number of elements"), Error);
-  CHECK_THROWS_WITH_AS(kernels::convert(Tensor::zeros({2}, DType::f64), two), doctest::Contains("f64 -> bf16 is not supported"),
-                       Error);
+  CHECK_THROWS_WITH_AS(kernels::convert(Tensor::zeros({2}, DType::f64), two),
+                       doctest::Contains("f64 -> bf16 is not supported"), Error);
 }

@@ -5,8 +5,8 @@
 #include <cmath>
 #include <limits>
 
-#include "kernel_fixtures.h"
 #include "tinyddp/kernels/ops.h"
+#include "kernel_fixtures.h"
 
 using namespace tinyddp;
 using namespace tinyddp::testing;
@@ -48,8 +48,10 @@ TEST_CASE("a label outside [0, C) is an error naming the row and the label") {
   // Nothing was written: the labels are checked before the first row is.
   check_close(d.to_vector<float>(), std::vector<float>(12, 0.f), 0, 0, "dlogits after a refused batch");
   Tensor negative = Tensor::from_vector<int64_t>({0, -1, 1, 1}, {4});
-  CHECK_THROWS_WITH_AS(kernels::softmax_cross_entropy(logits, negative, nullptr), doctest::Contains("labels[1] = -1"), Error);
-  CHECK_THROWS_WITH_AS(kernels::count_correct(logits, labels), doctest::Contains("count_correct: labels[2] = 3"), Error);
+  CHECK_THROWS_WITH_AS(kernels::softmax_cross_entropy(logits, negative, nullptr), doctest::Contains("labels[1] = -1"),
+                       Error);
+  CHECK_THROWS_WITH_AS(kernels::count_correct(logits, labels), doctest::Contains("count_correct: labels[2] = 3"),
+                       Error);
 }
 
 TEST_CASE("softmax_cross_entropy checks its arguments") {
@@ -61,9 +63,11 @@ TEST_CASE("softmax_cross_entropy checks its arguments") {
   CHECK_THROWS_WITH_AS(kernels::softmax_cross_entropy(logits, short_labels, nullptr),
                        doctest::Contains("one label per row"), Error);
   Tensor labels = Tensor::zeros({4}, DType::i64), d = Tensor::zeros({3, 4});
-  CHECK_THROWS_WITH_AS(kernels::softmax_cross_entropy(logits, labels, &d), doctest::Contains("argument `dlogits`"), Error);
+  CHECK_THROWS_WITH_AS(kernels::softmax_cross_entropy(logits, labels, &d), doctest::Contains("argument `dlogits`"),
+                       Error);
   Tensor empty_logits = Tensor::zeros({0, 3}), no_labels = Tensor::zeros({0}, DType::i64);
-  CHECK_THROWS_WITH_AS(kernels::softmax_cross_entropy(empty_logits, no_labels, nullptr), doctest::Contains("has no rows"), Error);
+  CHECK_THROWS_WITH_AS(kernels::softmax_cross_entropy(empty_logits, no_labels, nullptr),
+                       doctest::Contains("has no rows"), Error);
 }
 
 TEST_CASE("count_correct matches (argmax == label).sum(), ties going to the first maximum") {

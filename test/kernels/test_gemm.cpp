@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "tinyddp/core/random.h"
-#include "kernel_fixtures.h"
 #include "tinyddp/kernels/cpu_gemm.h"
 #include "tinyddp/kernels/ops.h"
+#include "kernel_fixtures.h"
 
 using namespace tinyddp;
 using namespace tinyddp::testing;
@@ -58,7 +58,8 @@ TEST_CASE("gemm: all four transpose combinations, with alpha and beta, match PyT
         Tensor c = f.get("c").clone();
         kernels::gemm(lhs, ta, rhs, tb, c, alpha, beta);
         check_within(c.to_vector<float>(), f.get("out").to_vector<float>(),
-                     fixture_bound(gemm_rounding_bound(a, false, b, false, alpha, beta, f.get("c").to_vector<float>()), f.get("out")),
+                     fixture_bound(gemm_rounding_bound(a, false, b, false, alpha, beta, f.get("c").to_vector<float>()),
+                                   f.get("out")),
                      "alpha*op(a)@op(b) + beta*c");
 
         // beta = 0 overwrites: c's old contents are never read, even when they are NaN.
@@ -84,7 +85,8 @@ TEST_CASE("gemm writes into a view without touching the memory around it") {
     const float alpha = f.get("alpha_beta").item<float>(0), beta = f.get("alpha_beta").item<float>(1);
     kernels::gemm(f.get("a"), false, f.get("b"), false, c, alpha, beta);
     check_within(c.to_vector<float>(), f.get("out").to_vector<float>(),
-                 fixture_bound(gemm_rounding_bound(f.get("a"), false, f.get("b"), false, alpha, beta, f.get("c").to_vector<float>()),
+                 fixture_bound(gemm_rounding_bound(f.get("a"), false, f.get("b"), false, alpha, beta,
+                                                   f.get("c").to_vector<float>()),
                                f.get("out")),
                  "gemm into a view");
     // Every value outside rows [2, 39): the two rows before the view and the two after it, 76 in all.
@@ -115,9 +117,11 @@ TEST_CASE("gemm rejects operands whose shapes do not chain") {
   // a^T @ b is [3, 2]: the inner dimensions now agree but c has the wrong shape.
   CHECK_THROWS_WITH_AS(kernels::gemm(a, true, b, false, c), doctest::Contains("allocate c as [3, 2]"), Error);
   Tensor v = Tensor::zeros({4});
-  CHECK_THROWS_WITH_AS(kernels::gemm(v, false, b, false, c), doctest::Contains("argument `a` must have 2 dimension"), Error);
+  CHECK_THROWS_WITH_AS(kernels::gemm(v, false, b, false, c), doctest::Contains("argument `a` must have 2 dimension"),
+                       Error);
   Tensor square = Tensor::zeros({3, 3});
-  CHECK_THROWS_WITH_AS(kernels::gemm(square, false, square, false, square), doctest::Contains("`c` overlaps the memory of `a`"), Error);
+  CHECK_THROWS_WITH_AS(kernels::gemm(square, false, square, false, square),
+                       doctest::Contains("`c` overlaps the memory of `a`"), Error);
   Tensor d = Tensor::zeros({3, 2}, DType::f64);
   CHECK_THROWS_WITH_AS(kernels::gemm(a, true, b, false, d), doctest::Contains("argument `c` is f64[3, 2]"), Error);
 }
@@ -131,7 +135,8 @@ TEST_CASE("set_cpu_threads accepts a thread count and refuses zero") {
       Tensor c = Tensor::empty({37, 19});
       kernels::gemm(f.get("a"), false, f.get("b"), false, c, f.get("alpha0").item<float>(0));
       check_within(c.to_vector<float>(), f.get("out_beta0").to_vector<float>(),
-                   fixture_bound(gemm_rounding_bound(f.get("a"), false, f.get("b"), false, f.get("alpha0").item<float>(0)),
+                   fixture_bound(gemm_rounding_bound(f.get("a"), false, f.get("b"), false,
+                                                     f.get("alpha0").item<float>(0)),
                                  f.get("out_beta0")),
                    "gemm on the set number of threads");
     }
@@ -170,7 +175,8 @@ TEST_CASE("a larger product agrees across the CPU GEMM libraries, and the choice
       for (int64_t j = 0; j < 1024; ++j) {
         const size_t at = size_t(i * 1024 + j);
         if (!(std::fabs(double(py[at]) - reference[at]) <= bound[at]) && outside++ == 0)
-          FAIL_CHECK("y[" << i << ", " << j << "] = " << py[at] << ", exactly " << reference[at] << " (bound " << bound[at] << ")");
+          FAIL_CHECK("y[" << i << ", " << j << "] = " << py[at] << ", exactly " << reference[at] << " (bound "
+                          << bound[at] << ")");
       }
     CHECK(outside == 0);
   });

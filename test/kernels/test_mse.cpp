@@ -4,8 +4,8 @@
 #include <cmath>
 #include <vector>
 
-#include "kernel_fixtures.h"
 #include "tinyddp/kernels/ops.h"
+#include "kernel_fixtures.h"
 
 using namespace tinyddp;
 using namespace tinyddp::testing;

@@ -2,8 +2,8 @@
 // the whole parameter trajectory and the final optimizer state must agree.
 #include <doctest/doctest.h>
 
-#include "kernel_fixtures.h"
 #include "tinyddp/kernels/ops.h"
+#include "kernel_fixtures.h"
 
 using namespace tinyddp;
 using namespace tinyddp::testing;
@@ -104,14 +104,17 @@ TEST_CASE("optimizer steps refuse bad state and bad hyper-parameters") {
                        doctest::Contains("argument `momentum_buffer` is an undefined tensor"), Error);
   sgd.nesterov = true;
   sgd.dampening = 0.1f;
-  CHECK_THROWS_WITH_AS(kernels::sgd_step(param, grad, state, sgd, true), doctest::Contains("nesterov momentum needs"), Error);
+  CHECK_THROWS_WITH_AS(kernels::sgd_step(param, grad, state, sgd, true), doctest::Contains("nesterov momentum needs"),
+                       Error);
   kernels::SgdConfig no_momentum;  // momentum 0: no buffer needed
   kernels::sgd_step(param, grad, undefined, no_momentum, true);
 
   kernels::AdamConfig adam;
   CHECK_THROWS_WITH_AS(kernels::adam_step(param, grad, state, short_state, adam, 1),
                        doctest::Contains("argument `exp_avg_sq` is f32[2]"), Error);
-  CHECK_THROWS_WITH_AS(kernels::adam_step(param, grad, state, state, adam, 0), doctest::Contains("steps count from 1"), Error);
+  CHECK_THROWS_WITH_AS(kernels::adam_step(param, grad, state, state, adam, 0), doctest::Contains("steps count from 1"),
+                       Error);
   adam.beta2 = 1.f;
-  CHECK_THROWS_WITH_AS(kernels::adam_step(param, grad, state, state, adam, 1), doctest::Contains("must both lie in [0, 1)"), Error);
+  CHECK_THROWS_WITH_AS(kernels::adam_step(param, grad, state, state, adam, 1),
+                       doctest::Contains("must both lie in [0, 1)"), Error);
 }

@@ -36,13 +36,15 @@ inline std::vector<double> mlp_forward_bound(nn::Sequential& model, const Tensor
     REQUIRE_MESSAGE(linear != nullptr, "mlp_forward_bound knows Linear and ReLU, not " << layer->describe());
     const int64_t out = linear->out_features();
     const std::vector<float> w = linear->weight().value.to_vector<float>();
-    const std::vector<float> b = linear->has_bias() ? linear->bias().value.to_vector<float>() : std::vector<float>(size_t(out), 0.f);
+    const std::vector<float> b = linear->has_bias() ? linear->bias().value.to_vector<float>()
+                                                    : std::vector<float>(size_t(out), 0.f);
     std::vector<double> next_value(size_t(rows * out)), next_error(size_t(rows * out));
     for (int64_t i = 0; i < rows; ++i)
       for (int64_t j = 0; j < out; ++j) {
         double sum = b[size_t(j)], magnitude = std::fabs(double(b[size_t(j)])), carried = 0;
         for (int64_t k = 0; k < width; ++k) {
-          const double wk = w[size_t(j * width + k)], h = value[size_t(i * width + k)], e = error[size_t(i * width + k)];
+          const double wk = w[size_t(j * width + k)], h = value[size_t(i * width + k)],
+                       e = error[size_t(i * width + k)];
           sum += wk * h;
           magnitude += std::fabs(wk) * (std::fabs(h) + e);
           carried += std::fabs(wk) * e;

@@ -18,8 +18,8 @@
 #include "tinyddp/nn/linear.h"
 #include "tinyddp/nn/loss.h"
 #include "tinyddp/nn/sequential.h"
-#include "test/test_support.h"
 #include "test/test_skip.h"
+#include "test/test_support.h"
 
 using namespace tinyddp;
 using tinyddp::testing::check_close;
@@ -83,7 +83,8 @@ nn::Sequential make_fixture_sequential() {
   seq.emplace<nn::Linear>(8, 8, gen);
   seq.emplace<nn::GELU>();
   seq.emplace<nn::Linear>(8, 3, gen);
-  for (auto& named : seq.named_parameters()) named.parameter->value.copy_from(layers_fixture().get("seq.param." + named.name));
+  for (auto& named : seq.named_parameters())
+    named.parameter->value.copy_from(layers_fixture().get("seq.param." + named.name));
   return seq;
 }
 
@@ -114,7 +115,8 @@ TEST_CASE("Linear forward and backward match PyTorch autograd") {
     kernels::scale(twice_b, 2.f);
     check_within(values(linear.weight().grad), values(twice_w), accumulated_bound(bound.dweight, twice_w),
                  "dweight after two passes");
-    check_within(values(linear.bias().grad), values(twice_b), accumulated_bound(bound.dbias, twice_b), "dbias after two passes");
+    check_within(values(linear.bias().grad), values(twice_b), accumulated_bound(bound.dbias, twice_b),
+                 "dbias after two passes");
     linear.zero_grad(/*set_to_none=*/false);
     CHECK(kernels::sum_of_squares(linear.weight().grad) == 0.0);
     CHECK(kernels::sum_of_squares(linear.bias().grad) == 0.0);
@@ -128,7 +130,8 @@ TEST_CASE("Linear forward and backward match PyTorch autograd") {
     kernels::fill(linear.bias().grad, std::nanf(""));
     linear.backward(f.get("linear.dy"), false);
     CHECK(linear.weight().has_grad);
-    check_within(values(linear.weight().grad), values(f.get("linear.dweight")), bound.dweight, "dweight over a stale buffer");
+    check_within(values(linear.weight().grad), values(f.get("linear.dweight")), bound.dweight,
+                 "dweight over a stale buffer");
     check_within(values(linear.bias().grad), values(f.get("linear.dbias")), bound.dbias, "dbias over a stale buffer");
     linear.backward(f.get("linear.dy"), false);
     Tensor twice_w = f.get("linear.dweight").clone(), twice_b = f.get("linear.dbias").clone();

@@ -99,11 +99,10 @@ TEST_CASE("AdamW + clip_grad_norm + warm-up then cosine, composed, follow PyTorc
   nn::Sequential mlp = make_fixture_mlp();
   nn::CrossEntropyLoss criterion;
   nn::AdamW adamw(mlp.named_parameters(), c["lr"], {0.9, 0.999}, 1e-8, c["weight_decay"]);
-  nn::SequentialSchedule schedule(
-      adamw,
-      {std::make_shared<nn::WarmUp>(adamw, c["warmup_iters"], c["start_factor"]),
-       std::make_shared<nn::CosineAnnealing>(adamw, c["total_iters"], c["eta_min"])},
-      {c["warmup_iters"].get<int64_t>()});
+  nn::SequentialSchedule schedule(adamw,
+                                  {std::make_shared<nn::WarmUp>(adamw, c["warmup_iters"], c["start_factor"]),
+                                   std::make_shared<nn::CosineAnnealing>(adamw, c["total_iters"], c["eta_min"])},
+                                  {c["warmup_iters"].get<int64_t>()});
   std::vector<float> losses, norms;
   std::vector<double> lrs;
   for (int step = 0; step < c["steps"].get<int>(); ++step) {

@@ -10,8 +10,8 @@
 #include "tinyddp/nn/loss.h"
 #include "tinyddp/nn/optim/adam.h"
 #include "tinyddp/nn/sequential.h"
-#include "test/test_support.h"
 #include "test/test_skip.h"
+#include "test/test_support.h"
 
 using namespace tinyddp;
 

@@ -34,10 +34,10 @@
 #include <string>
 #include <vector>
 
-#include "tinyddp/core/command_line.h"
 #include "tinyddp/comm/process_group.h"
 #include "tinyddp/comm/store/hash_store.h"
 #include "tinyddp/comm/store/rendezvous.h"
+#include "tinyddp/core/command_line.h"
 #include "tinyddp/core/error.h"
 #include "tinyddp/core/tensor.h"
 
@@ -84,15 +84,16 @@ std::string describe(const Plan& plan) {
 
 // The input element `i` of `rank` for collective `plan`: a small integer, exact in every dtype.
 int64_t input_value(const Plan& plan, int rank, int64_t i, int world) {
-  uint64_t h = plan.id * 0x9E3779B97F4A7C15ull ^ uint64_t(rank) * 0xC2B2AE3D27D4EB4Full ^ uint64_t(i) * 0x165667B19E3779F9ull;
+  uint64_t h = plan.id * 0x9E3779B97F4A7C15ull ^ uint64_t(rank) * 0xC2B2AE3D27D4EB4Full ^
+               uint64_t(i) * 0x165667B19E3779F9ull;
   h ^= h >> 29;
   h *= 0xBF58476D1CE4E5B9ull;
   h ^= h >> 32;
   switch (plan.op) {
-    case ReduceOp::sum: return int64_t(h % 7) - 3;                 // [-3, 3]
-    case ReduceOp::avg: return world * (int64_t(h % 7) - 3);       // the average is the integer sum of h % 7 - 3
+    case ReduceOp::sum: return int64_t(h % 7) - 3;            // [-3, 3]
+    case ReduceOp::avg: return world * (int64_t(h % 7) - 3);  // the average is the integer sum of h % 7 - 3
     case ReduceOp::max:
-    case ReduceOp::min: return int64_t(h % 101) - 50;              // [-50, 50]
+    case ReduceOp::min: return int64_t(h % 101) - 50;                     // [-50, 50]
     case ReduceOp::prod: return std::array<int64_t, 3>{-1, 1, 2}[h % 3];  // |product| <= 2^world
   }
   return 0;
@@ -129,7 +130,9 @@ int64_t count_wrong(const Tensor& got, const Plan& plan, int rank, Expected expe
     T want = T(expected(i));
     if (p[i] == want) continue;
     if (++wrong <= 3)
-      std::fprintf(stderr, "collective_soak: rank %d: %s (#%" PRIu64 " of the schedule): element %" PRId64 " is %g, expected %g\n",
+      std::fprintf(stderr,
+                   "collective_soak: rank %d: %s (#%" PRIu64 " of the schedule): element %" PRId64
+                   " is %g, expected %g\n",
                    rank, describe(plan).c_str(), plan.id, i, double(p[i]), double(want));
   }
   return wrong;
@@ -181,9 +184,7 @@ InFlight launch_typed(ProcessGroup& pg, const Plan& plan, const CallOptions& cal
       f.launched = Clock::now();
       f.work = pg.reduce_scatter(f.output, f.input, plan.op, call);
       break;
-    case Kind::barrier:
-      f.work = pg.barrier(call);
-      break;
+    case Kind::barrier: f.work = pg.barrier(call); break;
   }
   return f;
 }
@@ -205,7 +206,8 @@ int64_t check_typed(const InFlight& f, int rank, int world) {
                             [&](int64_t i) { return input_value(plan, int(i / plan.count), i % plan.count, world); });
     case Kind::reduce_scatter:
       // The input's element j is the hash of j, so this rank's block of the reduction starts at rank * count.
-      return count_wrong<T>(f.output, plan, rank, [&](int64_t i) { return reduced_value(plan, rank * plan.count + i, world); });
+      return count_wrong<T>(f.output, plan, rank,
+                            [&](int64_t i) { return reduced_value(plan, rank * plan.count + i, world); });
     case Kind::barrier: return 0;
   }
   return 0;
@@ -238,8 +240,8 @@ Plan draw(std::mt19937_64& rng, uint64_t id, int groups, int world, size_t max_b
   Plan p;
   p.id = id;
   p.group = int(rng() % uint64_t(groups));
-  static constexpr Kind kinds[] = {Kind::all_reduce, Kind::all_reduce, Kind::all_reduce_into, Kind::broadcast,
-                                   Kind::all_gather,  Kind::reduce_scatter, Kind::barrier};
+  static constexpr Kind kinds[] = {Kind::all_reduce, Kind::all_reduce,     Kind::all_reduce_into, Kind::broadcast,
+                                   Kind::all_gather, Kind::reduce_scatter, Kind::barrier};
   p.kind = kinds[rng() % std::size(kinds)];
   static constexpr DType dtypes[] = {DType::f32, DType::f64, DType::i32, DType::i64};
   p.dtype = dtypes[rng() % std::size(dtypes)];
@@ -249,18 +251,24 @@ Plan draw(std::mt19937_64& rng, uint64_t id, int groups, int world, size_t max_b
   const int64_t elem = int64_t(dtype_size(p.dtype));
   // all_gather and reduce_scatter hold world times the per-rank count: keep that under max_bytes too.
   const int64_t most = std::max<int64_t>(1, int64_t(max_bytes) / elem /
-                                               (p.kind == Kind::all_gather || p.kind == Kind::reduce_scatter ? world : 1));
+                                                (p.kind == Kind::all_gather || p.kind == Kind::reduce_scatter ? world
+                                                                                                              : 1));
   const uint64_t band = rng() % 100;
   auto log_uniform = [&](int64_t lo, int64_t hi) {
     hi = std::max(lo, std::min(hi, most));
     double x = std::uniform_real_distribution<double>(std::log(double(lo)), std::log(double(hi) + 1))(rng);
     return std::clamp<int64_t>(int64_t(std::exp(x)), lo, hi);
   };
-  if (band < 10) p.count = 0;
-  else if (band < 30) p.count = log_uniform(1, 16);
-  else if (band < 60) p.count = log_uniform(17, 1024);
-  else if (band < 85) p.count = log_uniform(1025, 64 * 1024);
-  else p.count = log_uniform(64 * 1024 + 1, most);
+  if (band < 10)
+    p.count = 0;
+  else if (band < 30)
+    p.count = log_uniform(1, 16);
+  else if (band < 60)
+    p.count = log_uniform(17, 1024);
+  else if (band < 85)
+    p.count = log_uniform(1025, 64 * 1024);
+  else
+    p.count = log_uniform(64 * 1024 + 1, most);
   if (p.kind == Kind::barrier) p.count = 0;
   return p;
 }
@@ -291,14 +299,17 @@ std::vector<std::string> split(const std::string& list) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"collective_soak: every collective of the host backend, checked exactly, for a given time (run it under tinyddp-run)"};
+  CLI::App app{
+      "collective_soak: every collective of the host backend, checked exactly, for a given time (run it under "
+      "tinyddp-run)"};
   double seconds = 10;
   std::string transports_text = "shm,tcp", max_text;
   size_t max_bytes = 4 << 20;
   uint64_t seed = 1;
   int timeout_ms = 60000, report_every = 60, max_in_flight = 4;
   app.add_option("--seconds", seconds, "how long to run (rank 0's clock)");
-  app.add_option("--transports", transports_text, "comma-separated ring transports, one process group each: shm, tcp, auto");
+  app.add_option("--transports", transports_text,
+                 "comma-separated ring transports, one process group each: shm, tcp, auto");
   app.add_option("--max-bytes", max_bytes, "the largest buffer a collective fills on one rank");
   app.add_option("--seed", seed, "the schedule's seed (every rank draws the same)");
   app.add_option("--timeout-ms", timeout_ms, "every collective's timeout; waits give up 10 s after it");
@@ -309,8 +320,10 @@ int main(int argc, char** argv) {
   try {
     const std::vector<std::string> transports = split(transports_text);
     TINYDDP_CHECK(!transports.empty() && seconds >= 0 && timeout_ms > 0 && max_bytes > 0 && max_in_flight > 0,
-                  "collective_soak: need --transports (e.g. shm,tcp), --seconds >= 0, --timeout-ms > 0, --max-bytes > 0 and --max-in-flight > 0");
-    TINYDDP_CHECK(read_launch_environment().rank >= 0, "collective_soak: no launcher environment (RANK, WORLD_SIZE, ...)",
+                  "collective_soak: need --transports (e.g. shm,tcp), --seconds >= 0, --timeout-ms > 0, --max-bytes > "
+                  "0 and --max-in-flight > 0");
+    TINYDDP_CHECK(read_launch_environment().rank >= 0,
+                  "collective_soak: no launcher environment (RANK, WORLD_SIZE, ...)",
                   hint("run it as `tinyddp-run -n 4 collective_soak ...`"));
     Rendezvous rv = rendezvous("env://");
     const int rank = rv.rank, world = rv.world_size;
@@ -347,8 +360,10 @@ int main(int argc, char** argv) {
         std::_Exit(1);  // the group is aborted; its threads may still be unwinding
       }
       if (!done) {
-        std::fprintf(stderr, "collective_soak: rank %d: HANG: %s (#%" PRIu64 " of the schedule) over %s not done %lld s"
-                             " after this rank began to wait for it, though its timeout is %d ms\n",
+        std::fprintf(stderr,
+                     "collective_soak: rank %d: HANG: %s (#%" PRIu64
+                     " of the schedule) over %s not done %lld s"
+                     " after this rank began to wait for it, though its timeout is %d ms\n",
                      rank, describe(f.plan).c_str(), f.plan.id, transports[f.plan.group].c_str(),
                      (long long)std::chrono::duration_cast<std::chrono::seconds>(give_up_after).count(), timeout_ms);
         std::fflush(nullptr);
@@ -422,7 +437,8 @@ int main(int argc, char** argv) {
                     double(per_group[i].slowest_us) / 1000);
       }
       std::printf("collectives run      %" PRId64 " (%" PRId64 " a rank)\n", n_all, n_all / world);
-      std::printf("bytes                %s (the buffers the collectives filled, all ranks)\n", human_bytes(double(bytes_all)).c_str());
+      std::printf("bytes                %s (the buffers the collectives filled, all ranks)\n",
+                  human_bytes(double(bytes_all)).c_str());
       std::printf("wrong results        %" PRId64 " elements\n", wrong_all);
       std::printf("hangs/timeouts       0\n");  // either ends the run at once, before this line
       std::printf("slowest collective   %.1f ms\n", double(slowest_all) / 1000);

@@ -25,8 +25,8 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -61,17 +61,17 @@ struct SoakOptions {
 
 // How one run of the job went.
 struct RunOutcome {
-  bool finished = false;   // exit 0, every epoch done
-  bool hung = false;       // still running at the deadline (killed)
+  bool finished = false;  // exit 0, every epoch done
+  bool hung = false;      // still running at the deadline (killed)
   bool killed_worker = false;
   int killed_rank = -1;
   double kill_at_s = 0;
   int restarts = 0;
-  int epochs_redone = 0;   // epochs trained, then trained again after a restart
-  int checkpoints = 0;     // files loaded
+  int epochs_redone = 0;  // epochs trained, then trained again after a restart
+  int checkpoints = 0;    // files loaded
   int corrupt = 0;
   double accuracy = -1;
-  std::string weights;     // the saved final weights
+  std::string weights;  // the saved final weights
   double seconds = 0;
   bool root_cause_named = false;  // the launcher's first failure message names the killed rank, SIGKILL
   std::string log;
@@ -99,7 +99,8 @@ double last_number_after(const std::string& text, const std::string& label) {
 bool has_line(const std::string& text, const std::string& a, const std::string& b) {
   for (size_t at = text.find(a); at != std::string::npos; at = text.find(a, at + 1)) {
     size_t end = text.find('\n', at);
-    if (text.substr(at, end == std::string::npos ? std::string::npos : end - at).find(b) != std::string::npos) return true;
+    if (text.substr(at, end == std::string::npos ? std::string::npos : end - at).find(b) != std::string::npos)
+      return true;
   }
   return false;
 }
@@ -137,10 +138,22 @@ class Soak {
   explicit Soak(SoakOptions o) : o_(std::move(o)), rng_(o_.seed) {}
 
   std::vector<std::string> command(const std::string& dir) const {
-    std::vector<std::string> argv{o_.bin_dir + "/tinyddp-run", "-n", std::to_string(o_.world_size), "--max-restarts",
-                                  std::to_string(o_.max_restarts), "--grace-ms", "3000", o_.bin_dir + "/" + o_.job,
-                                  "--device", "cpu", "--epochs", std::to_string(o_.epochs), "--checkpoint-dir",
-                                  dir + "/ck", "--save", dir + "/final.safetensors"};
+    std::vector<std::string> argv{o_.bin_dir + "/tinyddp-run",
+                                  "-n",
+                                  std::to_string(o_.world_size),
+                                  "--max-restarts",
+                                  std::to_string(o_.max_restarts),
+                                  "--grace-ms",
+                                  "3000",
+                                  o_.bin_dir + "/" + o_.job,
+                                  "--device",
+                                  "cpu",
+                                  "--epochs",
+                                  std::to_string(o_.epochs),
+                                  "--checkpoint-dir",
+                                  dir + "/ck",
+                                  "--save",
+                                  dir + "/final.safetensors"};
     if (o_.job == "digits") argv.insert(argv.end(), {"--data", o_.data});
     return argv;
   }
@@ -202,7 +215,8 @@ class Soak {
     // left) must be about the killed rank, not a peer that failed after it.
     size_t first = out.log.find("worker rank ");
     std::string line = first == std::string::npos ? "" : out.log.substr(first, out.log.find('\n', first) - first);
-    out.root_cause_named = has_line(line, "worker rank " + std::to_string(out.killed_rank) + " (", ") was killed by SIGKILL");
+    out.root_cause_named = has_line(line, "worker rank " + std::to_string(out.killed_rank) + " (",
+                                    ") was killed by SIGKILL");
     check_checkpoints(dir + "/ck", out);
     return out;
   }
@@ -230,8 +244,10 @@ class Soak {
           int64_t in_best = have_best ? nn::checkpoint_epochs_done(dir + "/best.safetensors") : 0;
           bool repairable = !out.finished && best == epochs && in_best < best;
           if (in_best != best && !repairable)
-            TINYDDP_FAIL("best.safetensors holds the state after epoch ", in_best, " but last.safetensors says the best "
-                         "epoch is ", best, hint("the pair was not written last-then-best"));
+            TINYDDP_FAIL("best.safetensors holds the state after epoch ", in_best,
+                         " but last.safetensors says the best "
+                         "epoch is ",
+                         best, hint("the pair was not written last-then-best"));
         }
       } catch (const std::exception& e) {
         ++out.corrupt;
@@ -241,9 +257,10 @@ class Soak {
   }
 
   int main() {
-    std::printf("soak: %d runs of %s (%d CPU workers, %d epochs, tinyddp-run --max-restarts %d), one worker "
-                "SIGKILLed at a random moment of each\n",
-                o_.runs, o_.job.c_str(), o_.world_size, o_.epochs, o_.max_restarts);
+    std::printf(
+        "soak: %d runs of %s (%d CPU workers, %d epochs, tinyddp-run --max-restarts %d), one worker "
+        "SIGKILLed at a random moment of each\n",
+        o_.runs, o_.job.c_str(), o_.world_size, o_.epochs, o_.max_restarts);
     std::printf("command: %s\n", describe(command(o_.work_dir + "/<run>")).c_str());
     // Twice, the shorter counting: the first run also pays for cold caches.
     RunOutcome baseline;
@@ -284,9 +301,10 @@ class Soak {
         sum_accuracy += r.accuracy;
       }
       if (r.finished)
-        std::printf("run %3d: %s at %.3f s (rank %d): finished, %d restart%s, %d epoch%s redone, accuracy %.4f, %.2f s\n",
-                    i, r.killed_worker ? "SIGKILL" : "no kill", r.kill_at_s, r.killed_rank, r.restarts,
-                    r.restarts == 1 ? "" : "s", r.epochs_redone, r.epochs_redone == 1 ? "" : "s", r.accuracy, r.seconds);
+        std::printf(
+            "run %3d: %s at %.3f s (rank %d): finished, %d restart%s, %d epoch%s redone, accuracy %.4f, %.2f s\n", i,
+            r.killed_worker ? "SIGKILL" : "no kill", r.kill_at_s, r.killed_rank, r.restarts, r.restarts == 1 ? "" : "s",
+            r.epochs_redone, r.epochs_redone == 1 ? "" : "s", r.accuracy, r.seconds);
       else
         std::printf("run %3d: %s at %.3f s (rank %d): %s, root cause %s, all ranks gone %.3f s after the kill\n", i,
                     r.killed_worker ? "SIGKILL" : "no kill", r.kill_at_s, r.killed_rank, r.hung ? "HUNG" : "stopped",
@@ -297,7 +315,8 @@ class Soak {
       if (!o_.keep && r.finished && r.corrupt == 0) fs::remove_all(dir);
     }
     std::printf("\n%-26s%d\n", "runs", o_.runs);
-    std::printf("%-26s%d (a kill that came after the last worker ended injects nothing)\n", "faults injected", injected);
+    std::printf("%-26s%d (a kill that came after the last worker ended injects nothing)\n", "faults injected",
+                injected);
     std::printf("%-26s%d of %d (%d hung)\n", "runs finished", finished, o_.runs, hung);
     std::printf("%-26s%d\n", "restarts", restarts);
     std::printf("%-26s%d of %d loaded\n", "checkpoints found corrupt", corrupt, checkpoints);
@@ -328,11 +347,14 @@ class Soak {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"soak: run a training job N times under tinyddp-run --max-restarts, SIGKILL a random worker at a "
-               "random moment of each run, and check that every run finishes and every checkpoint loads"};
+  CLI::App app{
+      "soak: run a training job N times under tinyddp-run --max-restarts, SIGKILL a random worker at a "
+      "random moment of each run, and check that every run finishes and every checkpoint loads"};
   SoakOptions o;
   app.add_option("--runs", o.runs, "runs with a kill")->capture_default_str();
-  app.add_option("--job", o.job, "the example to run")->check(CLI::IsMember({"digits", "dummy_mgpu"}))->capture_default_str();
+  app.add_option("--job", o.job, "the example to run")
+      ->check(CLI::IsMember({"digits", "dummy_mgpu"}))
+      ->capture_default_str();
   app.add_option("--epochs", o.epochs, "epochs per run")->capture_default_str();
   app.add_option("--world-size", o.world_size, "workers (tinyddp-run -n)")->capture_default_str();
   app.add_option("--max-restarts", o.max_restarts, "tinyddp-run --max-restarts")->capture_default_str();

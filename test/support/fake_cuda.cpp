@@ -65,7 +65,9 @@ FakeCuda::FakeCuda(FakeCudaOptions options)
 // that device's context.
 std::unique_ptr<FakeStreamQueue> FakeCuda::make_queue(int device) {
   const uint64_t instance = instance_;
-  return std::make_unique<FakeStreamQueue>(device, options_.launch_delay, [instance, device] { t_device = {instance, device}; });
+  return std::make_unique<FakeStreamQueue>(device, options_.launch_delay, [instance, device] {
+    t_device = {instance, device};
+  });
 }
 
 FakeStreamQueue& FakeCuda::default_stream(int device) {
@@ -80,11 +82,13 @@ FakeStreamQueue& FakeCuda::queue_of(CudaStream stream) {
   return stream ? *static_cast<FakeStream*>(stream)->queue : default_stream(thread_device());
 }
 
-void FakeCuda::launch(CudaStream stream, std::string what, std::vector<WrittenRange> writes, std::function<void()> work) {
+void FakeCuda::launch(CudaStream stream, std::string what, std::vector<WrittenRange> writes,
+                      std::function<void()> work) {
   queue_of(stream).enqueue(std::move(what), std::move(writes), std::move(work));
 }
 
-void FakeCuda::launch_on_device(int device, std::string what, std::vector<WrittenRange> writes, std::function<void()> work) {
+void FakeCuda::launch_on_device(int device, std::string what, std::vector<WrittenRange> writes,
+                                std::function<void()> work) {
   select(device, what + " on cuda:" + std::to_string(device));
   default_stream(device).enqueue(std::move(what), std::move(writes), std::move(work));
 }
@@ -102,15 +106,16 @@ bool FakeCuda::thread_chose_device() const { return t_device.owner == instance_ 
 int FakeCuda::thread_device() const { return thread_chose_device() ? t_device.device : 0; }
 
 void FakeCuda::check_device(int device, const char* call) const {
-  TINYDDP_CHECK(device >= 0 && device < options_.devices, call, ": cuda:", device, " does not exist (", describe(),
-                ")", hint("use cuda:0 to cuda:", options_.devices - 1));
+  TINYDDP_CHECK(device >= 0 && device < options_.devices, call, ": cuda:", device, " does not exist (", describe(), ")",
+                hint("use cuda:0 to cuda:", options_.devices - 1));
 }
 
 void FakeCuda::check_range(const void* ptr, size_t bytes, int device, const char* call, const char* role) const {
   if (bytes == 0) return;
   const int found = device_of(ptr, bytes);
-  TINYDDP_CHECK(found == device, call, ": the ", role, " (", bytes, " bytes at ", ptr, ") was passed as memory of cuda:", device,
-                " but is ", found < 0 ? std::string("not device memory") : "memory of cuda:" + std::to_string(found),
+  TINYDDP_CHECK(found == device, call, ": the ", role, " (", bytes, " bytes at ", ptr,
+                ") was passed as memory of cuda:", device, " but is ",
+                found < 0 ? std::string("not device memory") : "memory of cuda:" + std::to_string(found),
                 hint("a GPU would fault or corrupt memory here: pass memory of the device the call is for"));
 }
 
@@ -118,11 +123,12 @@ void FakeCuda::touch_locked(int device, const std::string& operation) {
   if (contexts_.count(device)) return;
   if (options_.one_device_per_process && !contexts_.empty()) {
     const auto& [first, origin] = *contexts_.begin();
-    TINYDDP_FAIL("fake CUDA (one device per process): this process already has a context on cuda:", first, " (created by ",
-                 origin, "), and ", operation, " would create a second one on cuda:", device,
+    TINYDDP_FAIL("fake CUDA (one device per process): this process already has a context on cuda:", first,
+                 " (created by ", origin, "), and ", operation, " would create a second one on cuda:", device,
                  ". On a GPU that costs hundreds of MB of the other device's memory, and fails outright in "
-                 "exclusive-process mode", hint("select the rank's device on every thread before its first CUDA call, and "
-                 "touch no other device"));
+                 "exclusive-process mode",
+                 hint("select the rank's device on every thread before its first CUDA call, and "
+                      "touch no other device"));
   }
   contexts_.emplace(device, operation + " on " + thread_name());
 }
@@ -153,7 +159,8 @@ void* FakeCuda::malloc(size_t bytes, int device) {
   select(device, "cudaMalloc of " + std::to_string(bytes) + " bytes on cuda:" + std::to_string(device));
   const size_t rounded = (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
   std::lock_guard<std::mutex> lock(mutex_);
-  if (options_.memory_per_device && bytes_in_use_[size_t(device)] + rounded > options_.memory_per_device) return nullptr;
+  if (options_.memory_per_device && bytes_in_use_[size_t(device)] + rounded > options_.memory_per_device)
+    return nullptr;
   char* ptr = static_cast<char*>(std::aligned_alloc(kAlignment, rounded));
   TINYDDP_CHECK(ptr != nullptr, "fake CUDA: the host is out of memory backing ", rounded, " bytes of cuda:", device);
   blocks_.emplace(ptr, Block{rounded, device});
@@ -167,7 +174,8 @@ void FakeCuda::free(void* ptr, int device) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = blocks_.find(static_cast<const char*>(ptr));
   TINYDDP_CHECK(it != blocks_.end() && it->second.device == device, "fake CUDA: cudaFree(", ptr, ") on cuda:", device,
-                ": not the start of an allocation of that device", hint("free what malloc returned, on its own device"));
+                ": not the start of an allocation of that device",
+                hint("free what malloc returned, on its own device"));
   bytes_in_use_[size_t(device)] -= it->second.bytes;
   std::free(const_cast<char*>(it->first));
   blocks_.erase(it);
@@ -177,7 +185,8 @@ void* FakeCuda::host_alloc_pinned(size_t bytes) {
   const int device = thread_device();
   const bool chosen = thread_chose_device();
   std::lock_guard<std::mutex> lock(mutex_);
-  touch_locked(device, chosen ? "cudaHostAlloc" : "cudaHostAlloc on a thread that never selected a device (CUDA then uses cuda:0)");
+  touch_locked(device, chosen ? "cudaHostAlloc"
+                              : "cudaHostAlloc on a thread that never selected a device (CUDA then uses cuda:0)");
   const size_t rounded = (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
   char* ptr = static_cast<char*>(std::aligned_alloc(kAlignment, rounded));
   TINYDDP_CHECK(ptr != nullptr, "fake CUDA: out of host memory allocating ", bytes, " pinned bytes");
@@ -190,10 +199,12 @@ void FakeCuda::host_free_pinned(void* ptr) {
   const int device = thread_device();
   const bool chosen = thread_chose_device();
   std::lock_guard<std::mutex> lock(mutex_);
-  touch_locked(device, chosen ? "cudaFreeHost" : "cudaFreeHost on a thread that never selected a device (CUDA then uses cuda:0)");
+  touch_locked(device, chosen ? "cudaFreeHost"
+                              : "cudaFreeHost on a thread that never selected a device (CUDA then uses cuda:0)");
   auto it = blocks_.find(static_cast<const char*>(ptr));
   TINYDDP_CHECK(it != blocks_.end() && it->second.device == -1, "fake CUDA: cudaFreeHost(", ptr,
-                "): not pinned memory from cudaHostAlloc", hint("free pinned blocks with cudaFreeHost, device memory with cudaFree"));
+                "): not pinned memory from cudaHostAlloc",
+                hint("free pinned blocks with cudaFreeHost, device memory with cudaFree"));
   std::free(const_cast<char*>(it->first));
   blocks_.erase(it);
 }
@@ -202,7 +213,8 @@ void FakeCuda::memcpy(void* dst, Device dst_device, const void* src, Device src_
   if (bytes == 0) return;
   // As the real half does: the copy runs on the device of the GPU side (the destination's, if both).
   const int device = dst_device.is_cuda() ? dst_device.index : src_device.index;
-  select(device, "cudaMemcpy of " + std::to_string(bytes) + " bytes to " + dst_device.str() + " from " + src_device.str());
+  select(device,
+         "cudaMemcpy of " + std::to_string(bytes) + " bytes to " + dst_device.str() + " from " + src_device.str());
   if (dst_device.is_cuda()) check_range(dst, bytes, dst_device.index, "cudaMemcpy", "destination");
   if (src_device.is_cuda()) check_range(src, bytes, src_device.index, "cudaMemcpy", "source");
   if (dst_device.is_cpu() && src_device.is_cpu()) {
@@ -278,18 +290,22 @@ void FakeCuda::record_event(CudaEvent handle, CudaStream stream) {
   const int device = stream ? static_cast<FakeStream*>(stream)->device : thread_device();
   if (!stream) {
     std::lock_guard<std::mutex> lock(mutex_);
-    touch_locked(device, thread_chose_device() ? "cudaEventRecord"
-                                               : "cudaEventRecord on a thread that never selected a device (CUDA then uses cuda:0)");
+    touch_locked(device, thread_chose_device()
+                             ? "cudaEventRecord"
+                             : "cudaEventRecord on a thread that never selected a device (CUDA then uses cuda:0)");
   }
   TINYDDP_CHECK(event->device == device, "fake CUDA: cudaEventRecord: an event of cuda:", event->device,
-                " recorded on a stream of cuda:", device, hint("record events on streams of the device they were created on"));
+                " recorded on a stream of cuda:", device,
+                hint("record events on streams of the device they were created on"));
   queue_of(stream).record(event->state);
 }
 void FakeCuda::stream_wait_event(CudaStream stream, CudaEvent handle) {
   auto* event = static_cast<FakeEvent*>(handle);
   queue_of(stream).wait_for(event->state);
 }
-int FakeCuda::stream_device(CudaStream stream) const { return stream ? static_cast<FakeStream*>(stream)->device : thread_device(); }
+int FakeCuda::stream_device(CudaStream stream) const {
+  return stream ? static_cast<FakeStream*>(stream)->device : thread_device();
+}
 CudaEventState FakeCuda::query_event(CudaEvent handle, std::string*) {
   auto* event = static_cast<FakeEvent*>(handle);
   touch(event->device, "cudaEventQuery");
@@ -356,7 +372,8 @@ FakeCuda* active_fake_cuda() {
 
 namespace {
 // A program linked with this library has its fake devices found by core from the start.
-[[maybe_unused]] const bool g_finder_registered = (set_cuda_stand_in_finder([]() -> CudaStandIn* { return active_fake_cuda(); }), true);
+[[maybe_unused]] const bool g_finder_registered =
+    (set_cuda_stand_in_finder([]() -> CudaStandIn* { return active_fake_cuda(); }), true);
 }  // namespace
 
 FakeCudaDevices::FakeCudaDevices(FakeCudaOptions options) : fake_(std::make_unique<FakeCuda>(options)) {
@@ -381,11 +398,15 @@ FakeCudaDevices::~FakeCudaDevices() {
   disable_pinned_cpu_memory();
   const size_t left = fake_->live_device_allocations() + fake_->live_pinned_allocations();
   if (left > 0)
-    log_line(LogLevel::warn, "fake-cuda", std::to_string(left) + " fake CUDA allocation(s) outlive their FakeCudaDevices; "
-             "the tensors holding them must be gone before it is");
+    log_line(LogLevel::warn, "fake-cuda",
+             std::to_string(left) +
+                 " fake CUDA allocation(s) outlive their FakeCudaDevices; "
+                 "the tensors holding them must be gone before it is");
   g_installed.store(nullptr, std::memory_order_release);
-  if (had_environment_) ::setenv(kEnvironment, previous_environment_.c_str(), 1);
-  else ::unsetenv(kEnvironment);
+  if (had_environment_)
+    ::setenv(kEnvironment, previous_environment_.c_str(), 1);
+  else
+    ::unsetenv(kEnvironment);
   if (left > 0) (void)fake_.release();  // leaked on purpose: a tensor may still free into it
 }
 

@@ -125,13 +125,13 @@ class FakeCuda final : public CudaStandIn {
   FakeCudaOptions options_;
   const uint64_t instance_;
   mutable std::mutex mutex_;
-  std::map<const char*, Block> blocks_;     // by start address
-  std::map<int, std::string> contexts_;     // device -> what created its context
-  std::vector<size_t> bytes_in_use_;        // per device
+  std::map<const char*, Block> blocks_;  // by start address
+  std::map<int, std::string> contexts_;  // device -> what created its context
+  std::vector<size_t> bytes_in_use_;     // per device
   size_t pinned_made_ = 0;
-  std::mutex streams_mutex_;  // default_streams_, streams_
+  std::mutex streams_mutex_;                                       // default_streams_, streams_
   std::vector<std::unique_ptr<FakeStreamQueue>> default_streams_;  // per device, made at first use
-  std::vector<FakeStreamQueue*> streams_;                         // made by create_stream, still alive
+  std::vector<FakeStreamQueue*> streams_;                          // made by create_stream, still alive
 };
 
 // The fake devices in use, or nullptr: a FakeCudaDevices object's, else TINYDDP_FAKE_CUDA_DEVICES's.

@@ -166,9 +166,10 @@ void convert(int device, const void* src, DType src_dtype, void* dst, DType dst_
   });
 }
 
-const cuda::Kernels kTable{gemm,          bias_add, bias_grad, relu_forward, relu_backward, gelu_forward,
-                           gelu_backward, softmax_cross_entropy, mse, count_correct, sgd_step, adam_step,
-                           sum_of_squares, fill, scale, axpy, convert};
+const cuda::Kernels kTable{
+    gemm,   bias_add,      bias_grad, relu_forward, relu_backward,  gelu_forward, gelu_backward, softmax_cross_entropy,
+    mse,    count_correct, sgd_step,  adam_step,    sum_of_squares, fill,         scale,         axpy,
+    convert};
 
 // A program linked with the test-support library runs fake-device tensors through this table.
 [[maybe_unused]] const bool g_registered = (set_stand_in_kernels(&kTable), true);

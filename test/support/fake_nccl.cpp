@@ -163,7 +163,9 @@ std::string check_arguments(const FakeNccl::Op& op) {
   const size_t item = dtype_size(op.dtype), n = size_t(c.nranks);
   const size_t send_bytes = op.count * item * (op.kind == OpKind::reduce_scatter ? n : 1);
   const size_t recv_bytes = op.count * item * (op.kind == OpKind::all_gather ? n : 1);
-  auto where = [&](int device) { return device < 0 ? std::string("not device memory") : "memory of cuda:" + std::to_string(device); };
+  auto where = [&](int device) {
+    return device < 0 ? std::string("not device memory") : "memory of cuda:" + std::to_string(device);
+  };
   const bool sends = op.kind != OpKind::broadcast || c.rank == op.root;
   if (sends && send_bytes > 0 && fake.device_of(op.send, send_bytes) != c.device)
     return "sendbuff (" + std::to_string(send_bytes) + " bytes) is " + where(fake.device_of(op.send, send_bytes)) +
@@ -237,8 +239,8 @@ NcclResult FakeNccl::get_unique_id(NcclUniqueId* id) {
   std::string text;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    text = std::string(kIdMagic) + " 127.0.0.1 " + std::to_string(root->port()) + " " + std::to_string(::getpid()) + "-" +
-           std::to_string(next_id_++);
+    text = std::string(kIdMagic) + " 127.0.0.1 " + std::to_string(root->port()) + " " + std::to_string(::getpid()) +
+           "-" + std::to_string(next_id_++);
   }
   id->fill('\0');
   std::memcpy(id->data(), text.data(), std::min(text.size(), id->size() - 1));
@@ -255,7 +257,8 @@ NcclResult FakeNccl::comm_init_rank(NcclComm* out, int nranks, const NcclUniqueI
   in >> magic >> host >> port;
   name = std::string(id.data());
   if (magic != kIdMagic) return fail(nullptr, NcclResult::invalid_argument, "the unique id was not made by fake NCCL");
-  if (nranks < 1 || rank < 0 || rank >= nranks) return fail(nullptr, NcclResult::invalid_argument, "Invalid rank requested");
+  if (nranks < 1 || rank < 0 || rank >= nranks)
+    return fail(nullptr, NcclResult::invalid_argument, "Invalid rank requested");
   auto comm = std::make_unique<FakeComm>();
   comm->device = cuda_current_device();  // NCCL's device is the calling thread's current one
   comm->rank = rank;
@@ -331,7 +334,8 @@ NcclResult FakeNccl::comm_finalize(NcclComm handle) {
     return NcclResult::invalid_usage;
   }
   if (comm->state == NcclResult::in_progress)
-    return fail(comm, NcclResult::invalid_argument, "Attempt to use communicator before the previous operation returned ncclSuccess");
+    return fail(comm, NcclResult::invalid_argument,
+                "Attempt to use communicator before the previous operation returned ncclSuccess");
   if (comm->finalized) return fail(comm, NcclResult::invalid_argument, "ncclCommFinalize called twice");
   comm->finalized = true;
   return finish_call(comm, NcclResult::success);
@@ -401,7 +405,8 @@ NcclResult FakeNccl::group_end() {
 }
 
 NcclResult FakeNccl::enqueue(Op op) {
-  if (!live(op.comm)) return fail(nullptr, NcclResult::invalid_argument, "collective on a communicator that is not live");
+  if (!live(op.comm))
+    return fail(nullptr, NcclResult::invalid_argument, "collective on a communicator that is not live");
   CallClaim claim(op.comm, "a collective");
   if (!claim.breach().empty()) {
     violation(claim.breach());
@@ -461,8 +466,8 @@ NcclResult FakeNccl::run_group() {
       violation(claim.breach());
       return NcclResult::invalid_usage;
     }
-    const size_t recv_bytes =
-        op.count * dtype_size(op.dtype) * (op.kind == OpKind::all_gather ? size_t(op.comm->nranks) : 1);
+    const size_t recv_bytes = op.count * dtype_size(op.dtype) *
+                              (op.kind == OpKind::all_gather ? size_t(op.comm->nranks) : 1);
     {
       std::lock_guard<std::mutex> lock(op.comm->queued_mutex);
       ++op.comm->queued;
@@ -480,7 +485,8 @@ NcclResult FakeNccl::run_group() {
       --comm->queued;
       comm->queued_changed.notify_all();
     });
-    if (std::find_if(outcomes.begin(), outcomes.end(), [&](const auto& o) { return o.first == op.comm; }) == outcomes.end())
+    if (std::find_if(outcomes.begin(), outcomes.end(), [&](const auto& o) { return o.first == op.comm; }) ==
+        outcomes.end())
       outcomes.emplace_back(op.comm, NcclResult::success);
   }
   NcclResult result = NcclResult::success;
@@ -499,7 +505,8 @@ NcclResult FakeNccl::broadcast(const void* send, void* recv, size_t count, DType
                                CudaStream stream) {
   return call({OpKind::broadcast, send, recv, count, dtype, ReduceOp::sum, root, static_cast<FakeComm*>(comm), stream});
 }
-NcclResult FakeNccl::all_gather(const void* send, void* recv, size_t count, DType dtype, NcclComm comm, CudaStream stream) {
+NcclResult FakeNccl::all_gather(const void* send, void* recv, size_t count, DType dtype, NcclComm comm,
+                                CudaStream stream) {
   return call({OpKind::all_gather, send, recv, count, dtype, ReduceOp::sum, 0, static_cast<FakeComm*>(comm), stream});
 }
 NcclResult FakeNccl::reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, NcclComm comm,

@@ -46,7 +46,8 @@ class FakeNccl final : public NcclApi {
                         CudaStream stream) override;
   NcclResult broadcast(const void* send, void* recv, size_t count, DType dtype, int root, NcclComm comm,
                        CudaStream stream) override;
-  NcclResult all_gather(const void* send, void* recv, size_t count, DType dtype, NcclComm comm, CudaStream stream) override;
+  NcclResult all_gather(const void* send, void* recv, size_t count, DType dtype, NcclComm comm,
+                        CudaStream stream) override;
   NcclResult reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op, NcclComm comm,
                             CudaStream stream) override;
   std::string error_string(NcclResult result) override;

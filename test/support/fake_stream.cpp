@@ -30,7 +30,8 @@ void FakeStreamQueue::poison(Task& task) {
 }
 
 void FakeStreamQueue::unpoison(Task& task) {
-  for (size_t i = 0; i < task.kept.size(); ++i) std::memcpy(task.writes[i].ptr, task.kept[i].data(), task.kept[i].size());
+  for (size_t i = 0; i < task.kept.size(); ++i)
+    std::memcpy(task.writes[i].ptr, task.kept[i].data(), task.kept[i].size());
   task.kept.clear();
 }
 

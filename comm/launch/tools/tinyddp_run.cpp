@@ -56,9 +56,10 @@ void on_stop_signal(int signal) {
 
 int main(int argc, char** argv) {
   using namespace tinyddp::comm;
-  CLI::App app{"tinyddp-run [options] [--] program args...\n\nStarts N workers of a program with RANK, WORLD_SIZE, "
-               "MASTER_ADDR/PORT set, watches them, and restarts the group when one fails.",
-               "tinyddp-run"};
+  CLI::App app{
+      "tinyddp-run [options] [--] program args...\n\nStarts N workers of a program with RANK, WORLD_SIZE, "
+      "MASTER_ADDR/PORT set, watches them, and restarts the group when one fails.",
+      "tinyddp-run"};
   LauncherOptions options;
   int grace_ms = 5000;
   std::string explain_dir;
@@ -68,25 +69,37 @@ int main(int argc, char** argv) {
   using tinyddp::command_line::at_least;
   using tinyddp::command_line::between;
   app.add_option("-n,--nproc-per-node", options.nproc_per_node, "workers on this node")
-      ->check(between(1, 4096))->capture_default_str();
+      ->check(between(1, 4096))
+      ->capture_default_str();
   app.add_option("--nnodes", options.nnodes, "nodes in the job")->check(between(1, 65536))->capture_default_str();
   app.add_option("--node-rank", options.node_rank, "this node's rank, 0 .. nnodes-1")
-      ->check(at_least(0))->capture_default_str();
-  app.add_option("--master-addr", options.master_addr, "node 0's address (where the store runs)")->capture_default_str();
+      ->check(at_least(0))
+      ->capture_default_str();
+  app.add_option("--master-addr", options.master_addr, "node 0's address (where the store runs)")
+      ->capture_default_str();
   app.add_option("--master-port", options.master_port, "the store's port [default on one node: a free port]")
       ->check(between(1, 65535));
   app.add_option("--max-restarts", options.max_restarts, "restarts of the whole group after a failure")
-      ->check(between(0, 1000000))->capture_default_str();
+      ->check(between(0, 1000000))
+      ->capture_default_str();
   app.add_option("--grace-ms", grace_ms, "time between SIGTERM and SIGKILL when stopping workers")
-      ->check(between(0, 3600000))->capture_default_str();
+      ->check(between(0, 3600000))
+      ->capture_default_str();
   app.add_option("--run-id", options.run_id, "names the job in the store [default: $TINYDDP_RUN_ID or 'default']");
-  app.add_option("--timeout", timeout_s, "seconds any wait may last (rendezvous, collectives): sets TINYDDP_TIMEOUT "
-                 "for the workers [default: $TINYDDP_TIMEOUT or 300]")->check(CLI::PositiveNumber);
-  app.add_option("--prefix", output.prefix, "what each printed line starts with: {rank}, {local_rank} and {node} are "
-                 "filled in; '' for none")->capture_default_str();
-  app.add_option("--print-ranks", print_ranks, "whose standard output is printed: all, or ranks and ranges (0 or "
-                 "0,4-7); every rank's standard error always is")->capture_default_str();
-  app.add_option("--log-dir", output.log_dir, "also write every rank's whole output, unprefixed, to "
+  app.add_option("--timeout", timeout_s,
+                 "seconds any wait may last (rendezvous, collectives): sets TINYDDP_TIMEOUT "
+                 "for the workers [default: $TINYDDP_TIMEOUT or 300]")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--prefix", output.prefix,
+                 "what each printed line starts with: {rank}, {local_rank} and {node} are "
+                 "filled in; '' for none")
+      ->capture_default_str();
+  app.add_option("--print-ranks", print_ranks,
+                 "whose standard output is printed: all, or ranks and ranges (0 or "
+                 "0,4-7); every rank's standard error always is")
+      ->capture_default_str();
+  app.add_option("--log-dir", output.log_dir,
+                 "also write every rank's whole output, unprefixed, to "
                  "DIR/rank<N>.stdout and DIR/rank<N>.stderr");
   app.add_option("--explain", explain_dir, "read the flight records in this directory, say which rank lags, and exit");
   // Everything from the program's name on belongs to the program, options included.
@@ -124,8 +137,9 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
   try {
     // A job this host cannot hold is refused before any worker starts (comm/transport/shm_budget.h).
-    const std::string does_not_fit = job_does_not_fit(
-        estimate_job(options.nproc_per_node, configured_fifo_bytes(), tuning::kWorkerRamBytes), read_host_capacity());
+    const std::string does_not_fit = job_does_not_fit(estimate_job(options.nproc_per_node, configured_fifo_bytes(),
+                                                                   tuning::kWorkerRamBytes),
+                                                      read_host_capacity());
     if (!does_not_fit.empty()) {
       std::cerr << "tinyddp-run: " << does_not_fit << std::endl;
       return 1;

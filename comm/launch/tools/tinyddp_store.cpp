@@ -30,8 +30,8 @@
 
 #include <atomic>
 #include <csignal>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <mutex>
 #include <optional>
@@ -41,9 +41,9 @@
 
 #include <CLI/CLI.hpp>
 
-#include "tinyddp/core/command_line.h"
 #include "tinyddp/comm/store/store_server.h"
 #include "tinyddp/comm/store/tcp_store.h"
+#include "tinyddp/core/command_line.h"
 #include "tinyddp/core/error.h"
 
 namespace {
@@ -74,8 +74,7 @@ void install_stop_handlers() {
 // Blocks until SIGINT or SIGTERM arrived; returns its number.
 int wait_for_stop_signal() {
   unsigned char number = 0;
-  while (::read(g_stop_pipe[0], &number, 1) != 1) {
-  }
+  while (::read(g_stop_pipe[0], &number, 1) != 1) {}
   return number;
 }
 
@@ -244,7 +243,8 @@ std::optional<int> parse_command(int argc, char** argv, StoreCommand& command) {
   std::string token = TcpStore::token_from_environment();
   app.add_option("--host", options.host, "address to listen on (0.0.0.0: every IPv4 address; needs a token)")
       ->capture_default_str();
-  app.add_option("--port", options.port, "port to listen on (0: any free port, printed at start)")->capture_default_str();
+  app.add_option("--port", options.port, "port to listen on (0: any free port, printed at start)")
+      ->capture_default_str();
   app.add_option("--token", token, "token clients must present (default: $TINYDDP_TOKEN; empty: none)");
   app.add_option("--max-value-bytes", options.limits.max_value_bytes, "largest value accepted")->capture_default_str();
   app.add_option("--idle-limit-ms", idle_limit_ms, "how long a client may take to finish a hello or a frame")

@@ -10,10 +10,13 @@ namespace tinyddp::comm {
 
 namespace {
 
-static_assert(int(NcclResult::success) == ncclSuccess && int(NcclResult::unhandled_cuda_error) == ncclUnhandledCudaError &&
-              int(NcclResult::system_error) == ncclSystemError && int(NcclResult::internal_error) == ncclInternalError &&
-              int(NcclResult::invalid_argument) == ncclInvalidArgument && int(NcclResult::invalid_usage) == ncclInvalidUsage &&
-              int(NcclResult::remote_error) == ncclRemoteError && int(NcclResult::in_progress) == ncclInProgress,
+static_assert(int(NcclResult::success) == ncclSuccess &&
+                  int(NcclResult::unhandled_cuda_error) == ncclUnhandledCudaError &&
+                  int(NcclResult::system_error) == ncclSystemError &&
+                  int(NcclResult::internal_error) == ncclInternalError &&
+                  int(NcclResult::invalid_argument) == ncclInvalidArgument &&
+                  int(NcclResult::invalid_usage) == ncclInvalidUsage &&
+                  int(NcclResult::remote_error) == ncclRemoteError && int(NcclResult::in_progress) == ncclInProgress,
               "NcclResult must keep ncclResult_t's values");
 static_assert(sizeof(ncclUniqueId) == sizeof(NcclUniqueId), "NcclUniqueId must hold an ncclUniqueId");
 
@@ -94,7 +97,8 @@ class NcclLibrary final : public NcclApi {
     if (!nccl_type(dtype, &type)) return NcclResult::invalid_argument;
     return result(ncclBroadcast(send, recv, count, type, root, handle(comm), stream_of(stream)));
   }
-  NcclResult all_gather(const void* send, void* recv, size_t count, DType dtype, NcclComm comm, CudaStream stream) override {
+  NcclResult all_gather(const void* send, void* recv, size_t count, DType dtype, NcclComm comm,
+                        CudaStream stream) override {
     ncclDataType_t type;
     if (!nccl_type(dtype, &type)) return NcclResult::invalid_argument;
     return result(ncclAllGather(send, recv, count, type, handle(comm), stream_of(stream)));

@@ -38,7 +38,8 @@ std::string read_all(int fd) {
 // Whether `fd` is still the file named `path`: a holder removes the name when it lets go, and a file
 // locked after that is one nobody else will ever find.
 bool still_named(int fd, const std::string& path) {
-  struct stat open_file {}, named {};
+  struct stat open_file {
+  }, named{};
   return ::fstat(fd, &open_file) == 0 && ::stat(path.c_str(), &named) == 0 && open_file.st_dev == named.st_dev &&
          open_file.st_ino == named.st_ino;
 }

@@ -65,11 +65,14 @@ std::vector<EpochRecord> read_history(const std::string& path, int64_t epochs_do
     }
   }
   // One record per epoch, the last written winning (an epoch that ran again after a crash).
-  std::stable_sort(records.begin(), records.end(), [](const EpochRecord& a, const EpochRecord& b) { return a.epoch < b.epoch; });
+  std::stable_sort(records.begin(), records.end(),
+                   [](const EpochRecord& a, const EpochRecord& b) { return a.epoch < b.epoch; });
   std::vector<EpochRecord> unique;
   for (EpochRecord& r : records) {
-    if (!unique.empty() && unique.back().epoch == r.epoch) unique.back() = std::move(r);
-    else unique.push_back(std::move(r));
+    if (!unique.empty() && unique.back().epoch == r.epoch)
+      unique.back() = std::move(r);
+    else
+      unique.push_back(std::move(r));
   }
   return unique;
 }
@@ -95,8 +98,8 @@ void write_history(const std::string& path, const std::vector<EpochRecord>& reco
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     const int err = errno;
     ::unlink(tmp.c_str());
-    TINYDDP_FAIL("cannot move ", tmp, " to ", path, ": ", std::strerror(err), hint("check that ", path,
-                 " is not a directory"));
+    TINYDDP_FAIL("cannot move ", tmp, " to ", path, ": ", std::strerror(err),
+                 hint("check that ", path, " is not a directory"));
   }
 }
 

@@ -20,8 +20,8 @@
 #include "tinyddp/comm/store/tcp_store.h"
 #include "tinyddp/core/cuda_runtime.h"
 #include "tinyddp/core/env.h"
-#include "tinyddp/core/log.h"
 #include "tinyddp/core/error.h"
+#include "tinyddp/core/log.h"
 #include "tinyddp/kernels/ops.h"
 #include "tinyddp/nn/data/distributed_sampler.h"
 #include "tinyddp/nn/train/addons/multi_device.h"
@@ -160,7 +160,8 @@ size_t root_cause(const std::vector<WorkerEnd>& failures, const std::vector<std:
 // The job's failure, said once: the root cause with its own message and hint, then one line for every
 // rank that reported an error, as it reported it (so a rank that failed because its peer had gone
 // is seen as that, after the cause).
-std::string failure_text(const std::vector<WorkerEnd>& failures, comm::TcpStore& store, const std::vector<Device>& devices) {
+std::string failure_text(const std::vector<WorkerEnd>& failures, comm::TcpStore& store,
+                         const std::vector<Device>& devices) {
   std::vector<std::optional<Report>> reports;
   for (size_t rank = 0; rank < devices.size(); ++rank) reports.push_back(read_report(store, int(rank)));
   const WorkerEnd& root = failures[root_cause(failures, reports)];
@@ -171,8 +172,9 @@ std::string failure_text(const std::vector<WorkerEnd>& failures, comm::TcpStore&
     text += "; hint: raise multi_device_options().timeout, or look for a rank stuck above";
   } else if (!own && root.signal == SIGKILL) {
     // SIGKILL leaves no last words: whoever sent it is outside the job.
-    text += "; hint: something outside the job killed it: the kernel's out-of-memory killer (dmesg | grep -i oom "
-            "says) or a person or program";
+    text +=
+        "; hint: something outside the job killed it: the kernel's out-of-memory killer (dmesg | grep -i oom "
+        "says) or a person or program";
   } else if (!own) {
     text += "; hint: the worker's own output is above";
   } else {
@@ -254,13 +256,15 @@ JoinedJob join_job(const std::vector<Device>& devices, const MultiDeviceOptions&
     const std::string nccl_problem = on_gpus ? comm::backend_unavailable_reason("nccl") : "";
     backend = on_gpus && nccl_problem.empty() ? "nccl" : "host";
     if (on_gpus && !nccl_problem.empty() && job.rank == 0)
-      log_line(LogLevel::warn, "multi-device", "CUDA devices, but the nccl backend is unavailable (" + nccl_problem +
-               "): using the host backend, which stages CUDA tensors through host memory");
+      log_line(LogLevel::warn, "multi-device",
+               "CUDA devices, but the nccl backend is unavailable (" + nccl_problem +
+                   "): using the host backend, which stages CUDA tensors through host memory");
   }
   // One device per local rank (core/device.h says how a shorter list is read), made this thread's
   // current device before anything touches CUDA: a CUDA call on a thread with no device set would
   // create a context on cuda:0, another rank's GPU.
-  job.device = device_for_local_rank(devices, job.local_rank, job.local_world_size, cuda_device_count(), backend == "nccl");
+  job.device = device_for_local_rank(devices, job.local_rank, job.local_world_size, cuda_device_count(),
+                                     backend == "nccl");
   require_device(job.device);
   if (job.device.is_cuda()) cuda_set_device(job.device.index);
   job.result_dir = env::text(kResultDirVariable).value_or("");
@@ -305,7 +309,8 @@ void report_failure(const JoinedJob& job, const std::string& problem, const std:
   }
 }
 
-std::shared_ptr<const std::string> spawn_workers(const std::vector<Device>& devices, const MultiDeviceOptions& options) {
+std::shared_ptr<const std::string> spawn_workers(const std::vector<Device>& devices,
+                                                 const MultiDeviceOptions& options) {
   std::string token = random_hex(16);
   StopSignals stop_signals;  // first made, last gone: a signal stops the workers, then everything below is cleaned up
   std::unique_ptr<comm::TcpStore> store = host_store(options, token);

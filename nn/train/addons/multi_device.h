@@ -3,11 +3,13 @@
 //
 //   Python (the seed)                                     C++ (tinyddp)
 //   ----------------------------------------------------  ---------------------------------------------------
-//   trainer = Trainer.add_on(MultiGPUAddon)(              using MyTrainer = nn::WithAddOns<DummyTrainer, nn::MultiDevice>;
+//   trainer = Trainer.add_on(MultiGPUAddon)(              using MyTrainer = nn::WithAddOns<DummyTrainer,
+//   nn::MultiDevice>;
 //       model=model, device=['cuda:0', 'cuda:1'], ...,    MyTrainer trainer(model, nn::all_devices(2), opt, &sched);
 //       init_method='tcp://localhost:12355')              trainer.set_init_method("tcp://localhost:12355");
 //   trainer.run(n_epoch=10, loader=loader)                trainer.run(10, loader);
-//   torch.save(trainer.model.state_dict(), 'm.pt')        if (trainer.is_main_process()) nn::save_model("m.safetensors", trainer.model());
+//   torch.save(trainer.model.state_dict(), 'm.pt')        if (trainer.is_main_process())
+//   nn::save_model("m.safetensors", trainer.model());
 //
 // What run() does depends on who is calling it:
 //
@@ -106,8 +108,8 @@ struct JoinedJob {
   int rank = 0, world_size = 1, local_rank = 0, local_world_size = 1;
   Device device;
   std::shared_ptr<comm::ProcessGroup> group;
-  std::string result_dir;  // spawned workers: where rank 0 leaves its final state for the spawner
-  std::shared_ptr<comm::TcpStore> store;  // the job's store, unscoped
+  std::string result_dir;                  // spawned workers: where rank 0 leaves its final state for the spawner
+  std::shared_ptr<comm::TcpStore> store;   // the job's store, unscoped
   std::shared_ptr<comm::Store> job_store;  // the same, scoped to this job (rendezvous' namespace)
 };
 
@@ -258,7 +260,8 @@ class MultiDevice : public Base {
     }
   }
 
-  void train_as_rank(const multi_device::JoinedJob& job, int64_t n_epoch, DataLoader& loader, DataLoader* valid_loader) {
+  void train_as_rank(const multi_device::JoinedJob& job, int64_t n_epoch, DataLoader& loader,
+                     DataLoader* valid_loader) {
     this->set_distributed(job.rank, job.world_size, job.group);
     // The model must sit on its device before DDP lays the gradient buckets out there.
     this->set_device(job.device);

@@ -69,7 +69,8 @@ SpawnedWorkers::SpawnedWorkers(const std::vector<std::string>& argv, const std::
   TINYDDP_CHECK(!environments.empty(), "MultiDevice: no workers to start", hint("give one environment per rank"));
   try {
     // The workers stay in this process's group: they share its terminal, and Ctrl-C reaches them too.
-    for (const Environment& env : environments) pids_.push_back(children_.pid(children_.start({argv[0], argv, environment_with(env)})));
+    for (const Environment& env : environments)
+      pids_.push_back(children_.pid(children_.start({argv[0], argv, environment_with(env)})));
   } catch (...) {
     stop_running(std::chrono::seconds(1));
     throw;
@@ -104,7 +105,8 @@ std::vector<WorkerEnd> SpawnedWorkers::wait(std::chrono::milliseconds timeout, s
       if (!settle_until) settle_until = Clock::now() + std::min(grace, kSettle);
       if (!any_running || Clock::now() >= *settle_until) {
         stop_running(grace);
-        std::sort(failures.begin(), failures.end(), [](const WorkerEnd& a, const WorkerEnd& b) { return a.rank < b.rank; });
+        std::sort(failures.begin(), failures.end(),
+                  [](const WorkerEnd& a, const WorkerEnd& b) { return a.rank < b.rank; });
         return failures;
       }
     } else {

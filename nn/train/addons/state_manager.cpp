@@ -96,8 +96,7 @@ int64_t checkpoint_epochs_done(const std::string& path) {
     size_t used = 0;
     int64_t epochs = std::stoll(it->second, &used);
     if (used == it->second.size() && epochs >= 0) return epochs;
-  } catch (const std::exception&) {
-  }
+  } catch (const std::exception&) {}
   TINYDDP_FAIL(path, ": tinyddp.epoch is \"", it->second, "\", not a number of epochs",
                hint("the file was edited or damaged"));
 }
@@ -135,8 +134,8 @@ std::string resume_hint_for(const std::string& last_checkpoint) {
   if (!checkpoint_exists(last_checkpoint)) return "";
   try {
     const int64_t done = checkpoint_epochs_done(last_checkpoint);
-    return "run it again to resume from " + last_checkpoint + " (" + std::to_string(done) + (done == 1 ? " epoch" : " epochs") +
-           " done)";
+    return "run it again to resume from " + last_checkpoint + " (" + std::to_string(done) +
+           (done == 1 ? " epoch" : " epochs") + " done)";
   } catch (const std::exception&) {
     return "";  // not a checkpoint it could resume from: no promise
   }

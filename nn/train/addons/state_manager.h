@@ -207,8 +207,9 @@ class StateManager : public Base {
     std::string line = "resuming from " + last_checkpoint_path() + ": " + std::to_string(done) + " of " +
                        std::to_string(n_epoch) + " epochs done";
     if (done >= n_epoch)
-      line += ", nothing left to train; hint: pass more epochs, another directory, or set_checkpoint_dir(dir, "
-              "/*resume=*/false) to start over";
+      line +=
+          ", nothing left to train; hint: pass more epochs, another directory, or set_checkpoint_dir(dir, "
+          "/*resume=*/false) to start over";
     log_line(LogLevel::info, "checkpoint", line);
   }
 

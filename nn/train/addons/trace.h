@@ -67,8 +67,8 @@ class Trace : public Base {
     written_path_.clear();
     if (!trace::enabled()) return;
     trace::record_instant("run ends", "host", trace::Lane::host);
-    trace::flush();    // this rank's events -> <path>.rank<r>
-    this->barrier();   // every rank's file is complete before rank 0 reads them
+    trace::flush();   // this rank's events -> <path>.rank<r>
+    this->barrier();  // every rank's file is complete before rank 0 reads them
     written_path_ = this->is_rank_zero() ? trace::merge(trace::path(), this->world_size()) : trace::path();
   }
 

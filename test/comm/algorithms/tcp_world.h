@@ -30,7 +30,8 @@ class TcpWorld {
       for (int p = 0; p < world; ++p)
         if (p != r) peers.push_back(p);
       if (peers.empty()) return;
-      transports_[size_t(r)] = std::make_unique<comm::TcpTransport>(*store, "algo/", r, peers, ids, pids, std::chrono::seconds(20));
+      transports_[size_t(r)] = std::make_unique<comm::TcpTransport>(*store, "algo/", r, peers, ids, pids,
+                                                                    std::chrono::seconds(20));
       own_[size_t(r)] = {transports_[size_t(r)].get()};
     });
   }

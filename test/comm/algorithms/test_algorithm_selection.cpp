@@ -76,7 +76,8 @@ TEST_CASE("the selector: today's size crossover on one host; the model across ho
 
 TEST_CASE("the direct exchange pays α for each of its n-1 messages, so many ranks take rd for small messages") {
   // The model the probe measured on 8 simulated hosts at 1 Gbit/s (docs/cluster-network.md).
-  const CostModel probed = CostModel::parse("alpha_network_us 145.8\nnetwork_gbit_per_s 0.914\nreduce_gbyte_per_s 13.6\n", "test");
+  const CostModel probed =
+      CostModel::parse("alpha_network_us 145.8\nnetwork_gbit_per_s 0.914\nreduce_gbyte_per_s 13.6\n", "test");
   const HostLayout eight = HostLayout::uniform(8, 1);
   const double direct = predicted_seconds(probed, all_reduce_traffic(AllReduceAlgorithm::direct, eight, 1024));
   const double rd = predicted_seconds(probed, all_reduce_traffic(AllReduceAlgorithm::recursive_doubling, eight, 1024));
@@ -91,7 +92,8 @@ TEST_CASE("the direct exchange pays α for each of its n-1 messages, so many ran
 
 TEST_CASE("the per-call term: parsed, added once to every prediction, and no choice of auto moves with it") {
   CHECK(CostModel{}.call_s == doctest::Approx(2e-6));
-  const std::string link = "alpha_network_us 100\nnetwork_gbit_per_s 1\nalpha_in_host_us 10\nin_host_gbyte_per_s 2\nreduce_gbyte_per_s 4\n";
+  const std::string link =
+      "alpha_network_us 100\nnetwork_gbit_per_s 1\nalpha_in_host_us 10\nin_host_gbyte_per_s 2\nreduce_gbyte_per_s 4\n";
   const CostModel none = CostModel::parse(link + "call_us 0\n", "test");
   const CostModel slow = CostModel::parse(link + "call_us 150\n", "test");
   CHECK(none.call_s == 0);
@@ -132,8 +134,10 @@ TEST_CASE("the per-call term: parsed, added once to every prediction, and no cho
 }
 
 TEST_CASE("bad algorithm names and cost model files are refused, naming what is wrong") {
-  CHECK_THROWS_WITH(algorithm_from_name("tree", "TINYDDP_ALGO"), doctest::Contains("auto|ring|direct|rd|rabenseifner|hier"));
-  CHECK_THROWS_WITH(CostModel::parse("alpha_network_us 30\nbandwidth 3\n", "f"), doctest::Contains("line 2: unknown key 'bandwidth'"));
+  CHECK_THROWS_WITH(algorithm_from_name("tree", "TINYDDP_ALGO"),
+                    doctest::Contains("auto|ring|direct|rd|rabenseifner|hier"));
+  CHECK_THROWS_WITH(CostModel::parse("alpha_network_us 30\nbandwidth 3\n", "f"),
+                    doctest::Contains("line 2: unknown key 'bandwidth'"));
   CHECK_THROWS_WITH(CostModel::parse("network_gbit_per_s -1\n", "f"), doctest::Contains("not a positive number"));
   CHECK_THROWS_WITH(CostModel::parse("network_gbit_per_s\n", "f"), doctest::Contains("needs exactly one value"));
   CostModel m = CostModel::parse("network_gbit_per_s 5\nreduce_gbyte_per_s 3", "f");
@@ -144,7 +148,8 @@ TEST_CASE("bad algorithm names and cost model files are refused, naming what is 
   ProcessGroupOptions options;
   options.algorithm = "butterfly";
   options.group_name = "bad-algo";
-  CHECK_THROWS_WITH(tinyddp::testing::make_groups(1, options), doctest::Contains("unknown all-reduce algorithm 'butterfly'"));
+  CHECK_THROWS_WITH(tinyddp::testing::make_groups(1, options),
+                    doctest::Contains("unknown all-reduce algorithm 'butterfly'"));
 }
 
 TEST_CASE("ProcessGroupOptions::algorithm reaches the all-reduce: each forced algorithm is exact through the group") {

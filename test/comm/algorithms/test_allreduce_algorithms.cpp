@@ -28,11 +28,13 @@ using namespace tinyddp::testing;
 
 namespace {
 
-using Algorithm = std::function<void(int rank, const std::byte* in, std::byte* out, size_t count, const CollectiveContext&)>;
+using Algorithm =
+    std::function<void(int rank, const std::byte* in, std::byte* out, size_t count, const CollectiveContext&)>;
 
 // Runs `algorithm` on every rank (inputs from input_value) and returns every rank's result.
 template <typename T>
-std::vector<Tensor> run_algorithm(const TcpWorld& w, ReduceOp op, int64_t count, bool in_place, const Algorithm& algorithm) {
+std::vector<Tensor> run_algorithm(const TcpWorld& w, ReduceOp op, int64_t count, bool in_place,
+                                  const Algorithm& algorithm) {
   const DType dtype = make_input<T>(op, 0, 1).dtype();
   std::vector<Tensor> outputs(size_t(w.size()));
   run_ranks(w.size(), [&](int r) {
@@ -94,8 +96,8 @@ void check_ranks_agree(const TcpWorld& w, const Algorithm& algorithm) {
     outputs[size_t(r)] = t;
   });
   for (int r = 1; r < w.size(); ++r)
-    CHECK_MESSAGE(std::memcmp(outputs[0].raw_data(), outputs[size_t(r)].raw_data(), size_t(count) * 4) == 0,
-                  "rank ", r, " differs from rank 0 in the bits of an inexact sum");
+    CHECK_MESSAGE(std::memcmp(outputs[0].raw_data(), outputs[size_t(r)].raw_data(), size_t(count) * 4) == 0, "rank ", r,
+                  " differs from rank 0 in the bits of an inexact sum");
   // Against the exact sum of the very floats the ranks held (summed in double, exact for so few terms
   // of like magnitude): W - 1 float additions in any order stay within gamma(W - 1) times the sum of
   // the terms' magnitudes (Higham, 3.1), whichever rank's chunk starts where.
@@ -120,7 +122,8 @@ TEST_CASE("recursive doubling and Rabenseifner give exact all-reduces for world 
     Algorithm rd = [&](int r, const std::byte* in, std::byte* out, size_t count, const CollectiveContext& ctx) {
       recursive_doubling_all_reduce(w.everyone(r), in, out, count, ctx);
     };
-    Algorithm rabenseifner = [&](int r, const std::byte* in, std::byte* out, size_t count, const CollectiveContext& ctx) {
+    Algorithm rabenseifner = [&](int r, const std::byte* in, std::byte* out, size_t count,
+                                 const CollectiveContext& ctx) {
       rabenseifner_all_reduce(w.everyone(r), in, out, count, ctx);
     };
     SUBCASE("recursive doubling") {
@@ -150,10 +153,12 @@ TEST_CASE("the ring and the direct exchange give exact all-reduces for world siz
   }
 }
 
-TEST_CASE("the hierarchical all-reduce is exact on every uniform layout of up to 8 ranks, with each cross-host algorithm") {
+TEST_CASE(
+    "the hierarchical all-reduce is exact on every uniform layout of up to 8 ranks, with each cross-host algorithm") {
   const std::pair<int, int> layouts[] = {{1, 2}, {2, 1}, {2, 2}, {2, 3}, {3, 2}, {2, 4}, {4, 2}, {1, 3}, {3, 1}};
-  const std::pair<const char*, GroupAllReduce> across[] = {
-      {"ring", ring_group_all_reduce}, {"rd", recursive_doubling_all_reduce}, {"rabenseifner", rabenseifner_all_reduce}};
+  const std::pair<const char*, GroupAllReduce> across[] = {{"ring", ring_group_all_reduce},
+                                                           {"rd", recursive_doubling_all_reduce},
+                                                           {"rabenseifner", rabenseifner_all_reduce}};
   for (auto [hosts, per_host] : layouts) {
     CAPTURE(hosts);
     CAPTURE(per_host);
@@ -179,8 +184,9 @@ TEST_CASE("the hierarchical all-reduce refuses a layout with unequal ranks per h
   run_ranks(3, [&](int r) {
     float x = 1;
     try {
-      hierarchical_all_reduce(layout, w.lookup(r), r, reinterpret_cast<std::byte*>(&x), reinterpret_cast<std::byte*>(&x),
-                              1, ring_group_all_reduce, w.context(r, DType::f32, ReduceOp::sum));
+      hierarchical_all_reduce(layout, w.lookup(r), r, reinterpret_cast<std::byte*>(&x),
+                              reinterpret_cast<std::byte*>(&x), 1, ring_group_all_reduce,
+                              w.context(r, DType::f32, ReduceOp::sum));
     } catch (const std::exception& e) {
       errors[size_t(r)] = e.what();
     }

@@ -123,7 +123,8 @@ TEST_CASE("one reduction step on bf16 or f16 is the exact result of the op, roun
     // A world of 257 ranks: 257 is no bf16 value (8 bits of precision), the division still uses 257.
     std::vector<uint16_t> big(1, bf16 ? bfloat16(257.f).bits : float16(257.f).bits);
     finish_average(big.data(), 1, dtype, 257);
-    CHECK(decode(big[0]) == round_to_format(double(float(decode(bf16 ? bfloat16(257.f).bits : float16(257.f).bits)) / 257.f), format));
+    CHECK(decode(big[0]) ==
+          round_to_format(double(float(decode(bf16 ? bfloat16(257.f).bits : float16(257.f).bits)) / 257.f), format));
   }
 }
 
@@ -154,11 +155,13 @@ TEST_CASE("a bf16 ring's error stays inside the bound for n - 1 roundings, and e
       if (std::fabs(double(float(outputs[0].data<bfloat16>()[i])) - exact) > gamma * magnitude) ++outside;
     }
     CHECK(outside == 0);
-    for (int r = 1; r < world; ++r) CHECK(std::memcmp(outputs[0].raw_data(), outputs[size_t(r)].raw_data(), count * 2) == 0);
+    for (int r = 1; r < world; ++r)
+      CHECK(std::memcmp(outputs[0].raw_data(), outputs[size_t(r)].raw_data(), count * 2) == 0);
   }
 }
 
-TEST_CASE("the single-rounding all-reduce equals the f32 sum in rank order rounded once, bit for bit, world sizes 1-8") {
+TEST_CASE(
+    "the single-rounding all-reduce equals the f32 sum in rank order rounded once, bit for bit, world sizes 1-8") {
   for (int world = 1; world <= 8; ++world) {
     CAPTURE(world);
     TcpWorld w(world);
@@ -182,7 +185,8 @@ TEST_CASE("the process group's single-rounding all-reduce and reduce-scatter, an
     auto groups = make_groups(world, options);
     const int64_t per_rank = 3'335;  // reduce-scatter: 3 parts of an odd count each
     std::vector<std::vector<bfloat16>> inputs(world);
-    for (int r = 0; r < world; ++r) inputs[size_t(r)] = gradient_like<bfloat16>(size_t(per_rank * world), 50 + uint64_t(r));
+    for (int r = 0; r < world; ++r)
+      inputs[size_t(r)] = gradient_like<bfloat16>(size_t(per_rank * world), 50 + uint64_t(r));
     std::vector<Tensor> reduced(world), parts(world);
     run_ranks(world, [&](int r) {
       ProcessGroup& pg = *groups[size_t(r)];
@@ -195,7 +199,8 @@ TEST_CASE("the process group's single-rounding all-reduce and reduce-scatter, an
     });
     for (int r = 0; r < world; ++r)
       for (int64_t i = 0; i < per_rank * world; i += 97) {
-        CHECK(double(float(reduced[size_t(r)].data<bfloat16>()[i])) == single_rounding_reference(inputs, size_t(i), false));
+        CHECK(double(float(reduced[size_t(r)].data<bfloat16>()[i])) ==
+              single_rounding_reference(inputs, size_t(i), false));
         if (i < per_rank)
           CHECK(double(float(parts[size_t(r)].data<bfloat16>()[i])) ==
                 single_rounding_reference(inputs, size_t(r * per_rank + i), true));
@@ -205,7 +210,8 @@ TEST_CASE("the process group's single-rounding all-reduce and reduce-scatter, an
     std::vector<std::vector<float16>> into(static_cast<size_t>(world));
     run_ranks(world, [&](int r) {
       ProcessGroup& pg = *groups[size_t(r)];
-      std::vector<Tensor> several{make_input<bfloat16>(ReduceOp::sum, r, 5), make_input<bfloat16>(ReduceOp::sum, r, 1003)};
+      std::vector<Tensor> several{make_input<bfloat16>(ReduceOp::sum, r, 5),
+                                  make_input<bfloat16>(ReduceOp::sum, r, 1003)};
       pg.all_reduce_coalesced(several)->wait();
       coalesced[size_t(r)] = several[1].to_vector<bfloat16>();
       Tensor out = Tensor::empty({777}, DType::f16);
@@ -221,7 +227,8 @@ TEST_CASE("the process group's single-rounding all-reduce and reduce-scatter, an
                          doctest::Contains("takes bf16 or f16 with sum or avg, got f32[4]"), Error);
     CHECK_THROWS_WITH_AS(pg.all_reduce_single_rounding(Tensor::zeros({4}, DType::bf16), ReduceOp::max),
                          doctest::Contains("or call all_reduce for other dtypes and ops"), Error);
-    CHECK_THROWS_WITH_AS(pg.reduce_scatter_single_rounding(Tensor::zeros({4}, DType::bf16), Tensor::zeros({4}, DType::bf16)),
+    CHECK_THROWS_WITH_AS(pg.reduce_scatter_single_rounding(Tensor::zeros({4}, DType::bf16),
+                                                           Tensor::zeros({4}, DType::bf16)),
                          doctest::Contains("must hold world size (3) x output"), Error);
     run_ranks(world, [&](int r) { groups[size_t(r)]->barrier()->wait(); });
   }

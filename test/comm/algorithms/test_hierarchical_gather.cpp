@@ -48,12 +48,14 @@ TEST_CASE("the hierarchical all-gather equals the flat ring's, in rank order, fo
     REQUIRE(hierarchical_all_gather_applies(layout));
     for (size_t count : {size_t(1), size_t(7), size_t(10'001)}) {
       CAPTURE(count);
-      auto hier = gather_on_every_rank(w, count, [&](int r, const std::byte* in, std::byte* out, const CollectiveContext& ctx) {
-        hierarchical_all_gather(layout, w.lookup(r), r, in, out, count, ctx);
-      });
-      auto flat = gather_on_every_rank(w, count, [&](int r, const std::byte* in, std::byte* out, const CollectiveContext& ctx) {
-        ring_all_gather(w.everyone(r).ring(), in, out, count, ctx);
-      });
+      auto hier = gather_on_every_rank(w, count,
+                                       [&](int r, const std::byte* in, std::byte* out, const CollectiveContext& ctx) {
+                                         hierarchical_all_gather(layout, w.lookup(r), r, in, out, count, ctx);
+                                       });
+      auto flat = gather_on_every_rank(w, count,
+                                       [&](int r, const std::byte* in, std::byte* out, const CollectiveContext& ctx) {
+                                         ring_all_gather(w.everyone(r).ring(), in, out, count, ctx);
+                                       });
       for (int r = 0; r < world; ++r) {
         CHECK(hier[size_t(r)] == flat[size_t(r)]);
         for (int owner = 0; owner < world; ++owner)
@@ -66,7 +68,8 @@ TEST_CASE("the hierarchical all-gather equals the flat ring's, in rank order, fo
   CHECK_FALSE(hierarchical_all_gather_applies(HostLayout::from_host_ids({"a", "a", "b"})));
 }
 
-TEST_CASE("the host-ordered broadcast reaches every rank from every root, host-major or round-robin, 1-4 ranks per host") {
+TEST_CASE(
+    "the host-ordered broadcast reaches every rank from every root, host-major or round-robin, 1-4 ranks per host") {
   std::vector<HostLayout> layouts;
   for (int per_host = 1; per_host <= 4; ++per_host) layouts.push_back(HostLayout::uniform(2, per_host));
   layouts.push_back(HostLayout::from_host_ids({"a", "b", "a", "b", "a", "b"}));  // round-robin placement

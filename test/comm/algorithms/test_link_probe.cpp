@@ -18,7 +18,8 @@ using namespace tinyddp::testing;
 
 namespace {
 
-LinkMeasurement measured(double alpha, std::array<double, 3> begin, std::array<double, 3> end, double in_host, double reduce) {
+LinkMeasurement measured(double alpha, std::array<double, 3> begin, std::array<double, 3> end, double in_host,
+                         double reduce) {
   static_assert(kProbeRounds == 3, "the rounds below are written for 3");
   LinkMeasurement m;
   m.alpha_network_s = alpha;
@@ -47,7 +48,8 @@ TEST_CASE("the probe's model: per host, its ranks' bytes over their common span;
   const double bytes = 2.0 * 3.0 * double(kProbeBytes);  // the host's 2 ranks, 3 rounds
   const double host0 = bytes / (10.16 - 10.00 - 3 * 0.001), host1 = bytes / (20.3 - 20.0 - 3 * 0.001);
   CHECK(model.network_bytes_per_s == doctest::Approx(std::min(host0, host1)));
-  CHECK(model_from_measurements({m[0], m[1], m[0], m[1]}, layout, defaults).network_bytes_per_s == doctest::Approx(host0));
+  CHECK(model_from_measurements({m[0], m[1], m[0], m[1]}, layout, defaults).network_bytes_per_s ==
+        doctest::Approx(host0));
   CHECK(model.alpha_network_s == doctest::Approx(0.001));
   CHECK(model.alpha_in_host_s == doctest::Approx(3e-6));
   CHECK(model.in_host_bytes_per_s == doctest::Approx(2e9));  // rank 3 measured none
@@ -86,8 +88,8 @@ TEST_CASE("the probe over tcp: every rank gets the same model, measured where th
     const CostModel defaults;
     std::vector<std::string> models(static_cast<size_t>(world));
     run_ranks(world, [&](int r) {
-      models[size_t(r)] = probe_cost_model(store, "probe-test/", layout, w.lookup(r), r, w.context(r, DType::f32, ReduceOp::sum),
-                                           defaults)
+      models[size_t(r)] = probe_cost_model(store, "probe-test/", layout, w.lookup(r), r,
+                                           w.context(r, DType::f32, ReduceOp::sum), defaults)
                               .to_text();
     });
     for (int r = 1; r < world; ++r) CHECK(models[size_t(r)] == models[0]);

@@ -75,7 +75,9 @@ class MemoryConnection : public Connection {
     size_t n = std::min({size_t(in_->written.load(std::memory_order_acquire) - r), Pipe::kCapacity - at, max});
     return {in_->bytes.data() + at, n};
   }
-  void release(size_t n) override { in_->read.store(in_->read.load(std::memory_order_relaxed) + n, std::memory_order_release); }
+  void release(size_t n) override {
+    in_->read.store(in_->read.load(std::memory_order_relaxed) + n, std::memory_order_release);
+  }
   void post_recv(std::byte* dst, size_t n, size_t skip) override {
     posts.push_back({dst, n, skip, rank_sent_->load(std::memory_order_acquire)});
   }
@@ -104,7 +106,8 @@ std::vector<std::vector<PostAt>> ring_posts(int world, size_t chunk) {
     const int after = (r + 1) % world, before = (r + world - 1) % world;
     Pipe* out = &pipes[size_t(r)];
     next[size_t(r)] = std::make_unique<MemoryConnection>(transports[size_t(r)], after, out, nullptr, &out->written);
-    prev[size_t(r)] = std::make_unique<MemoryConnection>(transports[size_t(r)], before, nullptr, &pipes[size_t(before)], &out->written);
+    prev[size_t(r)] = std::make_unique<MemoryConnection>(transports[size_t(r)], before, nullptr, &pipes[size_t(before)],
+                                                         &out->written);
   }
   std::vector<std::vector<float>> buffers(ranks);
   for (int r = 0; r < world; ++r)
@@ -124,7 +127,8 @@ std::vector<std::vector<PostAt>> ring_posts(int world, size_t chunk) {
   std::vector<std::vector<PostAt>> posts(ranks);
   for (int r = 0; r < world; ++r) {
     for (size_t i = 0; i < count; ++i)
-      if (buffers[size_t(r)][i] != float(i % 251) * ranks_sum) FAIL("rank ", r, " element ", i, " = ", buffers[size_t(r)][i]);
+      if (buffers[size_t(r)][i] != float(i % 251) * ranks_sum)
+        FAIL("rank ", r, " element ", i, " = ", buffers[size_t(r)][i]);
     auto* base = reinterpret_cast<const std::byte*>(buffers[size_t(r)].data());
     for (const Post& post : prev[size_t(r)]->posts)
       posts[size_t(r)].push_back({size_t(post.dst - base), post.bytes, post.skip, post.rank_had_sent});

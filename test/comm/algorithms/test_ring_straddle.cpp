@@ -18,7 +18,8 @@ using namespace tinyddp;
 using namespace tinyddp::comm;
 using namespace tinyddp::testing;
 
-TEST_CASE("an f64 reduction whose elements straddle the end of the transport's buffer (after an odd i32 count) is exact") {
+TEST_CASE(
+    "an f64 reduction whose elements straddle the end of the transport's buffer (after an odd i32 count) is exact") {
   const int world = 2;
   // Over shared memory the fifo is made small (32 KiB, below the size from which a large
   // collective's stream is aligned to a place in a page, which would take the straddle away); over
@@ -48,7 +49,8 @@ TEST_CASE("an f64 reduction whose elements straddle the end of the transport's b
       std::string& error = errors[size_t(r)];
       for (int64_t i = 0; i < count && error.empty(); ++i)
         if (sum.data<double>()[i] != double((i % 13) * 3))
-          error = "all_reduce: rank " + std::to_string(r) + " element " + std::to_string(i) + " = " + std::to_string(sum.data<double>()[i]);
+          error = "all_reduce: rank " + std::to_string(r) + " element " + std::to_string(i) + " = " +
+                  std::to_string(sum.data<double>()[i]);
       for (int64_t i = 0; i < count / world && error.empty(); ++i)
         if (part.data<double>()[i] != double(((r * count / world + i) % 13) * 3))
           error = "reduce_scatter: rank " + std::to_string(r) + " element " + std::to_string(i);
@@ -86,14 +88,16 @@ TEST_CASE("two ranks' small all-reduces fold f64s that straddle the ring's end, 
       }
       for (size_t i = 0; i < values.size(); ++i)
         if (t.data<double>()[i] != double((i + size_t(call)) % 17) * 3) {
-          errors[size_t(r)] = "call " + std::to_string(call) + " rank " + std::to_string(r) + " element " + std::to_string(i);
+          errors[size_t(r)] = "call " + std::to_string(call) + " rank " + std::to_string(r) + " element " +
+                              std::to_string(i);
           break;
         }
     }
     // max and min are not symmetric when one side is NaN (x < NaN and NaN < x are both false), so
     // the ranks agree only if both fold in rank order: x0 op x1.
     const double nan = std::numeric_limits<double>::quiet_NaN();
-    std::vector<double> mine = r == 0 ? std::vector<double>{nan, 1.0, nan, -2.0} : std::vector<double>{1.0, nan, nan, 5.0};
+    std::vector<double> mine = r == 0 ? std::vector<double>{nan, 1.0, nan, -2.0}
+                                      : std::vector<double>{1.0, nan, nan, 5.0};
     Tensor mx = Tensor::from_vector(mine), mn = Tensor::from_vector(mine);
     pg.all_reduce(mx, ReduceOp::max)->wait();
     pg.all_reduce(mn, ReduceOp::min)->wait();

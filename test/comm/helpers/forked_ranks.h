@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "test/comm/helpers/child_process.h"
 #include "tinyddp/comm/store/tcp_store.h"
+#include "test/comm/helpers/child_process.h"
 
 namespace tinyddp::testing {
 

@@ -31,7 +31,8 @@ using namespace tinyddp;
 
 namespace {
 long long monotonic_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 }  // namespace
 
@@ -59,10 +60,12 @@ int main(int argc, char** argv) {
     for (int step = 0; step < steps; ++step) {
       float loss = criterion.forward(ddp.forward(x), y);
       if (group->rank() == stall_rank && step == stall_step) {
-        std::cout << "rank " << group->rank() << " stalls in step " << step << " (" << stall << ") at_ms=" << monotonic_ms()
-                  << std::endl;
-        if (stall == "stop") raise(SIGSTOP);
-        else std::this_thread::sleep_for(std::chrono::seconds(60));
+        std::cout << "rank " << group->rank() << " stalls in step " << step << " (" << stall
+                  << ") at_ms=" << monotonic_ms() << std::endl;
+        if (stall == "stop")
+          raise(SIGSTOP);
+        else
+          std::this_thread::sleep_for(std::chrono::seconds(60));
       }
       ddp.backward(criterion.backward(), /*want_input_grad=*/false);
       Tensor total = Tensor::from_vector(std::vector<float>{loss});

@@ -49,7 +49,9 @@ std::shared_ptr<HashStore> joined_store(const std::vector<pid_t>& pids) {
 
 }  // namespace
 
-TEST_CASE("failure report: the error file is torchrun's format; the first to report is the root cause, the next a second later") {
+TEST_CASE(
+    "failure report: the error file is torchrun's format; the first to report is the root cause, the next a second "
+    "later") {
   testing::TempDir dir;
   auto store = joined_store({getpid(), getpid()});
   FailureReportOptions options;
@@ -63,7 +65,8 @@ TEST_CASE("failure report: the error file is torchrun's format; the first to rep
   auto second = read_json(dir.file("rank0.json"));
   // torchrun shows message.extraInfo.py_callstack and sorts by message.extraInfo.timestamp.
   CHECK(first.at("message").at("message") == "rank 1: tinyddp error: deliberate");
-  CHECK(first.at("message").at("extraInfo").at("py_callstack") == "rank 1: tinyddp error: deliberate\n  raised at x.cpp:1");
+  CHECK(first.at("message").at("extraInfo").at("py_callstack") ==
+        "rank 1: tinyddp error: deliberate\n  raised at x.cpp:1");
   CHECK(timestamp_of(second) == timestamp_of(first) + 1);
   CHECK(second.at("message").at("extraInfo").at("py_callstack").get<std::string>().find("rank 1 failed first") !=
         std::string::npos);

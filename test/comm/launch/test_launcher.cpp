@@ -119,9 +119,12 @@ TEST_CASE("tinyddp-run: a worker exiting 3 stops the others and is named with it
   // are all set up.
   std::string script =
       "if [ $RANK = 2 ]; then "
-      "  while [ $(ls " + d + " | grep -c '^bg') -lt 3 ]; do sleep 0.02; done; echo failing; exit 3; "
+      "  while [ $(ls " +
+      d +
+      " | grep -c '^bg') -lt 3 ]; do sleep 0.02; done; echo failing; exit 3; "
       "fi; "
-      "echo $$ > " + d + "/worker.$RANK; sleep 1000 & echo $! > " + d + "/bg.$RANK; wait";
+      "echo $$ > " +
+      d + "/worker.$RANK; sleep 1000 & echo $! > " + d + "/bg.$RANK; wait";
   auto outcome = run_launcher({"-n", "4", "--grace-ms", "3000", "/bin/sh", "-c", script});
   CHECK_MESSAGE(outcome.exit_code == 3, outcome.describe());
   CHECK_MESSAGE(contains(outcome.report, "tinyddp-run: worker rank 2 (local rank 2 on node 0, pid "), outcome.report);
@@ -135,7 +138,8 @@ TEST_CASE("tinyddp-run: a worker exiting 3 stops the others and is named with it
   for (pid_t pid : background) CHECK_MESSAGE(eventually([&] { return process_is_gone(pid); }, 5s), "child ", pid);
 }
 
-TEST_CASE("tinyddp-run: a worker killed by a signal is the root cause, not the peer that exits with an error just after") {
+TEST_CASE(
+    "tinyddp-run: a worker killed by a signal is the root cause, not the peer that exits with an error just after") {
   ScratchDir dir;
   std::string d = dir.path.string();
   // What a data-parallel job does when one rank is SIGKILLed: its peers notice the lost connection and
@@ -143,18 +147,22 @@ TEST_CASE("tinyddp-run: a worker killed by a signal is the root cause, not the p
   // they see it dead (a zombie, not yet reaped): well inside one of the launcher's 50 ms polls. Rank 1
   // leaves a child holding its output open, so its pipes do not tell of its death; only its exit does.
   std::string script =
-      "if [ $RANK = 1 ]; then sleep 1000 & echo $$ > " + d + "/victim.tmp; mv " + d + "/victim.tmp " + d + "/victim; kill -KILL $$; fi; "
-      "while [ ! -e " + d + "/victim ]; do sleep 0.001; done; v=$(cat " + d + "/victim); "
+      "if [ $RANK = 1 ]; then sleep 1000 & echo $$ > " + d + "/victim.tmp; mv " + d + "/victim.tmp " + d +
+      "/victim; kill -KILL $$; fi; "
+      "while [ ! -e " +
+      d + "/victim ]; do sleep 0.001; done; v=$(cat " + d +
+      "/victim); "
       "while [ -e /proc/$v ] && ! grep -q ') Z' /proc/$v/stat 2>/dev/null; do sleep 0.001; done; exit 3";
   auto outcome = run_launcher({"-n", "3", "--grace-ms", "3000", "/bin/sh", "-c", script});
   CHECK_MESSAGE(outcome.exit_code == 128 + SIGKILL, outcome.describe());
   CHECK_MESSAGE(contains(outcome.report, "tinyddp-run: worker rank 1 (local rank 1 on node 0, pid "), outcome.report);
-  CHECK(contains(outcome.report, ") was killed by SIGKILL (the first to fail); stopped the other 2 workers; no restarts"));
+  CHECK(contains(outcome.report,
+                 ") was killed by SIGKILL (the first to fail); stopped the other 2 workers; no restarts"));
 }
 
 TEST_CASE("tinyddp-run: --max-restarts 1 with a worker that fails once succeeds on the second attempt") {
-  auto outcome = run_launcher({"-n", "4", "--max-restarts", "1", kWorker, "--fail-rank", "1", "--fail-code", "7",
-                               "--fail-on-restart", "0"});
+  auto outcome = run_launcher(
+      {"-n", "4", "--max-restarts", "1", kWorker, "--fail-rank", "1", "--fail-code", "7", "--fail-on-restart", "0"});
   REQUIRE_MESSAGE(outcome.ok(), outcome.describe());
   CHECK(contains(outcome.report, "[rank 1] rank 1 of 4 joined (restart 0, saw all 4)"));
   for (int rank = 0; rank < 4; ++rank)
@@ -167,7 +175,8 @@ TEST_CASE("tinyddp-run: --max-restarts 1 with a worker that fails once succeeds 
 TEST_CASE("Launcher: a worker that fails on every attempt uses up the restarts and is the root cause") {
   Captured captured;
   auto options = captured.options(
-      {"/bin/sh", "-c", "echo attempt $TINYDDP_RESTART_COUNT; if [ $RANK = 1 ]; then kill -KILL $$; fi; sleep 1000"}, 3);
+      {"/bin/sh", "-c", "echo attempt $TINYDDP_RESTART_COUNT; if [ $RANK = 1 ]; then kill -KILL $$; fi; sleep 1000"},
+      3);
   options.max_restarts = 2;
   LaunchResult result = Launcher(options).run();
   REQUIRE(result.root_cause);
@@ -175,8 +184,9 @@ TEST_CASE("Launcher: a worker that fails on every attempt uses up the restarts a
   CHECK(result.root_cause->signal == SIGKILL);
   CHECK(result.exit_code == 128 + SIGKILL);
   CHECK(result.restarts == 2);
-  CHECK_MESSAGE(contains(result.summary, "was killed by SIGKILL (the first to fail); stopped the other 2 workers; all 2 "
-                                         "restarts used"),
+  CHECK_MESSAGE(contains(result.summary,
+                         "was killed by SIGKILL (the first to fail); stopped the other 2 workers; all 2 "
+                         "restarts used"),
                 result.summary);
   for (int attempt = 0; attempt < 3; ++attempt) CHECK(captured.has("out 1: attempt " + std::to_string(attempt)));
   std::string log;
@@ -186,9 +196,11 @@ TEST_CASE("Launcher: a worker that fails on every attempt uses up the restarts a
 
 TEST_CASE("Launcher: flight records already in the named directory are moved to previous/ before the workers start") {
   ScratchDir dir;
-  for (const char* name : {"rank-0.json", "rank-1.experts.json", "rank-7.json", "notes.txt"}) std::ofstream(dir.path / name) << "{}";
+  for (const char* name : {"rank-0.json", "rank-1.experts.json", "rank-7.json", "notes.txt"})
+    std::ofstream(dir.path / name) << "{}";
   Captured captured;
-  auto options = captured.options({"/bin/sh", "-c", "echo records: $(ls $TINYDDP_FLIGHT_RECORDER | grep -c ^rank-)"}, 2);
+  auto options = captured.options({"/bin/sh", "-c", "echo records: $(ls $TINYDDP_FLIGHT_RECORDER | grep -c ^rank-)"},
+                                  2);
   options.flight_recorder_dir = dir.path.string();
   LaunchResult result = Launcher(options).run();
   REQUIRE_MESSAGE(result.exit_code == 0, result.summary);
@@ -240,8 +252,8 @@ TEST_CASE("tinyddp-run: workers do not outlive a launcher that is killed outrigh
 TEST_CASE("tinyddp-run: two nodes on one host, as on a cluster") {
   int port = free_loopback_port();
   auto node = [&](int rank, const std::string& script) {
-    return launch({kRun, "-n", "2", "--nnodes", "2", "--node-rank", std::to_string(rank), "--master-addr",
-                   "127.0.0.1", "--master-port", std::to_string(port), "--grace-ms", "2000", "/bin/sh", "-c", script});
+    return launch({kRun, "-n", "2", "--nnodes", "2", "--node-rank", std::to_string(rank), "--master-addr", "127.0.0.1",
+                   "--master-port", std::to_string(port), "--grace-ms", "2000", "/bin/sh", "-c", script});
   };
   SUBCASE("both succeed, with global ranks") {
     std::string script = "echo \"rank $RANK of $WORLD_SIZE, node $GROUP_RANK, local $LOCAL_RANK\"";
@@ -296,10 +308,9 @@ TEST_CASE("tinyddp-run: two nodes on one host, as on a cluster") {
     watcher_options.token = "";
     TcpStore watcher("127.0.0.1", port, false, watcher_options);
     watcher.wait({"tinyddp/default/launcher/nnodes"}, 20s);
-    auto o1 = finish_child(
-        launch({kRun, "-n", "3", "--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1", "--master-port",
-                std::to_string(port), "/bin/true"}),
-        60s);
+    auto o1 = finish_child(launch({kRun, "-n", "3", "--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1",
+                                   "--master-port", std::to_string(port), "/bin/true"}),
+                           60s);
     CHECK(o1.exit_code == 1);
     CHECK_MESSAGE(contains(o1.report, "this node has --nproc-per-node 3 but the node that registered first has 2"),
                   o1.report);

@@ -47,8 +47,11 @@ TEST_CASE("SLURM_TASKS_PER_NODE in its 2(x3) form gives each node's task count")
   CHECK_THROWS_WITH_AS(expand_tasks_per_node("2(x3"), doctest::Contains("neither N nor N(xM)"), Error);
 
   // The local world size of a task is its node's count, found by SLURM_NODEID.
-  Variables step = {{"SLURM_PROCID", "6"},         {"SLURM_NTASKS", "7"}, {"SLURM_LOCALID", "0"},
-                    {"SLURM_TASKS_PER_NODE", "2(x3),1"}, {"SLURM_NODEID", "3"}};
+  Variables step = {{"SLURM_PROCID", "6"},
+                    {"SLURM_NTASKS", "7"},
+                    {"SLURM_LOCALID", "0"},
+                    {"SLURM_TASKS_PER_NODE", "2(x3),1"},
+                    {"SLURM_NODEID", "3"}};
   auto last = read_launch_environment(from(step));
   CHECK(last.local_world_size == 1);
   step["SLURM_PROCID"] = "3";
@@ -60,10 +63,14 @@ TEST_CASE("SLURM_TASKS_PER_NODE in its 2(x3) form gives each node's task count")
 }
 
 TEST_CASE("srun without MASTER_ADDR/MASTER_PORT: the step's first host and a port from the job id") {
-  Variables step = {{"SLURM_PROCID", "2"},       {"SLURM_NTASKS", "4"},
-                    {"SLURM_LOCALID", "0"},      {"SLURM_NODEID", "1"},
-                    {"SLURM_TASKS_PER_NODE", "2(x2)"}, {"SLURM_JOB_NODELIST", "gpu[01-08]"},
-                    {"SLURM_STEP_NODELIST", "gpu[03-04]"}, {"SLURM_JOB_ID", "123456"},
+  Variables step = {{"SLURM_PROCID", "2"},
+                    {"SLURM_NTASKS", "4"},
+                    {"SLURM_LOCALID", "0"},
+                    {"SLURM_NODEID", "1"},
+                    {"SLURM_TASKS_PER_NODE", "2(x2)"},
+                    {"SLURM_JOB_NODELIST", "gpu[01-08]"},
+                    {"SLURM_STEP_NODELIST", "gpu[03-04]"},
+                    {"SLURM_JOB_ID", "123456"},
                     {"SLURM_STEP_ID", "2"}};
   auto env = read_launch_environment(from(step));
   CHECK(env.master_addr == "gpu03");  // the step's first node, not the job's
@@ -82,8 +89,8 @@ TEST_CASE("srun without MASTER_ADDR/MASTER_PORT: the step's first host and a por
   CHECK(given.master_addr == "10.1.2.3");
   CHECK(given.master_port == 29500);
   // Every task on one node: loopback.
-  Variables one_node = {{"SLURM_PROCID", "1"},         {"SLURM_NTASKS", "2"},        {"SLURM_LOCALID", "1"},
-                        {"SLURM_NODEID", "0"},         {"SLURM_TASKS_PER_NODE", "2"}, {"SLURM_JOB_NODELIST", "vm"},
+  Variables one_node = {{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"},         {"SLURM_LOCALID", "1"},
+                        {"SLURM_NODEID", "0"}, {"SLURM_TASKS_PER_NODE", "2"}, {"SLURM_JOB_NODELIST", "vm"},
                         {"SLURM_JOB_ID", "7"}};
   CHECK(read_launch_environment(from(one_node)).master_addr == "127.0.0.1");
 }
@@ -91,8 +98,10 @@ TEST_CASE("srun without MASTER_ADDR/MASTER_PORT: the step's first host and a por
 TEST_CASE("mpirun without MASTER_ADDR/MASTER_PORT: mpirun's host and a port from its job id") {
   CHECK(hnp_uri_addresses("98631680.0;tcp://192.0.2.2,10.0.0.5:46549;tcp6://[fd00::2]:57159") ==
         Hosts{"192.0.2.2", "10.0.0.5"});
-  Variables ranks = {{"OMPI_COMM_WORLD_RANK", "3"},       {"OMPI_COMM_WORLD_SIZE", "4"},
-                     {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+  Variables ranks = {{"OMPI_COMM_WORLD_RANK", "3"},
+                     {"OMPI_COMM_WORLD_SIZE", "4"},
+                     {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                     {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
                      {"OMPI_MCA_ess_base_jobid", "98631681"},
                      {"OMPI_MCA_orte_hnp_uri", "98631680.0;tcp://192.0.2.2:46549"}};
   auto env = read_launch_environment(from(ranks));
@@ -106,11 +115,16 @@ TEST_CASE("mpirun without MASTER_ADDR/MASTER_PORT: mpirun's host and a port from
 TEST_CASE("mpirun of Open MPI 5 (PRRTE): mpirun's host and a port from PMIX_NAMESPACE's pid and job") {
   // What Open MPI 5.0's mpirun sets (its docs' "Environment variables set for MPI applications", and
   // PRRTE's job names, prterun-<host>-<pid>@<job>): still OMPI_COMM_WORLD_*, no OMPI_MCA_orte_hnp_uri.
-  std::map<std::string, std::string> ranks = {{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"},
-                                              {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
-                                              {"OMPI_COMM_WORLD_NODE_RANK", "1"}, {"OMPI_UNIVERSE_SIZE", "4"},
-                                              {"PMIX_RANK", "3"}, {"PMIX_NAMESPACE", "prterun-gpu-a-01-48213@1"},
-                                              {"PMIX_SERVER_URI41", "prterun-gpu-a-01-48213@0.1;tcp4://10.1.0.2:40321"}};
+  std::map<std::string, std::string> ranks = {{"OMPI_COMM_WORLD_RANK", "3"},
+                                              {"OMPI_COMM_WORLD_SIZE", "4"},
+                                              {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                                              {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+                                              {"OMPI_COMM_WORLD_NODE_RANK", "1"},
+                                              {"OMPI_UNIVERSE_SIZE", "4"},
+                                              {"PMIX_RANK", "3"},
+                                              {"PMIX_NAMESPACE", "prterun-gpu-a-01-48213@1"},
+                                              {"PMIX_SERVER_URI41",
+                                               "prterun-gpu-a-01-48213@0.1;tcp4://10.1.0.2:40321"}};
   auto env = read_launch_environment(from(ranks));
   CHECK(env.rank == 3);
   CHECK(env.world_size == 4);
@@ -143,8 +157,8 @@ TEST_CASE("when the address cannot be derived, the error says exactly what to ex
                        doctest::Contains("could not be derived from Open MPI (OMPI_COMM_WORLD_RANK/SIZE): Open MPI set "
                                          "neither OMPI_MCA_orte_hnp_uri (Open MPI 4) nor PMIX_NAMESPACE (Open MPI 5)"),
                        Error);
-  CHECK_THROWS_WITH_AS(rendezvous("env://", options), doctest::Contains("mpirun -x MASTER_ADDR=<host> -x MASTER_PORT=<port>"),
-                       Error);
+  CHECK_THROWS_WITH_AS(rendezvous("env://", options),
+                       doctest::Contains("mpirun -x MASTER_ADDR=<host> -x MASTER_PORT=<port>"), Error);
   options.environment = from({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", "0"}});
   CHECK_THROWS_WITH_AS(rendezvous("env://", options), doctest::Contains("srun --export=ALL,MASTER_ADDR="), Error);
 

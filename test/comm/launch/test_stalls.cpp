@@ -47,7 +47,8 @@ std::set<long long> named_sequences(const std::string& report, int rank) {
   std::istringstream lines(report);
   for (std::string line; std::getline(lines, line);) {
     if (line.rfind("[rank " + std::to_string(rank) + "]", 0) != 0) continue;
-    for (std::sregex_iterator m(line.begin(), line.end(), pattern), end; m != end; ++m) found.insert(std::stoll((*m)[1]));
+    for (std::sregex_iterator m(line.begin(), line.end(), pattern), end; m != end; ++m)
+      found.insert(std::stoll((*m)[1]));
   }
   return found;
 }
@@ -66,7 +67,8 @@ void run_stall(StallRun& run, const std::string& how) {
   run.outcome = finish_child(spawn_program({kRun, "-n", "3", "--grace-ms", "1000", kWorker, "--steps", "40",
                                             "--stall-rank", "1", "--stall-step", "3", "--stall", how},
                                            {"TINYDDP_TOKEN=", "TINYDDP_TIMEOUT=" + std::to_string(kTimeoutSeconds),
-                                            "TINYDDP_FLIGHT_RECORDER=" + run.records.path.string(), "OMP_NUM_THREADS=1"}),
+                                            "TINYDDP_FLIGHT_RECORDER=" + run.records.path.string(),
+                                            "OMP_NUM_THREADS=1"}),
                              60s);
 }
 
@@ -87,9 +89,10 @@ void check_others_name_rank_1(const StallRun& run) {
   const long long timeout_ms = kTimeoutSeconds * 1000;
   const long long judge_ms = comm::CollectiveWatchdog::kVerdictPatience.count();
   for (long long at : failed) {
-    CHECK_MESSAGE(at - stalled[0] < timeout_ms + judge_ms + 3000, "failed ", at - stalled[0], " ms after the stall\n", report);
-    CHECK_MESSAGE(at - stalled[0] > timeout_ms - 1000, "failed ", at - stalled[0], " ms after the stall, before its timeout\n",
+    CHECK_MESSAGE(at - stalled[0] < timeout_ms + judge_ms + 3000, "failed ", at - stalled[0], " ms after the stall\n",
                   report);
+    CHECK_MESSAGE(at - stalled[0] > timeout_ms - 1000, "failed ", at - stalled[0],
+                  " ms after the stall, before its timeout\n", report);
   }
   auto record0 = read_json(run.records.path / "rank-0.json");
   auto record2 = read_json(run.records.path / "rank-2.json");
@@ -99,12 +102,14 @@ void check_others_name_rank_1(const StallRun& run) {
   CAPTURE(record0["reason"]);
   CAPTURE(record2["reason"]);
   CHECK((record0["reason"] == "timeout" || record2["reason"] == "timeout"));
-  for (const auto* record : {&record0, &record2}) CHECK(((*record)["reason"] == "timeout" || (*record)["reason"] == "error"));
+  for (const auto* record : {&record0, &record2})
+    CHECK(((*record)["reason"] == "timeout" || (*record)["reason"] == "error"));
   const long long in = record0["last_started"].get<long long>();
   CHECK(record2["last_started"].get<long long>() == in);
   CHECK(record0["last_finished"].get<long long>() == in - 1);
   for (int rank : {0, 2}) {
-    CHECK_MESSAGE(named_sequences(report, rank) == std::set<long long>{in}, "rank ", rank, " names another collective\n", report);
+    CHECK_MESSAGE(named_sequences(report, rank) == std::set<long long>{in}, "rank ", rank,
+                  " names another collective\n", report);
     CHECK(contains(report, "[rank " + std::to_string(rank) + "] failed at_ms="));
   }
   CHECK_MESSAGE(contains(report, "stalled: rank 1 ("), report);  // with host and pid, from the board
@@ -169,8 +174,8 @@ TEST_CASE("stall: an unreachable store fails after TINYDDP_TIMEOUT, saying where
   // The message below says it gave up after 3 s by its own clock; this only catches a wait that
   // outlives the timeout several times over (finish_child stops it at 30 s).
   CHECK(took < 15s);
-  CHECK_MESSAGE(contains(outcome.report, "could not connect to the store at 127.0.0.1:" + std::to_string(port) +
-                                             ": gave up after 3."),
+  CHECK_MESSAGE(contains(outcome.report,
+                         "could not connect to the store at 127.0.0.1:" + std::to_string(port) + ": gave up after 3."),
                 outcome.report);
   CHECK(contains(outcome.report, "the timeout is 3.0 s (TINYDDP_TIMEOUT=<seconds>"));
 }

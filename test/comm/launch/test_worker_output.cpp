@@ -65,8 +65,9 @@ TEST_CASE("expand_prefix: {rank}, {local_rank} and {node} filled in; another fie
   CHECK(message_of([] { expand_prefix("{rank", 0, 0, 0); }).find("{rank is not a field") != std::string::npos);
 }
 
-TEST_CASE("tinyddp-run --print-ranks 0 --prefix '': rank 0's standard output alone, as written; every rank's errors; "
-          "--log-dir keeps all of it") {
+TEST_CASE(
+    "tinyddp-run --print-ranks 0 --prefix '': rank 0's standard output alone, as written; every rank's errors; "
+    "--log-dir keeps all of it") {
   TempDir dir("tinyddp_worker_output");
   const std::string logs = dir.file("logs");
   const std::string worker = "echo \"table line of $RANK\"; echo \"error of $RANK\" >&2";
@@ -84,15 +85,18 @@ TEST_CASE("tinyddp-run --print-ranks 0 --prefix '': rank 0's standard output alo
     CHECK(slurp(base + ".stderr") == "error of " + std::to_string(r) + "\n");
   }
   // Both streams: each rank's error still shows, with the prefix asked for.
-  auto both = finish_child(
-      spawn_program({kRun, "-n", "3", "--print-ranks", "1-2", "--prefix", "{rank}> ", "--", "/bin/sh", "-c", worker}),
-      60s);
+  auto both = finish_child(spawn_program({kRun, "-n", "3", "--print-ranks", "1-2", "--prefix", "{rank}> ", "--",
+                                          "/bin/sh", "-c", worker}),
+                           60s);
   REQUIRE_MESSAGE(both.ok(), both.describe());
   CHECK(both.report.find("table line of 0") == std::string::npos);
-  for (int r = 0; r < 3; ++r) CHECK(both.report.find(std::to_string(r) + "> error of " + std::to_string(r) + "\n") != std::string::npos);
-  for (int r = 1; r < 3; ++r) CHECK(both.report.find(std::to_string(r) + "> table line of " + std::to_string(r) + "\n") != std::string::npos);
+  for (int r = 0; r < 3; ++r)
+    CHECK(both.report.find(std::to_string(r) + "> error of " + std::to_string(r) + "\n") != std::string::npos);
+  for (int r = 1; r < 3; ++r)
+    CHECK(both.report.find(std::to_string(r) + "> table line of " + std::to_string(r) + "\n") != std::string::npos);
   // A list naming a rank the job does not have is a usage error before anything starts.
   auto bad = finish_child(spawn_program({kRun, "-n", "2", "--print-ranks", "2", "--", "/bin/true"}), 30s);
   CHECK(bad.exit_code == 2);
-  CHECK(bad.report.find("tinyddp-run: --print-ranks 2: rank 2 is not in this job, whose ranks are 0 to 1") != std::string::npos);
+  CHECK(bad.report.find("tinyddp-run: --print-ranks 2: rank 2 is not in this job, whose ranks are 0 to 1") !=
+        std::string::npos);
 }

@@ -39,7 +39,8 @@ int check_joined(const Rendezvous& r, int expected_rank, int world_size, std::st
   StoreBarrier(*r.store, r.rank, r.world_size, "after-hello").arrive_and_wait(20s);
   for (int i = 0; i < world_size; ++i) {
     if (!r.store->check({"hello/" + std::to_string(i)})) {
-      report = "rank " + std::to_string(r.rank) + " passed the barrier before rank " + std::to_string(i) + " said hello";
+      report = "rank " + std::to_string(r.rank) + " passed the barrier before rank " + std::to_string(i) +
+               " said hello";
       return 3;
     }
   }
@@ -78,19 +79,26 @@ TEST_CASE("init_method strings") {
   CHECK(v6.port == 29500);
   CHECK_THROWS_WITH_AS(InitMethod::parse("file:///tmp/x"), doctest::Contains("is not understood; hint:"), Error);
   CHECK_THROWS_WITH_AS(InitMethod::parse("tcp://localhost"), doctest::Contains("names no port"), Error);
-  CHECK_THROWS_WITH_AS(InitMethod::parse("tcp://host:http"), doctest::Contains("port 'http' is not a port number"), Error);
+  CHECK_THROWS_WITH_AS(InitMethod::parse("tcp://host:http"), doctest::Contains("port 'http' is not a port number"),
+                       Error);
   CHECK_THROWS_WITH_AS(InitMethod::parse("tcp://host:0"), doctest::Contains("is not a port number 1..65535"), Error);
   CHECK_THROWS_WITH_AS(InitMethod::parse("tcp://host:70000"), doctest::Contains("is not a port number"), Error);
 }
 
 TEST_CASE("the launchers' environment variables, in order of precedence") {
   SUBCASE("tinyddp-run / torchrun") {
-    auto env = read_launch_environment(lookup_in({{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"},
-                                                  {"LOCAL_WORLD_SIZE", "4"}, {"MASTER_ADDR", "node0"},
-                                                  {"MASTER_PORT", "29500"}, {"TINYDDP_RESTART_COUNT", "2"},
-                                                  {"TINYDDP_RUN_ID", "job7"}, {"TINYDDP_LAUNCHER_STORE", "1"},
+    auto env = read_launch_environment(lookup_in({{"RANK", "5"},
+                                                  {"WORLD_SIZE", "8"},
+                                                  {"LOCAL_RANK", "1"},
+                                                  {"LOCAL_WORLD_SIZE", "4"},
+                                                  {"MASTER_ADDR", "node0"},
+                                                  {"MASTER_PORT", "29500"},
+                                                  {"TINYDDP_RESTART_COUNT", "2"},
+                                                  {"TINYDDP_RUN_ID", "job7"},
+                                                  {"TINYDDP_LAUNCHER_STORE", "1"},
                                                   // a launcher inside a Slurm allocation: RANK wins
-                                                  {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}}));
+                                                  {"SLURM_PROCID", "0"},
+                                                  {"SLURM_NTASKS", "2"}}));
     CHECK(env.rank == 5);
     CHECK(env.world_size == 8);
     CHECK(env.local_rank == 1);
@@ -103,8 +111,8 @@ TEST_CASE("the launchers' environment variables, in order of precedence") {
     CHECK(env.source == "RANK/WORLD_SIZE");
   }
   SUBCASE("Slurm's srun") {
-    auto env = read_launch_environment(lookup_in({{"SLURM_PROCID", "6"}, {"SLURM_NTASKS", "8"},
-                                                  {"SLURM_LOCALID", "2"}, {"SLURM_NTASKS_PER_NODE", "4(x2)"}}));
+    auto env = read_launch_environment(lookup_in(
+        {{"SLURM_PROCID", "6"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "2"}, {"SLURM_NTASKS_PER_NODE", "4(x2)"}}));
     CHECK(env.rank == 6);
     CHECK(env.world_size == 8);
     CHECK(env.local_rank == 2);
@@ -112,7 +120,8 @@ TEST_CASE("the launchers' environment variables, in order of precedence") {
     CHECK(env.source.find("Slurm") == 0);
   }
   SUBCASE("Open MPI's mpirun") {
-    auto env = read_launch_environment(lookup_in({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"},
+    auto env = read_launch_environment(lookup_in({{"OMPI_COMM_WORLD_RANK", "3"},
+                                                  {"OMPI_COMM_WORLD_SIZE", "4"},
                                                   {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
                                                   {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}}));
     CHECK(env.rank == 3);
@@ -145,7 +154,8 @@ TEST_CASE("the launchers' environment variables, in order of precedence") {
 TEST_CASE("env:// without MASTER_ADDR/PORT, or without a rank, says what to set") {
   RendezvousOptions options;
   options.environment = lookup_in({{"RANK", "0"}, {"WORLD_SIZE", "2"}});
-  CHECK_THROWS_WITH_AS(rendezvous("env://", options), doctest::Contains("MASTER_ADDR and MASTER_PORT must name"), Error);
+  CHECK_THROWS_WITH_AS(rendezvous("env://", options), doctest::Contains("MASTER_ADDR and MASTER_PORT must name"),
+                       Error);
   options.environment = lookup_in({{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "1234"}});
   CHECK_THROWS_WITH_AS(rendezvous("env://", options), doctest::Contains("rank and world size are unknown"), Error);
 }
@@ -175,8 +185,9 @@ TEST_CASE("4 processes rendezvous by env://, with each launcher's variables") {
   struct Family {
     const char *rank, *world_size, *local_rank;
   };
-  for (Family family : {Family{"RANK", "WORLD_SIZE", "LOCAL_RANK"}, Family{"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
-                        Family{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"}}) {
+  for (Family family :
+       {Family{"RANK", "WORLD_SIZE", "LOCAL_RANK"}, Family{"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
+        Family{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"}}) {
     CAPTURE(family.rank);
     int port = free_loopback_port();
     std::vector<Child> children;
@@ -249,7 +260,8 @@ TEST_CASE("rendezvous errors: two processes claim one rank") {
   // slice of its wait, naming the two processes.
   auto first_outcome = finish_child(first, 30s);
   CHECK(first_outcome.exit_code == 99);
-  CHECK_MESSAGE(first_outcome.report.find("a process was refused: rank 1 is claimed by two processes") != std::string::npos,
+  CHECK_MESSAGE(first_outcome.report.find("a process was refused: rank 1 is claimed by two processes") !=
+                    std::string::npos,
                 first_outcome.report);
   CHECK(first_outcome.report.find("pid") != std::string::npos);
 }
@@ -279,7 +291,8 @@ TEST_CASE("rendezvous errors: world sizes differ") {
   CHECK(second.report.find(") has WORLD_SIZE=2") != std::string::npos);
   auto first_outcome = finish_child(first, 30s);
   CHECK(first_outcome.exit_code == 99);
-  CHECK_MESSAGE(first_outcome.report.find("a process was refused: rank 1 (") != std::string::npos, first_outcome.report);
+  CHECK_MESSAGE(first_outcome.report.find("a process was refused: rank 1 (") != std::string::npos,
+                first_outcome.report);
   CHECK(first_outcome.report.find("has WORLD_SIZE=3, but rank 0 (") != std::string::npos);
   CHECK(first_outcome.report.find("joined after") == std::string::npos);  // not called "missing"
 }
@@ -323,6 +336,7 @@ TEST_CASE("rendezvous errors: the master is unreachable, or its port is taken") 
   options.rank = 0;
   options.timeout = 5s;
   CHECK_THROWS_WITH_AS(rendezvous(taken.init(), options),
-                       doctest::Contains(("port " + std::to_string(taken.server.port()) + " on 127.0.0.1 is already in use").c_str()),
+                       doctest::Contains(
+                           ("port " + std::to_string(taken.server.port()) + " on 127.0.0.1 is already in use").c_str()),
                        Error);
 }

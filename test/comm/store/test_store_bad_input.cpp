@@ -148,7 +148,8 @@ class AddressSpaceCap {
 
   // True when mapping `bytes` now fails (the cap holds). Reserved, never touched: nothing is used.
   static bool refuses(uint64_t bytes) {
-    void* p = ::mmap(nullptr, size_t(bytes), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void* p = ::mmap(nullptr, size_t(bytes), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1,
+                     0);
     if (p == MAP_FAILED) return true;
     ::munmap(p, size_t(bytes));
     return false;
@@ -270,7 +271,8 @@ TEST_CASE("each kind of bad input closes only its own connection, with the reaso
     RawClient bad(server.port());
     bad.hello();
     const uint32_t too_big = (1u << 20) + 1;  // this server's max_value_bytes is 1 MiB
-    std::string body = std::string(1, char(protocol::Command::set)) + u32(1) + "k" + u32(too_big) + std::string(too_big, 'v');
+    std::string body = std::string(1, char(protocol::Command::set)) + u32(1) + "k" + u32(too_big) +
+                       std::string(too_big, 'v');
     bad.send_bytes(u32(uint32_t(body.size())) + body);
     CHECK(bad.closed_by_server());
     CHECK(server.logged("value of 1048577 bytes is over the limit of 1048576"));
@@ -396,7 +398,8 @@ TEST_CASE("a client is not made to allocate by a reply's length prefix: a peer c
     uint16_t version = 0;
     uint32_t token_bytes = protocol::decode_hello_head(head, version);
     read_n(token_bytes);
-    std::string reply = protocol::encode_hello_reply({protocol::kVersion, protocol::HelloStatus::ok, 4096, 1ull << 40, ""});
+    std::string reply = protocol::encode_hello_reply(
+        {protocol::kVersion, protocol::HelloStatus::ok, 4096, 1ull << 40, ""});
     std::string frame = u32(0xfffffff0u) + std::string(100, 'x');
     ::send(fd, reply.data(), reply.size(), MSG_NOSIGNAL);
     std::string prefix = read_n(protocol::kFrameLengthBytes);  // the client's request
@@ -479,10 +482,11 @@ TEST_CASE("a port held by another kind of server fails at once, saying it is not
     // retry for the 60 s it was given.
     ForeignServer ssh("SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n");
     const std::string message = connect_error(ssh.port, 10s, &took);
-    CHECK_MESSAGE(message.rfind("the server at 127.0.0.1:" + std::to_string(ssh.port) +
-                                    " answered \"SSH-2.0-OpenSSH_9.2p1 Debian-2\\x0d\\x0a\": it is not a tinyddp store " +
-                                    holder, 0) == 0,
-                  message);
+    CHECK_MESSAGE(
+        message.rfind("the server at 127.0.0.1:" + std::to_string(ssh.port) +
+                          " answered \"SSH-2.0-OpenSSH_9.2p1 Debian-2\\x0d\\x0a\": it is not a tinyddp store " + holder,
+                      0) == 0,
+        message);
     CHECK(message.find("; hint: MASTER_ADDR/MASTER_PORT (or tcp://host:port) name another program's port: choose a "
                        "free port, or stop that program") != std::string::npos);
     CHECK(took < 5s);
@@ -491,8 +495,9 @@ TEST_CASE("a port held by another kind of server fails at once, saying it is not
     // A server that answers with something else than a store's reply (an HTTP server's 400).
     ForeignServer http("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
     const std::string message = connect_error(http.port, 10s, &took);
-    CHECK_MESSAGE(message.find("answered \"HTTP/1.1 400 Bad Request\\x0d\\x0aContent-Length: 0\\x0d\\x0a\\x0d\\x0a\": it "
-                               "is not a tinyddp store") != std::string::npos,
+    CHECK_MESSAGE(message.find(
+                      "answered \"HTTP/1.1 400 Bad Request\\x0d\\x0aContent-Length: 0\\x0d\\x0a\\x0d\\x0a\": it "
+                      "is not a tinyddp store") != std::string::npos,
                   message);
     CHECK(took < 5s);
   }
@@ -500,11 +505,13 @@ TEST_CASE("a port held by another kind of server fails at once, saying it is not
     // A server that waits for its own protocol's first words: silent for hello_silence, then named.
     ForeignServer silent("");
     const std::string message = connect_error(silent.port, 1s, &took);
-    CHECK_MESSAGE(message.rfind("the server at 127.0.0.1:" + std::to_string(silent.port) +
-                                    " accepted the connection but sent no reply to the hello in 1.0 s (a tinyddp "
-                                    "store answers at once, unless its process is stopped): it is not a tinyddp store " +
-                                    holder, 0) == 0,
-                  message);
+    CHECK_MESSAGE(
+        message.rfind("the server at 127.0.0.1:" + std::to_string(silent.port) +
+                          " accepted the connection but sent no reply to the hello in 1.0 s (a tinyddp "
+                          "store answers at once, unless its process is stopped): it is not a tinyddp store " +
+                          holder,
+                      0) == 0,
+        message);
     CHECK(took < 5s);
   }
 }

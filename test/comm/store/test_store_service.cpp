@@ -13,10 +13,10 @@
 #include <mutex>
 #include <thread>
 
-#include "tinyddp/core/log_rate_limiter.h"
 #include "tinyddp/comm/store/store_server.h"
 #include "tinyddp/comm/store/tcp_store.h"
 #include "tinyddp/core/error.h"
+#include "tinyddp/core/log_rate_limiter.h"
 #include "test/comm/helpers/child_process.h"
 
 using namespace tinyddp;
@@ -210,8 +210,9 @@ TEST_CASE("store service: the log rate limit lets a burst of each kind through a
   // A window no run reaches the end of: where each line falls depends on nothing but the count.
   CapturedLog log;
   LogRateLimiter limited(log.sink(), {.burst = 3, .window = std::chrono::hours(1)});
-  for (int i = 0; i < 1000; ++i) limited.log(LogLevel::warn, "closed 10.0.0." + std::to_string(i % 250) + ":" +
-                                                                  std::to_string(40000 + i) + ": sent no complete hello");
+  for (int i = 0; i < 1000; ++i)
+    limited.log(LogLevel::warn, "closed 10.0.0." + std::to_string(i % 250) + ":" + std::to_string(40000 + i) +
+                                    ": sent no complete hello");
   limited.log(LogLevel::warn, "rejected 10.0.0.1:5: the token presented is wrong");
   CHECK(log.count("sent no complete hello") == 3);
   CHECK(log.count("token presented is wrong") == 1);  // another kind: its own burst
@@ -229,10 +230,11 @@ TEST_CASE("store service: when the log rate limit's window ends, the count comes
   // two calls would put them in two windows.
   CapturedLog log;
   LogRateLimiter limited(log.sink(), {.burst = 3, .window = 1000ms});
-  for (int i = 0; i < 4; ++i) limited.log(LogLevel::warn, "closed 10.0.0.1:" + std::to_string(40000 + i) + ": sent no complete hello");
+  for (int i = 0; i < 4; ++i)
+    limited.log(LogLevel::warn, "closed 10.0.0.1:" + std::to_string(40000 + i) + ": sent no complete hello");
   CHECK(log.count("sent no complete hello") == 3);
   limited.flush();
-  CHECK(log.count("more line") == 0);  // still inside the window
+  CHECK(log.count("more line") == 0);   // still inside the window
   std::this_thread::sleep_for(1100ms);  // sleeps at least this long, so the window has ended
   limited.flush();
   CHECK(log.count("1 more line like this one") == 1);

@@ -52,12 +52,14 @@ struct TwoHosts {
     std::string veth_a = "tdv" + id + "a", veth_b = "tdv" + id + "b";
     ready = run_ip({"netns", "add", b}, &why_not) &&
             run_ip({"link", "add", veth_a, "type", "veth", "peer", "name", veth_b}, &why_not) &&
-            run_ip({"link", "set", veth_a, "netns", a}, &why_not) && run_ip({"link", "set", veth_b, "netns", b}, &why_not) &&
+            run_ip({"link", "set", veth_a, "netns", a}, &why_not) &&
+            run_ip({"link", "set", veth_b, "netns", b}, &why_not) &&
             run_ip({"-n", a, "addr", "add", kAddressA + "/24", "dev", veth_a}, &why_not) &&
             run_ip({"-n", b, "addr", "add", kAddressB + "/24", "dev", veth_b}, &why_not) &&
             run_ip({"-n", a, "link", "set", veth_a, "up"}, &why_not) &&
             run_ip({"-n", b, "link", "set", veth_b, "up"}, &why_not) &&
-            run_ip({"-n", a, "link", "set", "lo", "up"}, &why_not) && run_ip({"-n", b, "link", "set", "lo", "up"}, &why_not);
+            run_ip({"-n", a, "link", "set", "lo", "up"}, &why_not) &&
+            run_ip({"-n", b, "link", "set", "lo", "up"}, &why_not);
   }
   ~TwoHosts() {
     // Deleting a namespace also deletes the veth end inside it, and with it the pair.
@@ -122,8 +124,7 @@ TEST_CASE("two hosts: the store on one, clients on the other") {
                                  try {
                                    TcpStore local("127.0.0.1", port, false, options);
                                    return report = "reached the store through B's loopback", 6;
-                                 } catch (const Error&) {
-                                 }
+                                 } catch (const Error&) {}
                                  return 0;
                                }),
                                60s);

@@ -37,8 +37,9 @@ std::vector<std::pair<std::string, std::string>> pythons_with_torch() {
   std::vector<std::pair<std::string, std::string>> found;
   for (const auto& python : candidates) {
     if (access(python.c_str(), X_OK) != 0) continue;
-    auto probe = finish_child(spawn_program({python, "-c", "import torch.distributed as d; import torch; "
-                                                            "print('torch', torch.__version__, d.is_available())"}),
+    auto probe = finish_child(spawn_program({python, "-c",
+                                             "import torch.distributed as d; import torch; "
+                                             "print('torch', torch.__version__, d.is_available())"}),
                               120s);
     if (probe.ok() && probe.report.find(" True") != std::string::npos) {
       std::string version = probe.report.substr(probe.report.find("torch ") + 6);
@@ -117,8 +118,9 @@ void run_against(const std::string& python, const std::string& backend, TorchSto
 TEST_CASE("TorchTcpStore: every call against PyTorch's own TCPStore server, in each dialect") {
   auto pythons = pythons_with_torch();
   if (pythons.empty()) {
-    TINYDDP_SKIP("no Python with torch.distributed (Debian: apt-get install python3-torch, which make deps "
-            "installs as root)");
+    TINYDDP_SKIP(
+        "no Python with torch.distributed (Debian: apt-get install python3-torch, which make deps "
+        "installs as root)");
   }
   for (const auto& [python, version] : pythons) {
     INFO("PyTorch ", version, " (", python, ")");

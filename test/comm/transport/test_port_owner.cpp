@@ -1,7 +1,7 @@
 // port_owner names the process listening on a port (for the "port is taken" errors), and nothing
 // for a port no one listens on.
-#include <doctest/doctest.h>
 #include <arpa/inet.h>
+#include <doctest/doctest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>

@@ -67,7 +67,8 @@ void all_reduce_everywhere(std::vector<std::shared_ptr<ProcessGroup>>& groups, i
     groups[size_t(r)]->all_reduce(t)->wait();
     if (t.to_vector<float>() != reference_reduce<float>(ReduceOp::sum, world, count)) failures[size_t(r)] = "differs";
   });
-  for (int r = 0; r < world; ++r) CHECK_MESSAGE(failures[size_t(r)].empty(), "rank ", r, " x", count, " ", failures[size_t(r)]);
+  for (int r = 0; r < world; ++r)
+    CHECK_MESSAGE(failures[size_t(r)].empty(), "rank ", r, " x", count, " ", failures[size_t(r)]);
 }
 
 }  // namespace
@@ -168,7 +169,8 @@ TEST_CASE("tinyddp-run: a job that cannot fit the host is refused before any wor
   const auto marker = std::filesystem::temp_directory_path() / ("tinyddp-refused-" + std::to_string(::getpid()));
   std::filesystem::remove(marker);
   // The most workers -n accepts: their fifos alone would need about 1 TiB of /dev/shm.
-  auto outcome = finish_child(spawn_program({run, "-n", "4096", "--", "/bin/sh", "-c", "touch " + marker.string()}), 30s);
+  auto outcome = finish_child(spawn_program({run, "-n", "4096", "--", "/bin/sh", "-c", "touch " + marker.string()}),
+                              30s);
   CHECK(outcome.exit_code == 1);
   CHECK_MESSAGE(outcome.report.find("tinyddp-run: 4096 workers on ") != std::string::npos, outcome.report);
   CHECK_MESSAGE(outcome.report.find("MemAvailable") != std::string::npos, outcome.report);

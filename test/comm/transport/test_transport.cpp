@@ -24,12 +24,12 @@
 using namespace tinyddp;
 using namespace tinyddp::comm;
 using namespace std::chrono_literals;
-using tinyddp::testing::make_input;
-using tinyddp::testing::reference_reduce;
-using tinyddp::testing::run_ranks;
 using tinyddp::testing::Child;
 using tinyddp::testing::ChildGuard;
 using tinyddp::testing::finish_child;
+using tinyddp::testing::make_input;
+using tinyddp::testing::reference_reduce;
+using tinyddp::testing::run_ranks;
 using tinyddp::testing::spawn_child;
 
 namespace {
@@ -189,14 +189,16 @@ TEST_CASE("tcp: a group spanning hosts listens on its interface, every address o
     std::string published, listening;
     run_ranks(2, [&](int r) {
       if (r == 0) {
-        rank0 = std::make_unique<TcpTransport>(store, prefix, 0, std::vector<int>{1}, hosts, std::vector<int>{0, 0}, 20s, options);
+        rank0 = std::make_unique<TcpTransport>(store, prefix, 0, std::vector<int>{1}, hosts, std::vector<int>{0, 0},
+                                               20s, options);
         return;
       }
       // Rank 0 listens until rank 1 connects: look at its socket first.
       store.wait({prefix + "tcp/0"}, 20s);
       published = store.get(prefix + "tcp/0");
       listening = listening_address(std::stoi(published.substr(published.rfind(':') + 1)));
-      rank1 = std::make_unique<TcpTransport>(store, prefix, 1, std::vector<int>{0}, hosts, std::vector<int>{0, 0}, 20s, options);
+      rank1 = std::make_unique<TcpTransport>(store, prefix, 1, std::vector<int>{0}, hosts, std::vector<int>{0, 0}, 20s,
+                                             options);
     });
     const std::string host = published.substr(0, published.rfind(':'));
     CHECK(host != "0.0.0.0");
@@ -220,7 +222,7 @@ TEST_CASE("tcp: a stranger knocking on a rank's port is refused and the group st
   const std::string key = "tinyddp/pg/strangers/1/tcp/0";
   store->wait({key}, 20s);
   std::string where = store->get(key);
-  CHECK(refused_after_sending(where, std::string(32, 'x')));                // not a handshake at all
+  CHECK(refused_after_sending(where, std::string(32, 'x')));                 // not a handshake at all
   CHECK(refused_after_sending(where, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"));  // a web client
   std::thread second([&] { rank1 = create_process_group("host", store, 1, 2, tcp_options("strangers")); });
   first.join();
@@ -279,7 +281,9 @@ TEST_CASE("shm: a large collective's bytes start at the same place in a page wha
   // `phase` past a page boundary of the fifo and arrive intact.
   auto store = std::make_shared<HashStore>();
   std::vector<std::unique_ptr<ShmTransport>> transports(2);
-  run_ranks(2, [&](int r) { transports[size_t(r)] = std::make_unique<ShmTransport>(*store, "align/", r, std::vector<int>{0, 1}, 20s); });
+  run_ranks(2, [&](int r) {
+    transports[size_t(r)] = std::make_unique<ShmTransport>(*store, "align/", r, std::vector<int>{0, 1}, 20s);
+  });
   Connection& to0 = *transports[1]->connection(0);
   Connection& from1 = *transports[0]->connection(1);
   std::vector<std::byte> data(100000);
@@ -348,7 +352,8 @@ TEST_CASE("shm: no segment is left in /dev/shm once the group is up") {
   if (DIR* dir = ::opendir("/dev/shm")) {
     while (dirent* entry = ::readdir(dir)) {
       std::string name = entry->d_name;
-      if (name.rfind("tinyddp-", 0) == 0 && name.size() > mine.size() && name.compare(name.size() - mine.size(), mine.size(), mine) == 0)
+      if (name.rfind("tinyddp-", 0) == 0 && name.size() > mine.size() &&
+          name.compare(name.size() - mine.size(), mine.size(), mine) == 0)
         left.push_back(name);
     }
     ::closedir(dir);
@@ -364,7 +369,8 @@ class ElsewhereStore : public HashStore {
  public:
   explicit ElsewhereStore(int elsewhere) : suffix_("host/" + std::to_string(elsewhere)) {}
   void set(const std::string& key, const std::string& value) override {
-    const bool moved = key.size() >= suffix_.size() && key.compare(key.size() - suffix_.size(), suffix_.size(), suffix_) == 0;
+    const bool moved = key.size() >= suffix_.size() &&
+                       key.compare(key.size() - suffix_.size(), suffix_.size(), suffix_) == 0;
     HashStore::set(key, moved ? value + "-on-another-host" : value);
   }
 

@@ -88,7 +88,8 @@ TcpTransportOptions with_token(std::string token) {
 
 // Builds a transport for an impostor that dials rank 0 at `rank0_at` under `prefix`, and returns the
 // error it gets (it must be refused; "" if it was let in).
-std::string impostor_error(const std::string& prefix, const std::string& rank0_at, int rank, int world, const std::string& token) {
+std::string impostor_error(const std::string& prefix, const std::string& rank0_at, int rank, int world,
+                           const std::string& token) {
   HashStore own;  // the impostor's own view of the job: only where rank 0 listens
   own.set_timeout(5s);
   own.set(prefix + "tcp/0", rank0_at);
@@ -209,8 +210,9 @@ size_t count(const std::string& text, const std::string& what) {
 
 }  // namespace
 
-TEST_CASE("tcp transport: strangers, wrong ranks, an older version, a wrong token and another group are refused, "
-          "each with its reason logged, and the job's ranks then connect") {
+TEST_CASE(
+    "tcp transport: strangers, wrong ranks, an older version, a wrong token and another group are refused, "
+    "each with its reason logged, and the job's ranks then connect") {
   const std::string prefix = "job/pg/0/", token = "s3cret";
   const std::string hello = capture_genuine_hello(prefix, token);
   const uint16_t version = uint16_t(uint8_t(hello[4]) | uint8_t(hello[5]) << 8);  // after the u32 magic
@@ -227,7 +229,8 @@ TEST_CASE("tcp transport: strangers, wrong ranks, an older version, a wrong toke
   std::string rank0_error, rank1_error;
   std::thread zero([&] {
     try {
-      rank0 = std::make_unique<TcpTransport>(store, prefix, 0, std::vector<int>{1}, job.hosts, job.pids, 30s, with_token(token));
+      rank0 = std::make_unique<TcpTransport>(store, prefix, 0, std::vector<int>{1}, job.hosts, job.pids, 30s,
+                                             with_token(token));
     } catch (const std::exception& e) {
       rank0_error = e.what();
     }
@@ -237,10 +240,10 @@ TEST_CASE("tcp transport: strangers, wrong ranks, an older version, a wrong toke
   const int port = port_of(where);
 
   // Each knock below waits for its refusal, so the refusals come one after another.
-  CHECK(closed_after_sending(port, std::string(32, 'x')));                 // garbage
-  CHECK(closed_after_sending(port, ""));                                   // connects, hangs up at once
-  CHECK(closed_after_sending(port, hello.substr(0, 7)));                   // a handshake cut short
-  CHECK(closed_after_sending(port, older));                                // an older protocol version
+  CHECK(closed_after_sending(port, std::string(32, 'x')));  // garbage
+  CHECK(closed_after_sending(port, ""));                    // connects, hangs up at once
+  CHECK(closed_after_sending(port, hello.substr(0, 7)));    // a handshake cut short
+  CHECK(closed_after_sending(port, older));                 // an older protocol version
   const std::string wrong_token = impostor_error(prefix, where, 1, 2, "guess");
   const std::string wrong_rank = impostor_error(prefix, where, 2, 3, token);  // rank 2 of a world of 3
   const std::string wrong_group = impostor_error("other-job/pg/0/", where, 1, 2, token);
@@ -250,7 +253,8 @@ TEST_CASE("tcp transport: strangers, wrong ranks, an older version, a wrong toke
   // The real rank 1 now joins and the pair works.
   std::thread one([&] {
     try {
-      rank1 = std::make_unique<TcpTransport>(store, prefix, 1, std::vector<int>{0}, job.hosts, job.pids, 30s, with_token(token));
+      rank1 = std::make_unique<TcpTransport>(store, prefix, 1, std::vector<int>{0}, job.hosts, job.pids, 30s,
+                                             with_token(token));
     } catch (const std::exception& e) {
       rank1_error = e.what();
     }
@@ -274,8 +278,8 @@ TEST_CASE("tcp transport: strangers, wrong ranks, an older version, a wrong toke
   CHECK(text.find(refused) != std::string::npos);
   CHECK(text.find("not a tinyddp transport handshake (wrong magic)") != std::string::npos);
   CHECK(text.find("no handshake within 5 s") != std::string::npos);  // the hang-up and the cut handshake
-  CHECK(text.find("protocol version " + std::to_string(version - 1) + ", this rank speaks " + std::to_string(version)) !=
-        std::string::npos);
+  CHECK(text.find("protocol version " + std::to_string(version - 1) + ", this rank speaks " +
+                  std::to_string(version)) != std::string::npos);
   CHECK(text.find("wrong job token (TINYDDP_TOKEN differs)") != std::string::npos);
   CHECK(text.find("rank 2 is not a peer that connects to this rank") != std::string::npos);
   CHECK(text.find("it belongs to another process group or job") != std::string::npos);
@@ -284,7 +288,6 @@ TEST_CASE("tcp transport: strangers, wrong ranks, an older version, a wrong toke
   for (size_t at = text.find(refused); at != std::string::npos; at = text.find(refused, at + 1)) ++refusals;
   CHECK(refusals == 7);
 }
-
 
 TEST_CASE("tcp transport: silent strangers on rank 0's port do not delay the group; they are refused when it forms") {
   // Rank 0 hears handshakes side by side: three sockets that connect first and never speak cost the

@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
   nn::Adam optimizer(model.named_parameters(), 1e-2);
 
   nn::WithAddOns<nn::ClassifierTrainer, nn::MultiDevice, nn::StateManager> trainer(model, nn::all_devices(2), optimizer,
-                                                                                  nullptr, {.log_bar = false});
+                                                                                   nullptr, {.log_bar = false});
   if (!checkpoint_dir.empty()) trainer.set_checkpoint_dir(checkpoint_dir);
   trainer.run(epochs, loader);
   if (!trainer.is_main_process()) return 0;

@@ -22,8 +22,8 @@
 #include "tinyddp/nn/data/data_loader.h"
 #include "tinyddp/nn/data/dataset.h"
 #include "tinyddp/nn/data/sampler.h"
-#include "test/test_support.h"
 #include "test/test_skip.h"
+#include "test/test_support.h"
 
 using namespace tinyddp;
 using namespace tinyddp::nn;
@@ -61,11 +61,13 @@ std::shared_ptr<TensorDataset> indexed_dataset(int64_t n) {
 // batches were built, on which thread, and it can throw at one index or work slowly.
 class ProbeDataset : public Dataset {
  public:
-  explicit ProbeDataset(int64_t n, int64_t fail_at = -1, int delay_ms = 0) : n_(n), fail_at_(fail_at), delay_ms_(delay_ms) {}
+  explicit ProbeDataset(int64_t n, int64_t fail_at = -1, int delay_ms = 0)
+      : n_(n), fail_at_(fail_at), delay_ms_(delay_ms) {}
   int64_t size() const override { return n_; }
   Batch get(int64_t i) const override {
     TINYDDP_CHECK(i != fail_at_, "ProbeDataset: sample ", i, " is broken", hint("this is the test's planted fault"));
-    return {Tensor::from_vector<float>({float(i), float(i) * 2, float(i) * 3}), Tensor::from_vector<int64_t>({i % 3}, {})};
+    return {Tensor::from_vector<float>({float(i), float(i) * 2, float(i) * 3}),
+            Tensor::from_vector<int64_t>({i % 3}, {})};
   }
   Batch get_batch(const std::vector<int64_t>& indices) const override {
     if (std::this_thread::get_id() != creator_) built_off_creator_thread = true;
@@ -128,7 +130,8 @@ TEST_CASE("TensorDataset returns samples and gathers batches by index") {
   // Batches are copies: writing one does not change the dataset.
   batch.inputs.data<float>()[0] = -1.f;
   CHECK(data->get(9).inputs.item<float>(0) == 9.f);
-  CHECK_THROWS_WITH_AS(data->get_batch({1, 10}), doctest::Contains("index 10 (position 1 of the batch) is outside"), Error);
+  CHECK_THROWS_WITH_AS(data->get_batch({1, 10}), doctest::Contains("index 10 (position 1 of the batch) is outside"),
+                       Error);
   CHECK_THROWS_WITH_AS(data->get_batch({-1}), doctest::Contains("index -1"), Error);
   CHECK_THROWS_WITH_AS(data->get(10), doctest::Contains("outside the dataset of 10 samples"), Error);
   CHECK_THROWS_WITH_AS(data->get_batch({}), doctest::Contains("empty"), Error);
@@ -154,8 +157,8 @@ TEST_CASE("TensorDataset refuses tensors it cannot batch") {
                        doctest::Contains("do not have one row per sample"), Error);
   CHECK_THROWS_WITH_AS(TensorDataset(features, Tensor::zeros({4, 2}, DType::i64)),
                        doctest::Contains("class indices i64 [N]"), Error);
-  CHECK_THROWS_WITH_AS(TensorDataset(features, Tensor::zeros({4}, DType::u8)), doctest::Contains("class indices i64 [N]"),
-                       Error);
+  CHECK_THROWS_WITH_AS(TensorDataset(features, Tensor::zeros({4}, DType::u8)),
+                       doctest::Contains("class indices i64 [N]"), Error);
 }
 
 TEST_CASE("the default get_batch stacks samples exactly as TensorDataset's gather does") {
@@ -181,9 +184,7 @@ TEST_CASE("the default get_batch refuses samples of different shapes") {
   class Ragged : public Dataset {
    public:
     int64_t size() const override { return 2; }
-    Batch get(int64_t i) const override {
-      return {Tensor::zeros({i + 1}), Tensor::from_vector<int64_t>({0}, {})};
-    }
+    Batch get(int64_t i) const override { return {Tensor::zeros({i + 1}), Tensor::from_vector<int64_t>({0}, {})}; }
   } ragged;
   CHECK_THROWS_WITH_AS(ragged.get_batch({0, 1}), doctest::Contains("sample 1 has inputs f32[2]"), Error);
 }
@@ -243,8 +244,9 @@ TEST_CASE("parse_csv with num_classes refuses a label that is not a class, at it
   CHECK(csv_error("1,2,3\n4,5,10\n", {.num_classes = 10})
             .find("data.csv:2, column 3: the label 10 is not a class of this model (10 classes: 0 to 9); hint: ") !=
         std::string::npos);
-  CHECK(csv_error("7.0,1,2\n", {.label_column = 0, .num_classes = 3}).find("data.csv:1, column 1: the label 7 is not") !=
-        std::string::npos);
+  CHECK(
+      csv_error("7.0,1,2\n", {.label_column = 0, .num_classes = 3}).find("data.csv:1, column 1: the label 7 is not") !=
+      std::string::npos);
   CHECK(csv_error("1,2,300\n").empty());  // 0: no upper bound
   CHECK(csv_error("1,2,0\n", {.num_classes = -1}).find("num_classes is -1") != std::string::npos);
 }
@@ -266,11 +268,13 @@ TEST_CASE("a bad field is reported with file, line, column and what was found") 
   for (int line = 1; line <= 16; ++line) text += "1,2,3,1\n";
   text += "1,2,x,1\n";
   CHECK(csv_error(text).find("data.csv:17, column 3: expected a number, found \"x\"") != std::string::npos);
-  CHECK(csv_error("1,,3,1\n").find("data.csv:1, column 2: expected a number, found an empty field") != std::string::npos);
+  CHECK(csv_error("1,,3,1\n").find("data.csv:1, column 2: expected a number, found an empty field") !=
+        std::string::npos);
   CHECK(csv_error("1,2,3,1\n1,nan,3,1\n").find("data.csv:2, column 2: expected a finite number, found \"nan\"") !=
         std::string::npos);
   CHECK(csv_error("1,inf,3,1\n").find("expected a finite number, found \"inf\"") != std::string::npos);
-  CHECK(csv_error("1,1e50,3,1\n").find("column 2: the number \"1e50\" does not fit in a 32-bit float") != std::string::npos);
+  CHECK(csv_error("1,1e50,3,1\n").find("column 2: the number \"1e50\" does not fit in a 32-bit float") !=
+        std::string::npos);
   CHECK(csv_error("1,2 3,3,1\n").find("found \"2 3\"") != std::string::npos);
   CHECK(csv_error("1,\"2\",3,1\n").find("found \"\"2\"\"") != std::string::npos);
   // A header that was not declared: the hint says so.
@@ -290,7 +294,8 @@ TEST_CASE("labels that are not class indices are refused") {
 }
 
 TEST_CASE("ragged, empty and header-only inputs are refused") {
-  CHECK(csv_error("1,2,3,1\n1,2,3,1\n1,2,1\n").find("data.csv:3: found 3 columns, but line 1 has 4") != std::string::npos);
+  CHECK(csv_error("1,2,3,1\n1,2,3,1\n1,2,1\n").find("data.csv:3: found 3 columns, but line 1 has 4") !=
+        std::string::npos);
   CHECK(csv_error("1,2,3,1\n1,2,3,1,9\n").find("found 5 columns, but line 1 has 4") != std::string::npos);
   CHECK(csv_error("a,b,c\n1,2\n", {.has_header = true}).find("data.csv:2: found 2 columns, but line 1 has 3") !=
         std::string::npos);
@@ -300,22 +305,24 @@ TEST_CASE("ragged, empty and header-only inputs are refused") {
   CHECK(csv_error("1\n2\n").find("data.csv:1: found a single column") != std::string::npos);
   CHECK(csv_error("1,2,3\n", {.label_column = 3}).find("label_column 3 is outside the 3 columns") != std::string::npos);
   CHECK(csv_error("1,2,3\n", {.label_column = -4}).find("label_column -4 is outside") != std::string::npos);
-  CHECK(csv_error("1.2.3\n", {.delimiter = '.'}).find("the delimiter '.' can be part of a number") != std::string::npos);
+  CHECK(csv_error("1.2.3\n", {.delimiter = '.'}).find("the delimiter '.' can be part of a number") !=
+        std::string::npos);
 }
 
 TEST_CASE("inputs over the size limits are refused") {
-  CHECK(csv_error("1,2,3\n4,5,6\n", {.max_bytes = 8}).find("holds 12 bytes of text, over the limit of 8") != std::string::npos);
-  CHECK(csv_error("1,2,3\n4,5,6,7,8,9,10\n", {.max_line_bytes = 10}).find("data.csv:2: the line is 14 bytes long, over the limit of 10") !=
+  CHECK(csv_error("1,2,3\n4,5,6\n", {.max_bytes = 8}).find("holds 12 bytes of text, over the limit of 8") !=
         std::string::npos);
+  CHECK(csv_error("1,2,3\n4,5,6,7,8,9,10\n", {.max_line_bytes = 10})
+            .find("data.csv:2: the line is 14 bytes long, over the limit of 10") != std::string::npos);
   CHECK(csv_error("1,2,3,4,5\n", {.max_columns = 4}).find("data.csv:1: more than 4 columns") != std::string::npos);
   // Rows: the header is not one of them; exactly max_rows rows pass, one more is refused on its line.
   CHECK(csv_error("a,b\n1,0\n2,1\n", {.has_header = true, .max_rows = 2}).empty());
-  CHECK(csv_error("a,b\n1,0\n\n2,1\n3,0\n", {.has_header = true, .max_rows = 2}).find("data.csv:5: more than 2 data rows") !=
-        std::string::npos);
+  CHECK(csv_error("a,b\n1,0\n\n2,1\n3,0\n", {.has_header = true, .max_rows = 2})
+            .find("data.csv:5: more than 2 data rows") != std::string::npos);
   CHECK(csv_error("1,0\n", {.max_rows = 0}).find("the size limits must be positive") != std::string::npos);
   // A feature that is finite alone but not once scaled.
-  CHECK(csv_error("3e38,0\n", {.feature_scale = 10.f}).find("data.csv:1, column 1: 3e+38 times feature_scale 10 overflows") !=
-        std::string::npos);
+  CHECK(csv_error("3e38,0\n", {.feature_scale = 10.f})
+            .find("data.csv:1, column 1: 3e+38 times feature_scale 10 overflows") != std::string::npos);
 }
 
 TEST_CASE("a gzip bomb is refused once max_bytes of text came out, not after inflating all of it") {
@@ -341,8 +348,8 @@ TEST_CASE("read_csv reads plain and gzip files, and names the file in its errors
     CHECK(data.targets().to_vector<int64_t>() == std::vector<int64_t>{1, 0});
   }
   gzip_file(dir.file("bad.csv.gz"), "1,2,3\n4,x,6\n");
-  CHECK_THROWS_WITH_AS(read_csv(dir.file("bad.csv.gz")), doctest::Contains("bad.csv.gz:2, column 2: expected a number, found \"x\""),
-                       Error);
+  CHECK_THROWS_WITH_AS(read_csv(dir.file("bad.csv.gz")),
+                       doctest::Contains("bad.csv.gz:2, column 2: expected a number, found \"x\""), Error);
   std::ofstream(dir.file("empty.csv")) << "";
   CHECK_THROWS_WITH_AS(read_csv(dir.file("empty.csv")), doctest::Contains("empty.csv is empty"), Error);
   CHECK_THROWS_WITH_AS(read_csv(dir.file("missing.csv")), doctest::Contains("cannot open"), Error);
@@ -353,14 +360,15 @@ TEST_CASE("read_csv reads plain and gzip files, and names the file in its errors
   std::filesystem::resize_file(dir.file("cut.csv.gz"), std::filesystem::file_size(dir.file("cut.csv.gz")) / 2);
   CHECK_THROWS_WITH_AS(read_csv(dir.file("cut.csv.gz")), doctest::Contains("cut.csv.gz failed"), Error);
   // The size limit applies to the decompressed text.
-  CHECK_THROWS_WITH_AS(read_csv(dir.file("packed.csv.gz"), {.max_bytes = 10}), doctest::Contains("holds more than 10 bytes"),
-                       Error);
+  CHECK_THROWS_WITH_AS(read_csv(dir.file("packed.csv.gz"), {.max_bytes = 10}),
+                       doctest::Contains("holds more than 10 bytes"), Error);
 }
 
 TEST_CASE("the digits data set: 1797 rows, 64 features, labels 0..9, and pixel values as Python reads them") {
   const std::string path = testing::digits_data();
   if (path.empty()) {
-    TINYDDP_SKIP("neither " TINYDDP_SHARED_DATA "/digits.csv.gz nor data/digits.csv.gz is there (make data extracts it)");
+    TINYDDP_SKIP("neither " TINYDDP_SHARED_DATA
+                 "/digits.csv.gz nor data/digits.csv.gz is there (make data extracts it)");
   }
   TensorDataset digits = read_csv(path, {.feature_scale = 1.f / 16});
   REQUIRE(digits.features().shape() == Shape{1797, 64});
@@ -484,7 +492,8 @@ TEST_CASE("a custom sampler sets the order; combining one with shuffle, or batch
     CHECK(visit_order(loader) == std::vector<int64_t>{4, 3, 2, 1, 0});
     CHECK_THROWS_WITH_AS(DataLoader(data, {.shuffle = true}, std::make_shared<Reversed>()),
                          doctest::Contains("a sampler and shuffle = true were both given"), Error);
-    CHECK_THROWS_WITH_AS(DataLoader(data, {.batch_size = 0}), doctest::Contains("batch_size 0 must be at least 1"), Error);
+    CHECK_THROWS_WITH_AS(DataLoader(data, {.batch_size = 0}), doctest::Contains("batch_size 0 must be at least 1"),
+                         Error);
     CHECK_THROWS_WITH_AS(DataLoader(nullptr), doctest::Contains("the dataset is null"), Error);
   });
 }

@@ -60,7 +60,8 @@ TEST_CASE("shuffle off: every rank's indices equal PyTorch's DistributedSampler"
     for (int r = 0; r < world; ++r) {
       DistributedSampler sampler(n, world, r, {.shuffle = false, .drop_last = drop_last});
       CHECK(sampler.size() == c["num_samples"].get<int64_t>());
-      CHECK(sampler.indices() == file.get("case" + std::to_string(k) + ".rank" + std::to_string(r)).to_vector<int64_t>());
+      CHECK(sampler.indices() ==
+            file.get("case" + std::to_string(k) + ".rank" + std::to_string(r)).to_vector<int64_t>());
     }
   }
 }

@@ -113,8 +113,9 @@ TEST_CASE("describe_buckets lists each bucket's bytes and parameter names") {
   std::vector<size_t> bytes = mlp_parameter_bytes({784, 1024, 1024, 10});
   auto buckets = plan_buckets(reverse_registration_order(bytes.size()), bytes);
   std::string text = describe_buckets(buckets, {"0.weight", "0.bias", "2.weight", "2.bias", "4.weight", "4.bias"});
-  CHECK(text == "bucket 0: 4.0 MiB (4239400 bytes, limit 1.0 MiB): 4.bias, 4.weight, 2.bias, 2.weight\n"
-                "bucket 1: 3.1 MiB (3215360 bytes, limit 25.0 MiB): 0.bias, 0.weight\n");
+  CHECK(text ==
+        "bucket 0: 4.0 MiB (4239400 bytes, limit 1.0 MiB): 4.bias, 4.weight, 2.bias, 2.weight\n"
+        "bucket 1: 3.1 MiB (3215360 bytes, limit 25.0 MiB): 0.bias, 0.weight\n");
 }
 
 TEST_CASE("every case of PyTorch's _compute_bucket_assignment_by_size is reproduced") {

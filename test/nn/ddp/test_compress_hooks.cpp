@@ -55,7 +55,8 @@ std::vector<SeenBuckets> reduce_with(int world, const CommHook& hook) {
 }
 
 // Every rank's result for every element against reference(values of the ranks at that element).
-void check_against(const std::vector<SeenBuckets>& seen, const std::function<float(const std::vector<float>&)>& reference) {
+void check_against(const std::vector<SeenBuckets>& seen,
+                   const std::function<float(const std::vector<float>&)>& reference) {
   REQUIRE(seen[0].before.size() > 1);  // several buckets
   size_t inexact = 0;
   for (size_t b = 0; b < seen[0].before.size(); ++b)
@@ -65,7 +66,8 @@ void check_against(const std::vector<SeenBuckets>& seen, const std::function<flo
       const float expected = reference(values);
       for (size_t r = 0; r < seen.size(); ++r) {
         const float got = seen[r].after[b].to_vector<float>()[i];
-        if (got != expected) FAIL_CHECK("bucket " << b << " element " << i << " rank " << r << ": " << got << " != " << expected);
+        if (got != expected)
+          FAIL_CHECK("bucket " << b << " element " << i << " rank " << r << ": " << got << " != " << expected);
       }
       double exact = 0;
       for (float v : values) exact += v;
@@ -98,7 +100,8 @@ TEST_CASE("bf16_single_rounding: the bf16 gradients of 3 ranks summed in f32 in 
 }
 
 TEST_CASE("comm hooks by name: the built-ins, and an unknown name listed against them") {
-  CHECK(comm_hooks::names() == std::vector<std::string>{"allreduce", "bf16_compress", "fp16_compress", "bf16_single_rounding"});
+  CHECK(comm_hooks::names() ==
+        std::vector<std::string>{"allreduce", "bf16_compress", "fp16_compress", "bf16_single_rounding"});
   using Hook = CommHookFuture (*)(comm::ProcessGroup&, GradBucket&);
   const std::vector<Hook> expected{comm_hooks::allreduce, comm_hooks::bf16_compress, comm_hooks::fp16_compress,
                                    comm_hooks::bf16_single_rounding};
@@ -108,5 +111,6 @@ TEST_CASE("comm hooks by name: the built-ins, and an unknown name listed against
     CHECK_MESSAGE(bool(*hook.target<Hook>() == expected[i]), comm_hooks::names()[i]);  // each name is its own hook
   }
   CHECK_THROWS_WITH_AS(comm_hooks::by_name("powerSGD"),
-                       doctest::Contains("unknown comm hook 'powerSGD'; hint: use one of allreduce, bf16_compress"), Error);
+                       doctest::Contains("unknown comm hook 'powerSGD'; hint: use one of allreduce, bf16_compress"),
+                       Error);
 }

@@ -150,8 +150,8 @@ TEST_CASE("the rebuild keeps the averaged gradients and uses rank 0's order on e
   std::vector<std::vector<BucketSpec>> layouts(2);
   run_ranks(2, [&](int rank) {
     ScriptedModule module({4, 4, 4, 4}, rank);  // 16 B each; first bucket 16 B, cap 32 B
-    DistributedDataParallel ddp(module, groups[size_t(rank)], {.bucket_cap_mb = 32.0 / (1 << 20),
-                                                               .first_bucket_mb = 16.0 / (1 << 20)});
+    DistributedDataParallel ddp(module, groups[size_t(rank)],
+                                {.bucket_cap_mb = 32.0 / (1 << 20), .first_bucket_mb = 16.0 / (1 << 20)});
     // Planned in reverse: {3}, {2, 1}, {0}. The ranks then see different ready orders.
     CHECK(ddp.reducer().buckets().size() == 3);
     module.mark_order = rank == 0 ? Indices{1, 0, 2, 3} : Indices{3, 2, 1, 0};
@@ -175,8 +175,10 @@ TEST_CASE("a bucket's all-reduce starts when it is complete and every earlier bu
   run_ranks(2, [&](int rank) {
     auto group = std::make_shared<RecordingGroup>(groups[size_t(rank)]);
     ScriptedModule module({4, 4, 4}, rank);  // one 16-byte bucket each: planned {2}, {1}, {0}
-    DistributedDataParallel ddp(module, group, {.bucket_cap_mb = 16.0 / (1 << 20), .first_bucket_mb = 16.0 / (1 << 20),
-                                                .rebuild_buckets = false});
+    DistributedDataParallel ddp(module, group,
+                                {.bucket_cap_mb = 16.0 / (1 << 20),
+                                 .first_bucket_mb = 16.0 / (1 << 20),
+                                 .rebuild_buckets = false});
     REQUIRE(ddp.reducer().buckets().size() == 3);
     const void* buffer[3];
     for (size_t b = 0; b < 3; ++b) buffer[b] = ddp.reducer().bucket_buffer(b).raw_data();
@@ -286,11 +288,13 @@ TEST_CASE("the wrapper: PyTorch's names without a 'module.' prefix, a descriptio
   for (auto& named : ddp.named_parameters()) names.push_back(named.name);
   CHECK(names == std::vector<std::string>{"0.weight", "0.bias"});
   CHECK(&ddp.parameter("0.bias") == &model->parameter("0.bias"));
-  CHECK(ddp.describe() == "DistributedDataParallel(\n  (module): Sequential(\n    (0): Linear(in_features=4, "
-                          "out_features=3, bias=True)\n  )\n)");
+  CHECK(ddp.describe() ==
+        "DistributedDataParallel(\n  (module): Sequential(\n    (0): Linear(in_features=4, "
+        "out_features=3, bias=True)\n  )\n)");
   CHECK(&ddp.module() == model.get());
   CHECK_THROWS_WITH(ddp.to(Device::cpu()), doctest::Contains("before wrapping it"));
-  CHECK_THROWS_WITH([&] { DistributedDataParallel wrong(*model, nullptr); }(), doctest::Contains("process group is null"));
+  CHECK_THROWS_WITH([&] { DistributedDataParallel wrong(*model, nullptr); }(),
+                    doctest::Contains("process group is null"));
   CHECK_THROWS_WITH([&] { DistributedDataParallel wrong(*model, single[0], {.bucket_cap_mb = 0}); }(),
                     doctest::Contains("bucket_cap_mb is 0"));
   ReLU no_parameters;

@@ -56,7 +56,9 @@ void mse_step(Module& model, int rank) {
   model.backward(criterion.backward(), false);
 }
 
-std::vector<float> grad_of(Module& model, const std::string& name) { return model.parameter(name).grad.to_vector<float>(); }
+std::vector<float> grad_of(Module& model, const std::string& name) {
+  return model.parameter(name).grad.to_vector<float>();
+}
 
 }  // namespace
 

@@ -6,11 +6,11 @@
 #include <doctest/doctest.h>
 
 #include "tinyddp/core/cuda_runtime.h"
-#include "test/support/fake_cuda.h"
 #include "tinyddp/kernels/ops.h"
 #include "tinyddp/nn/ddp/distributed_data_parallel.h"
 #include "tinyddp/nn/optim/sgd.h"
 #include "test/nn/ddp/test_ddp_support.h"
+#include "test/support/fake_cuda.h"
 #include "test/test_support.h"
 
 using namespace tinyddp;

@@ -111,7 +111,9 @@ std::vector<json> events_of(const json& trace, int rank, const std::string& name
 
 }  // namespace
 
-TEST_CASE("two processes over tcp://: identical replicas equal to one process, and bucket 0 on the wire before backward ends") {
+TEST_CASE(
+    "two processes over tcp://: identical replicas equal to one process, and bucket 0 on the wire before backward "
+    "ends") {
   TINYDDP_SKIP_UNDER_TSAN();  // the ranks are spawn_child lambdas: forked, no exec
   TempDir dir;
   const int port = free_loopback_port();

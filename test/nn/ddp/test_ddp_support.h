@@ -104,7 +104,8 @@ std::vector<float> gradients_as_ddp_averages(nn::Module& model, int world, RankB
     rank_backward(r);
     std::vector<float> mine;
     for (nn::Parameter* p : model.parameters()) {
-      std::vector<float> g = p->has_grad ? p->grad.to_vector<float>() : std::vector<float>(size_t(p->value.numel()), 0.f);
+      std::vector<float> g = p->has_grad ? p->grad.to_vector<float>()
+                                         : std::vector<float>(size_t(p->value.numel()), 0.f);
       mine.insert(mine.end(), g.begin(), g.end());
     }
     if (r == 0) {

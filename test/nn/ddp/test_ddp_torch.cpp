@@ -57,10 +57,12 @@ RankResult train_rank(const std::string& scenario, int rank, std::shared_ptr<com
   if (config["optimizer"] == "adam")
     optimizer = std::make_unique<Adam>(ddp.named_parameters(), config["lr"].get<double>());
   else
-    optimizer = std::make_unique<SGD>(ddp.named_parameters(), config["lr"].get<double>(), config["momentum"].get<double>());
+    optimizer = std::make_unique<SGD>(ddp.named_parameters(), config["lr"].get<double>(),
+                                      config["momentum"].get<double>());
 
   auto data = std::make_shared<TensorDataset>(ddp_fixture().get("x"), ddp_fixture().get("y"));
-  auto sampler = std::make_shared<DistributedSampler>(data->size(), world, rank, DistributedSamplerOptions{.shuffle = false});
+  auto sampler = std::make_shared<DistributedSampler>(data->size(), world, rank,
+                                                      DistributedSamplerOptions{.shuffle = false});
   CHECK(sampler->indices() == meta("order")[std::to_string(rank)].get<std::vector<int64_t>>());
   DataLoader loader(data, {.batch_size = meta("batch").get<int64_t>(), .prefetch = false}, sampler);
 

@@ -94,7 +94,9 @@ TEST_CASE("ZeRO-1 ends with plain DDP's weights to the bit (ring all-reduce), at
   MakeOptimizer adamw = [](std::vector<NamedParameter> p) {
     return std::make_unique<AdamW>(std::move(p), 0.01, std::make_pair(0.9, 0.99), 1e-8, 0.1);
   };
-  MakeOptimizer sgd = [](std::vector<NamedParameter> p) { return std::make_unique<SGD>(std::move(p), 0.05, 0.9, 0, 1e-3, true); };
+  MakeOptimizer sgd = [](std::vector<NamedParameter> p) {
+    return std::make_unique<SGD>(std::move(p), 0.05, 0.9, 0, 1e-3, true);
+  };
   const std::vector<float> start = flat_values(*make_mlp(kWidths, 3));
   for (int world : {1, 2, 3, 4}) {
     CAPTURE(world);
@@ -124,7 +126,8 @@ class ForwardOrderModule : public Module {
       const float beta = p.begin_grad_write();
       float* g = p.grad.data<float>();
       for (int64_t i = 0; i < p.grad.numel(); ++i)
-        g[i] = (beta == 0.f ? 0.f : g[i]) + std::sin(0.37f * float(i) + 1.3f * float(k) + 0.71f * float(calls_) + float(rank_));
+        g[i] = (beta == 0.f ? 0.f : g[i]) +
+               std::sin(0.37f * float(i) + 1.3f * float(k) + 0.71f * float(calls_) + float(rank_));
       p.mark_grad_ready();
     }
     ++calls_;
@@ -187,7 +190,8 @@ TEST_CASE("ZeRO-1 with buckets smaller than the world: ranks that own nothing of
   run_ranks(kWorld, [&](int rank) {
     for (bool zero : {true, false}) {
       ForwardOrderModule model({1, 2, 3}, rank);  // one bucket each: 1, 2 and 3 elements for 4 ranks
-      DistributedDataParallel ddp(model, groups[size_t(rank)], {.bucket_cap_mb = 0.000001, .first_bucket_mb = 0.000001});
+      DistributedDataParallel ddp(model, groups[size_t(rank)],
+                                  {.bucket_cap_mb = 0.000001, .first_bucket_mb = 0.000001});
       SGD sgd(ddp.named_parameters(), 0.1, 0.9);
       auto sharded = step_forward_order(ddp, sgd, zero, 3);
       if (sharded) CHECK(sharded->owned_elements() <= 3);
@@ -233,8 +237,8 @@ TEST_CASE("ZeRO-1 keeps 1/N of Adam's state on each rank") {
       CHECK(double(b) >= double(unsharded) / world - 8.0 * double(buckets));
     }
     CHECK(total == unsharded);  // nothing stored twice, nothing missing
-    MESSAGE("Adam state per rank at N = " << world << ": " << bytes[0] << " bytes (unsharded " << unsharded
-            << ", " << buckets << " buckets)");
+    MESSAGE("Adam state per rank at N = " << world << ": " << bytes[0] << " bytes (unsharded " << unsharded << ", "
+                                          << buckets << " buckets)");
   }
 }
 
@@ -264,8 +268,8 @@ TEST_CASE("a ZeRO checkpoint saved at 4 ranks resumes at 4 and 2 (ZeRO) and at 1
       for (int step = first_step; step < kTotal; ++step) {
         zero.zero_grad();
         const auto rows = data.rows(step, rank, world);
-        rank_losses[size_t(rank)][size_t(step)] =
-            train_step_backward(ddp, gather_rows<float>(data.x, rows), gather_rows<int64_t>(data.y, rows));
+        rank_losses[size_t(rank)][size_t(step)] = train_step_backward(ddp, gather_rows<float>(data.x, rows),
+                                                                      gather_rows<int64_t>(data.y, rows));
         zero.step();
         if (!resume && step + 1 == kSaved) {
           zero.consolidate_state_dict();  // every rank
@@ -299,7 +303,8 @@ TEST_CASE("a ZeRO checkpoint saved at 4 ranks resumes at 4 and 2 (ZeRO) and at 1
     for (int step = kSaved; step < kTotal; ++step) {
       std::vector<float> averaged = gradients_as_ddp_averages(*model, 2, [&](int rank) {
         const auto rows = data.rows(step, rank, 2);
-        const float loss = train_step_backward(*model, gather_rows<float>(data.x, rows), gather_rows<int64_t>(data.y, rows));
+        const float loss = train_step_backward(*model, gather_rows<float>(data.x, rows),
+                                               gather_rows<int64_t>(data.y, rows));
         at1.losses[size_t(step)] += double(loss) / 2;
       });
       adam.zero_grad();
@@ -323,7 +328,8 @@ TEST_CASE("a ZeRO checkpoint saved at 4 ranks resumes at 4 and 2 (ZeRO) and at 1
     for (int step = kSaved; step < kTotal; ++step) {
       fresh.zero_grad();
       const auto rows = data.rows(step, 0, 1);
-      const float loss = train_step_backward(*model, gather_rows<float>(data.x, rows), gather_rows<int64_t>(data.y, rows));
+      const float loss = train_step_backward(*model, gather_rows<float>(data.x, rows),
+                                             gather_rows<int64_t>(data.y, rows));
       fresh.step();
       if (step == kTotal - 1) CHECK(double(loss) != doctest::Approx(at4.losses[size_t(step)]).epsilon(1e-5));
     }

@@ -49,8 +49,10 @@ struct Run {
     model.emplace<Linear>(4, hidden, generator);
     model.emplace<ReLU>();
     model.emplace<Linear>(hidden, 3, generator);
-    if (sgd) optimizer = std::make_unique<SGD>(model.named_parameters(), 0.1, 0.9);
-    else optimizer = std::make_unique<Adam>(model.named_parameters(), 0.01);
+    if (sgd)
+      optimizer = std::make_unique<SGD>(model.named_parameters(), 0.1, 0.9);
+    else
+      optimizer = std::make_unique<Adam>(model.named_parameters(), 0.01);
     scheduler = std::make_unique<CosineAnnealing>(*optimizer, 20);
   }
 
@@ -76,7 +78,8 @@ struct Snapshot {
   double lr;
   int64_t last_step;
 
-  explicit Snapshot(Run& run) : step_count(run.optimizer->step_count()), lr(run.optimizer->lr()), last_step(run.scheduler->last_step()) {
+  explicit Snapshot(Run& run)
+      : step_count(run.optimizer->step_count()), lr(run.optimizer->lr()), last_step(run.scheduler->last_step()) {
     for (Parameter* p : run.model.parameters()) tensors.push_back(p->value.clone());
     for (auto& [name, t] : run.optimizer->state_tensors()) tensors.push_back(t.clone());
   }
@@ -99,7 +102,8 @@ void check_load_refused(const std::string& path, Run& run, const std::string& pr
     FAIL_CHECK("loading should have failed with \"" << problem << "\"");
   } catch (const Error& e) {
     const std::string message = e.what();
-    CHECK_MESSAGE(message.find(problem) != std::string::npos, "the error \"" << message << "\" does not say \"" << problem << "\"");
+    CHECK_MESSAGE(message.find(problem) != std::string::npos,
+                  "the error \"" << message << "\" does not say \"" << problem << "\"");
     CHECK_MESSAGE(!e.hint().empty(), "the error \"" << message << "\" gives no hint");
   }
   CHECK_MESSAGE(Snapshot(run) == before, "a failed load changed the model, optimizer or scheduler (" << problem << ")");
@@ -161,7 +165,8 @@ TEST_CASE("a checkpoint restores model, optimizer and scheduler exactly: resumed
     first_half.train_step(step);
   }
   CheckpointInfo info{2, 3, {{"best_loss", "0.5"}, {"note", "mid-run"}}};
-  save_checkpoint(dir.file("ckpt.safetensors"), first_half.model, first_half.optimizer.get(), first_half.scheduler.get(), info);
+  save_checkpoint(dir.file("ckpt.safetensors"), first_half.model, first_half.optimizer.get(),
+                  first_half.scheduler.get(), info);
 
   Run resumed(99);  // other initial weights, fresh optimizer and scheduler
   CheckpointInfo loaded = load_checkpoint(dir.file("ckpt.safetensors"), resumed.model, resumed.optimizer.get(),
@@ -185,7 +190,8 @@ TEST_CASE("a checkpoint's layout: optimizer state under optimizer.<name>, and th
   Run run(3);
   run.train_step(0);
   run.train_step(1);
-  save_checkpoint(dir.file("ckpt.safetensors"), run.model, run.optimizer.get(), run.scheduler.get(), {4, 250, {{"k", "v"}}});
+  save_checkpoint(dir.file("ckpt.safetensors"), run.model, run.optimizer.get(), run.scheduler.get(),
+                  {4, 250, {{"k", "v"}}});
   SafetensorsFile file = load_safetensors(dir.file("ckpt.safetensors"));
   CHECK(file.tensors.size() == 4 + 8);  // 4 parameters, exp_avg and exp_avg_sq for each
   CHECK(bitwise_equal(file.get("optimizer.exp_avg.0.weight"), run.optimizer->state_tensors()[0].second));
@@ -232,13 +238,15 @@ TEST_CASE("a checkpoint of the wrong model is refused, and nothing is changed") 
       for (auto& [name, t] : tensors)
         if (name == "2.bias") t = Tensor::zeros({3}, DType::f64);
     });
-    check_load_refused(dir.file("dtype.safetensors"), target, "tensor \"2.bias\" (model parameter) is f64 in the file but f32 here");
+    check_load_refused(dir.file("dtype.safetensors"), target,
+                       "tensor \"2.bias\" (model parameter) is f64 in the file but f32 here");
   }
   SUBCASE("missing model tensor") {
     rewrite(good, dir.file("missing.safetensors"), [](NamedTensors& tensors, Metadata&) {
       std::erase_if(tensors, [](const auto& entry) { return entry.first == "2.bias"; });
     });
-    check_load_refused(dir.file("missing.safetensors"), target, "missing tensor \"2.bias\" (model parameter, expected f32[3])");
+    check_load_refused(dir.file("missing.safetensors"), target,
+                       "missing tensor \"2.bias\" (model parameter, expected f32[3])");
   }
   SUBCASE("missing optimizer state, the very last tensor checked") {
     rewrite(good, dir.file("missing_state.safetensors"), [](NamedTensors& tensors, Metadata&) {
@@ -251,7 +259,8 @@ TEST_CASE("a checkpoint of the wrong model is refused, and nothing is changed") 
     rewrite(good, dir.file("extra.safetensors"), [](NamedTensors& tensors, Metadata&) {
       tensors.emplace_back("4.weight", Tensor::zeros({2, 2}));
     });
-    check_load_refused(dir.file("extra.safetensors"), target, "1 unexpected tensor(s) that the model and optimizer do not have: \"4.weight\"");
+    check_load_refused(dir.file("extra.safetensors"), target,
+                       "1 unexpected tensor(s) that the model and optimizer do not have: \"4.weight\"");
     load_checkpoint(dir.file("extra.safetensors"), target.model, target.optimizer.get(), target.scheduler.get(),
                     {.allow_unexpected = true});
     CHECK(Snapshot(target) == Snapshot(saved));
@@ -259,7 +268,8 @@ TEST_CASE("a checkpoint of the wrong model is refused, and nothing is changed") 
   SUBCASE("wrong optimizer kind") {
     Run sgd(2, 8, true);
     sgd.train_step(5);
-    check_load_refused(good, sgd, "the checkpoint holds the state of a \"adam\" optimizer but a \"sgd\" optimizer was given");
+    check_load_refused(good, sgd,
+                       "the checkpoint holds the state of a \"adam\" optimizer but a \"sgd\" optimizer was given");
   }
   SUBCASE("wrong scheduler kind") {
     Run warm(2);
@@ -274,10 +284,12 @@ TEST_CASE("a checkpoint of the wrong model is refused, and nothing is changed") 
   }
   SUBCASE("metadata that does not parse, or a newer format") {
     rewrite(good, dir.file("lr.safetensors"), [](NamedTensors&, Metadata& m) { m["tinyddp.optimizer.lr"] = "fast"; });
-    check_load_refused(dir.file("lr.safetensors"), target, "metadata \"tinyddp.optimizer.lr\" is \"fast\", not a number");
+    check_load_refused(dir.file("lr.safetensors"), target,
+                       "metadata \"tinyddp.optimizer.lr\" is \"fast\", not a number");
     rewrite(good, dir.file("epoch.safetensors"), [](NamedTensors&, Metadata& m) { m["tinyddp.epoch"] = "3x"; });
     check_load_refused(dir.file("epoch.safetensors"), target, "metadata \"tinyddp.epoch\" is \"3x\", not a number");
-    rewrite(good, dir.file("steps.safetensors"), [](NamedTensors&, Metadata& m) { m.erase("tinyddp.optimizer.step_count"); });
+    rewrite(good, dir.file("steps.safetensors"),
+            [](NamedTensors&, Metadata& m) { m.erase("tinyddp.optimizer.step_count"); });
     check_load_refused(dir.file("steps.safetensors"), target, "the metadata has no \"tinyddp.optimizer.step_count\"");
     rewrite(good, dir.file("v2.safetensors"), [](NamedTensors&, Metadata& m) { m["tinyddp.checkpoint"] = "2"; });
     check_load_refused(dir.file("v2.safetensors"), target, "checkpoint format version \"2\"");
@@ -375,7 +387,8 @@ TEST_CASE("a save killed mid-write never damages the checkpoint already on disk"
     for (auto& [name, t] : loaded.optimizer->state_tensors())
       for (float v : t.to_vector<float>()) uniform = uniform && v == generation;
     CHECK(info.epoch >= seen);
-    CHECK_MESSAGE(uniform, "round " << round << ": the checkpoint of generation " << generation << " holds other values");
+    CHECK_MESSAGE(uniform,
+                  "round " << round << ": the checkpoint of generation " << generation << " holds other values");
   }
   // The killed saves may have left temporary files; a new save and load are unaffected by them.
   fill_all(-1.f);
@@ -396,7 +409,8 @@ struct ManagedRun {
   DataLoader loader{testing::three_class_data(60, 11), {.batch_size = 16, .shuffle = true, .seed = 3}};
   Managed trainer;
   ManagedRun(const std::string& dir, uint64_t model_seed = 7)
-      : setup(model_seed), trainer(*setup.model, Device::cpu(), *setup.optimizer, setup.scheduler.get(), {.log_bar = false}) {
+      : setup(model_seed),
+        trainer(*setup.model, Device::cpu(), *setup.optimizer, setup.scheduler.get(), {.log_bar = false}) {
     trainer.set_checkpoint_dir(dir);
   }
 };
@@ -465,13 +479,14 @@ TEST_CASE("StateManager: a best file that does not match last is refused; leftov
   { std::ofstream(ck + "/last.safetensors.tmp.12345.0") << "half a file"; }
   { std::ofstream(ck + "/notes.safetensors.tmp.1") << "not ours"; }
   ManagedRun resumed(ck);
-  CHECK_THROWS_WITH_AS(resumed.trainer.run(4, resumed.loader), doctest::Contains("the two files come from different runs; remove best.safetensors"),
-                       Error);
+  CHECK_THROWS_WITH_AS(resumed.trainer.run(4, resumed.loader),
+                       doctest::Contains("the two files come from different runs; remove best.safetensors"), Error);
   CHECK_FALSE(std::filesystem::exists(ck + "/last.safetensors.tmp.12345.0"));
   CHECK(std::filesystem::exists(ck + "/notes.safetensors.tmp.1"));
 }
 
-TEST_CASE("StateManager: killed at random moments while it checkpoints every epoch, last and best always load and agree") {
+TEST_CASE(
+    "StateManager: killed at random moments while it checkpoints every epoch, last and best always load and agree") {
   TINYDDP_SKIP_UNDER_TSAN();
   TempDir dir;
   const std::string ck = dir.file("ck");
@@ -487,8 +502,8 @@ TEST_CASE("StateManager: killed at random moments while it checkpoints every epo
     // moment more that varies with the round.
     auto deadline = testing::Clock::now() + std::chrono::seconds(20);
     int64_t before = checkpoint_exists(ck + "/last.safetensors") ? checkpoint_epochs_done(ck + "/last.safetensors") : 0;
-    while (testing::Clock::now() < deadline &&
-           (!checkpoint_exists(ck + "/last.safetensors") || checkpoint_epochs_done(ck + "/last.safetensors") <= before + 1))
+    while (testing::Clock::now() < deadline && (!checkpoint_exists(ck + "/last.safetensors") ||
+                                                checkpoint_epochs_done(ck + "/last.safetensors") <= before + 1))
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     std::this_thread::sleep_for(std::chrono::microseconds(300 * round));
     REQUIRE(::kill(child.pid, SIGKILL) == 0);
@@ -503,8 +518,8 @@ TEST_CASE("StateManager: killed at random moments while it checkpoints every epo
     const int64_t best_epoch = best_epoch_in(last);
     const int64_t in_best = checkpoint_epochs_done(best);
     CHECK(load_model_tensors(best, check.trainer.model()).size() == 4);
-    CHECK_MESSAGE((in_best == best_epoch + 1 || (best_epoch + 1 == epochs && in_best <= epochs)),
-                  "round ", round, ": last holds ", epochs, " epochs, best epoch ", best_epoch + 1, "; best holds ", in_best);
+    CHECK_MESSAGE((in_best == best_epoch + 1 || (best_epoch + 1 == epochs && in_best <= epochs)), "round ", round,
+                  ": last holds ", epochs, " epochs, best epoch ", best_epoch + 1, "; best holds ", in_best);
   }
   // Resuming repairs whatever the last kill left.
   ManagedRun resumed(ck);

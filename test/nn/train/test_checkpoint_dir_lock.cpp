@@ -1,9 +1,9 @@
 // One job at a time in a checkpoint directory (nn/train/addons/checkpoint_dir_lock.h): the holder is
 // named, the file goes when the holder lets go or is stopped, and a leftover is taken over.
 #include <doctest/doctest.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <filesystem>

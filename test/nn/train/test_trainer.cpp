@@ -125,7 +125,8 @@ TEST_CASE("epoch means weigh each batch by its size: with lr 0 they equal the lo
     nn::CrossEntropyLoss loss_fn;
     return double(loss_fn.evaluate(s.model->forward(data.features()), data.targets()));
   };
-  double train_loss = whole(*three_class_data(kSamples, 11, true)), valid_loss = whole(*three_class_data(kSamples, 12, true));
+  double train_loss = whole(*three_class_data(kSamples, 11, true)),
+         valid_loss = whole(*three_class_data(kSamples, 12, true));
   // The row losses being equal, only the means round differently: each batch's mean is rounded to
   // float once (relative error <= u = 2^-24), and so is the whole set's; the sums and divisions in
   // double add at most about a hundred times 2^-53 = u / 2^29 more. The weighted mean of the batch
@@ -309,14 +310,15 @@ TEST_CASE("the progress bar: plain lines in a file, a bar redrawn in place on a 
 }
 
 TEST_CASE("add-ons compose in any order: WithAddOns<T, A, B> is A<B<T>>") {
-  static_assert(std::is_same_v<nn::WithAddOns<MlpTrainer, nn::StateManager, nn::Trace>,
-                               nn::StateManager<nn::Trace<MlpTrainer>>>);
+  static_assert(
+      std::is_same_v<nn::WithAddOns<MlpTrainer, nn::StateManager, nn::Trace>, nn::StateManager<nn::Trace<MlpTrainer>>>);
   static_assert(std::is_same_v<nn::WithAddOns<MlpTrainer>, MlpTrainer>);
   static_assert(std::is_base_of_v<nn::Trainer, nn::WithAddOns<MlpTrainer, nn::Trace, nn::StateManager>>);
   CHECK(true);
 }
 
-TEST_CASE("StateManager: checkpoints every epoch and at the best loss, and a resumed run matches an uninterrupted one") {
+TEST_CASE(
+    "StateManager: checkpoints every epoch and at the best loss, and a resumed run matches an uninterrupted one") {
   using Managed = nn::WithAddOns<MlpTrainer, nn::StateManager>;
   const int64_t epochs = 4;
   TempDir dir;
@@ -394,8 +396,9 @@ std::vector<std::string> lines_of(const std::string& path) {
 
 }  // namespace
 
-TEST_CASE("StateManager: the checkpoint keeps one size across epochs, the history goes to history.jsonl and comes "
-          "back on resuming") {
+TEST_CASE(
+    "StateManager: the checkpoint keeps one size across epochs, the history goes to history.jsonl and comes "
+    "back on resuming") {
   const int64_t epochs = 30;
   TempDir dir;
   Setup a;
@@ -423,7 +426,10 @@ TEST_CASE("StateManager: the checkpoint keeps one size across epochs, the histor
   nn::EpochRecord never_checkpointed;
   never_checkpointed.epoch = 2;
   never_checkpointed.train = {{"loss", 12345.0}};
-  { std::ofstream(dir.file("b/history.jsonl"), std::ios::app) << nn::epoch_record_json(never_checkpointed) << "\n{\"epoch\": 3, \"tr"; }
+  {
+    std::ofstream(dir.file("b/history.jsonl"), std::ios::app)
+        << nn::epoch_record_json(never_checkpointed) << "\n{\"epoch\": 3, \"tr";
+  }
   Setup c(/*model_seed=*/99);
   nn::DataLoader loader_c = shuffled_loader(), valid_c = ordered_loader(12);
   SizeWatchingTrainer resumed(*c.model, Device::cpu(), *c.optimizer, c.scheduler.get(), {.log_bar = false});
@@ -453,7 +459,8 @@ TEST_CASE("StateManager refuses a checkpoint directory it cannot use") {
   Managed trainer(*s.model, Device::cpu(), *s.optimizer, nullptr, {.log_bar = false});
   // A file in the way is said as such (not blamed on permissions).
   trainer.set_checkpoint_dir(dir.file("plain_file"));
-  const std::string a_file = "the checkpoint directory " + dir.file("plain_file") + " is a file, not a directory; hint: give a directory";
+  const std::string a_file = "the checkpoint directory " + dir.file("plain_file") +
+                             " is a file, not a directory; hint: give a directory";
   CHECK_THROWS_WITH(trainer.run(1, loader), doctest::Contains(a_file.c_str()));
   // A path that cannot be made: under a file.
   trainer.set_checkpoint_dir(dir.file("plain_file/run"));

@@ -47,7 +47,7 @@ TEST_CASE("a cosine schedule built with length_of_run lasts exactly the run: per
     Setup s;
     nn::CosineAnnealing schedule(*s.optimizer, nn::length_of_run);
     CHECK(schedule.sized_by_run());
-    CHECK(s.optimizer->lr() == 1e-2);  // its start is known before the run sizes it
+    CHECK(s.optimizer->lr() == 1e-2);            // its start is known before the run sizes it
     nn::DataLoader loader = loader_of(100, 16);  // 7 batches
     MlpTrainer trainer(*s.model, Device::cpu(), *s.optimizer, &schedule,
                        {.log_bar = false, .scheduler_step_on_batch = per_batch});
@@ -128,7 +128,8 @@ TEST_CASE("StateManager says that it resumes, and that nothing is left when ever
     again.run(epochs, loader);
     const std::string said = captured.text();
     INFO("stderr: ", said);
-    CHECK(said.find("resuming from " + last + ": 2 of " + std::to_string(epochs) + " epochs done") != std::string::npos);
+    CHECK(said.find("resuming from " + last + ": 2 of " + std::to_string(epochs) + " epochs done") !=
+          std::string::npos);
     CHECK((said.find("nothing left to train") != std::string::npos) == (epochs == 2));
     CHECK((said.find("/*resume=*/false") != std::string::npos) == (epochs == 2));
   }

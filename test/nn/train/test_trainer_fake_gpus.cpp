@@ -7,9 +7,9 @@
 #include <doctest/doctest.h>
 
 #include "tinyddp/comm/nccl/nccl_api.h"
-#include "test/support/fake_cuda.h"
 #include "tinyddp/nn/train/addons/multi_device.h"
 #include "test/nn/train/test_trainer_support.h"
+#include "test/support/fake_cuda.h"
 
 using namespace tinyddp;
 using namespace tinyddp::testing;

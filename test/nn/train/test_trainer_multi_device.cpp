@@ -5,10 +5,10 @@
 #include <doctest/doctest.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
-#include <unistd.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
@@ -79,7 +79,8 @@ TEST_CASE("MultiDevice spawns 2 CPU workers and the spawner ends with rank 0's f
   nn::DataLoader loader = loader_for(100, 11, true);
   Spawning trainer(*s.model, std::vector<Device>(2, Device::cpu()), *s.optimizer, s.scheduler.get(),
                    {.log_bar = false});
-  configure_workers(trainer.multi_device_options(), "MultiDevice spawns 2 CPU workers and the spawner ends with rank 0's final weights");
+  configure_workers(trainer.multi_device_options(),
+                    "MultiDevice spawns 2 CPU workers and the spawner ends with rank 0's final weights");
   std::vector<float> initial = flat_weights(*s.model);
   trainer.run(3, loader);
 
@@ -130,10 +131,12 @@ TEST_CASE("MultiDevice epoch means cover both ranks' halves: with lr 0 they equa
   // On a grid where the forward pass is exact (exact_forward), in the spawner and in each worker: the
   // ranks' batches of 10 and the whole set give every row the same logits, and so the same loss.
   exact_forward(*s.model);
-  nn::DataLoader loader = nn::DataLoader(three_class_data(100, 21, true), {.batch_size = 10, .shuffle = false, .seed = 5});
+  nn::DataLoader loader = nn::DataLoader(three_class_data(100, 21, true),
+                                         {.batch_size = 10, .shuffle = false, .seed = 5});
   Spawning trainer(*s.model, std::vector<Device>(2, Device::cpu()), *s.optimizer, nullptr, {.log_bar = false});
-  configure_workers(trainer.multi_device_options(),
-                    "MultiDevice epoch means cover both ranks' halves: with lr 0 they equal the loss over the whole set");
+  configure_workers(
+      trainer.multi_device_options(),
+      "MultiDevice epoch means cover both ranks' halves: with lr 0 they equal the loss over the whole set");
   trainer.run(1, loader);
   if (in_spawned_worker()) return;
 
@@ -172,15 +175,18 @@ TEST_CASE("MultiDevice uses a free port when the init_method's port is taken") {
         a->sin6_addr = in6addr_any;
         length = sizeof *a;
       }
-      if (::bind(fd, reinterpret_cast<sockaddr*>(&address), length) == 0 && ::listen(fd, 1) == 0) holders.push_back(fd);
-      else ::close(fd);
+      if (::bind(fd, reinterpret_cast<sockaddr*>(&address), length) == 0 && ::listen(fd, 1) == 0)
+        holders.push_back(fd);
+      else
+        ::close(fd);
     }
   }
   Setup s;
   nn::DataLoader loader = loader_for(40, 11, false);
   Spawning trainer(*s.model, std::vector<Device>(2, Device::cpu()), *s.optimizer, nullptr, {.log_bar = false});
   CHECK(trainer.multi_device_options().init_method == "tcp://localhost:12355");
-  configure_workers(trainer.multi_device_options(), "MultiDevice uses a free port when the init_method's port is taken");
+  configure_workers(trainer.multi_device_options(),
+                    "MultiDevice uses a free port when the init_method's port is taken");
   trainer.run(1, loader);
   for (int fd : holders) ::close(fd);
   if (in_spawned_worker()) return;
@@ -238,8 +244,8 @@ TEST_CASE("MultiDevice a worker that throws is named with its own error message"
   Setup s;
   nn::DataLoader loader = loader_for(100, 11, true);
   Throwing trainer(*s.model, std::vector<Device>(2, Device::cpu()), *s.optimizer, nullptr, {.log_bar = false});
-  configure_workers(trainer.multi_device_options(), "MultiDevice a worker that throws is named with its own error message",
-                    true);
+  configure_workers(trainer.multi_device_options(),
+                    "MultiDevice a worker that throws is named with its own error message", true);
   if (in_spawned_worker()) {
     try {
       trainer.run(3, loader);
@@ -265,8 +271,8 @@ TEST_CASE("SpawnedWorkers: all succeed; a failure stops the rest; signals, timeo
   const std::vector<std::string> sh = {"/bin/sh", "-c", "eval \"$WORKER_SCRIPT\""};
   using Env = nn::SpawnedWorkers::Environment;
   {
-    nn::SpawnedWorkers workers(sh, {Env{{"WORKER_SCRIPT", "exit 0"}}, Env{{"WORKER_SCRIPT", "test \"$RANK_ENV\" = x"},
-                                                                            {"RANK_ENV", "x"}}});
+    nn::SpawnedWorkers workers(sh, {Env{{"WORKER_SCRIPT", "exit 0"}},
+                                    Env{{"WORKER_SCRIPT", "test \"$RANK_ENV\" = x"}, {"RANK_ENV", "x"}}});
     CHECK(workers.wait(20s).empty());
   }
   {
@@ -277,7 +283,8 @@ TEST_CASE("SpawnedWorkers: all succeed; a failure stops the rest; signals, timeo
     CHECK(failures[0].rank == 1);
     CHECK(failures[0].exit_code == 3);
     CHECK_FALSE(failures[0].timed_out);
-    CHECK(failures[0].describe().find("rank 1 (pid " + std::to_string(workers.pids()[1]) + ") exited with code 3") == 0);
+    CHECK(failures[0].describe().find("rank 1 (pid " + std::to_string(workers.pids()[1]) + ") exited with code 3") ==
+          0);
     for (pid_t pid : workers.pids()) CHECK((kill(pid, 0) == -1 && errno == ESRCH));
   }
   {
@@ -388,15 +395,17 @@ TEST_CASE("MultiDevice refuses a per-batch cosine sized over the whole loader, b
   CHECK(no_child_processes_left());
 }
 
-TEST_CASE("MultiDevice: a length_of_run schedule ends at 0 and the spawner gets world_size and the trainer's own state") {
+TEST_CASE(
+    "MultiDevice: a length_of_run schedule ends at 0 and the spawner gets world_size and the trainer's own state") {
   Setup s;
   nn::DataLoader loader = loader_for(100, 11, true);
   nn::CosineAnnealing schedule(*s.optimizer, nn::length_of_run);
-  nn::WithAddOns<CountingClassifier, nn::MultiDevice> trainer(
-      *s.model, std::vector<Device>(2, Device::cpu()), *s.optimizer, &schedule,
-      {.log_bar = false, .scheduler_step_on_batch = true});
-  configure_workers(trainer.multi_device_options(),
-                    "MultiDevice: a length_of_run schedule ends at 0 and the spawner gets world_size and the trainer's own state");
+  nn::WithAddOns<CountingClassifier, nn::MultiDevice> trainer(*s.model, std::vector<Device>(2, Device::cpu()),
+                                                              *s.optimizer, &schedule,
+                                                              {.log_bar = false, .scheduler_step_on_batch = true});
+  configure_workers(
+      trainer.multi_device_options(),
+      "MultiDevice: a length_of_run schedule ends at 0 and the spawner gets world_size and the trainer's own state");
   trainer.run(3, loader);
   if (in_spawned_worker()) return;
 

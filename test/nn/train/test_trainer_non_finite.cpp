@@ -71,7 +71,8 @@ TEST_CASE("Trainer: skip_step skips a non-finite step and ends where training wi
     nn::DataLoader reference_loader(without_batch_3(), {.batch_size = kBatch});
     MlpTrainer trainer(*skipping.model, Device::cpu(), *skipping.optimizer, skipping.scheduler.get(),
                        {.log_bar = false, .non_finite_loss = nn::NonFiniteLoss::skip_step});
-    MlpTrainer plain(*reference.model, Device::cpu(), *reference.optimizer, reference.scheduler.get(), {.log_bar = false});
+    MlpTrainer plain(*reference.model, Device::cpu(), *reference.optimizer, reference.scheduler.get(),
+                     {.log_bar = false});
     trainer.run(2, poisoned_loader);
     plain.run(2, reference_loader);
     CHECK(trainer.skipped_steps() == 2);  // batch 3 of each epoch
@@ -86,9 +87,10 @@ TEST_CASE("Trainer: skip_step skips a non-finite step and ends where training wi
 namespace {
 
 using Spawning = nn::WithAddOns<MlpTrainer, nn::MultiDevice>;
-constexpr const char* kCase = "Trainer: skip_step under MultiDevice skips on every rank when only one rank's loss is NaN";
+constexpr const char* kCase =
+    "Trainer: skip_step under MultiDevice skips on every rank when only one rank's loss is NaN";
 constexpr int64_t kDdpSamples = 100, kDdpBatch = 10;  // 50 rows per rank: 5 steps of 10
-constexpr int64_t kRankOneRow = 41;                    // rank 1's step 3 (rank r reads rows r, r + 2, ...)
+constexpr int64_t kRankOneRow = 41;                   // rank 1's step 3 (rank r reads rows r, r + 2, ...)
 
 }  // namespace
 

@@ -27,8 +27,8 @@ TEST_CASE("MultiDevice refuses a comm hook it does not know, and a compressing h
   options.comm_hook = "bf16_compress";
   multi_device::check_comm_hook(options);
   options.zero_stage = 1;
-  CHECK_THROWS_WITH_AS(multi_device::check_comm_hook(options), doctest::Contains("ZeRO-1 reduces the buckets with its own hook"),
-                       Error);
+  CHECK_THROWS_WITH_AS(multi_device::check_comm_hook(options),
+                       doctest::Contains("ZeRO-1 reduces the buckets with its own hook"), Error);
   options.comm_hook = "allreduce";
   multi_device::check_comm_hook(options);
 }
