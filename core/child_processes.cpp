@@ -108,8 +108,12 @@ size_t ChildProcesses::start(const ChildCommand& command) {
   close(report[1]);
   if (pid < 0) {
     close(report[0]);
+    // fork says which limit it hit: EAGAIN is the count of processes (this user's `ulimit -u`, or the
+    // cgroup's pids.max), ENOMEM the memory the copy of this process needs.
     TINYDDP_FAIL(owner_, ": fork failed: ", std::strerror(fork_error),
-                 hint("the system may be out of processes or memory (ulimit -u)"));
+                 hint(fork_error == ENOMEM ? "free memory, or start fewer workers on this host"
+                                           : "this user or container may not start more processes (ulimit -u, the "
+                                             "cgroup's pids.max): end some, or raise the limit"));
   }
   // Also from the parent, so the group exists before this process might signal it.
   if (command.own_process_group) setpgid(pid, pid);
