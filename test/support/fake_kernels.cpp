@@ -56,6 +56,17 @@ void gemm(int device, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float a
   });
 }
 
+// bf16 or f16 operands: the CPU's mixed GEMM widens them exactly and sums in f32, as the tensor cores do.
+void gemm_mixed(int device, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const void* a, int64_t lda,
+                const void* b, int64_t ldb, DType operands, float beta, float* c, int64_t ldc) {
+  launch(device, "gemm_mixed", {{c, floats(m * ldc)}}, [=] {
+    Tensor ha = host_copy(a, ta ? k : m, lda, operands), hb = host_copy(b, tb ? n : k, ldb, operands);
+    Tensor hc = host_copy(c, m, ldc);
+    kernels::gemm(ha, ta, hb, tb, hc, alpha, beta);
+    copy_back(c, hc);
+  });
+}
+
 void bias_add(int device, float* y, const float* bias, int64_t rows, int64_t cols) {
   launch(device, "bias_add", {{y, floats(rows * cols)}}, [=] {
     Tensor hy = host_copy(y, rows, cols), hb = host_copy(bias, 1, cols).reshape({cols});
@@ -166,10 +177,12 @@ void convert(int device, const void* src, DType src_dtype, void* dst, DType dst_
   });
 }
 
-const cuda::Kernels kTable{
-    gemm,   bias_add,      bias_grad, relu_forward, relu_backward,  gelu_forward, gelu_backward, softmax_cross_entropy,
-    mse,    count_correct, sgd_step,  adam_step,    sum_of_squares, fill,         scale,         axpy,
-    convert};
+const cuda::Kernels kTable{gemm,         gemm_mixed,     bias_add,
+                           bias_grad,    relu_forward,   relu_backward,
+                           gelu_forward, gelu_backward,  softmax_cross_entropy,
+                           mse,          count_correct,  sgd_step,
+                           adam_step,    sum_of_squares, fill,
+                           scale,        axpy,           convert};
 
 // A program linked with the test-support library runs fake-device tensors through this table.
 [[maybe_unused]] const bool g_registered = (set_stand_in_kernels(&kTable), true);
