@@ -530,8 +530,16 @@ void HostBackend::open_transports(const std::string& prefix, const Hosts& hosts)
       if (hosts.local.size() <= cores) shm_options.bytes_per_turn = tuning::kBytesPerTurnShmOwnCores;
       shm_ = std::make_unique<ShmTransport>(*store_, prefix, rank(), hosts.local, options_.timeout, shm_options);
       transports_.push_back(shm_.get());
-      symmetric_ = std::make_unique<SymmetricMemory>(store_, prefix + "symmetric/", rank(), hosts.local,
-                                                     options_.timeout);
+      // Without it, allocate_symmetric gives ordinary tensors, which take the fifos.
+      if (SymmetricBuffer::peers_openable())
+        // Keys of their own per host (its lowest rank names it): the count of peers that mapped a part
+        // is a count among the host's ranks.
+        symmetric_ = std::make_unique<SymmetricMemory>(store_,
+                                                       prefix + "host-" + std::to_string(hosts.local.front()) +
+                                                           "/symmetric/",
+                                                       rank(), hosts.local, options_.timeout);
+      else if (rank() == hosts.local.front())
+        log_line(LogLevel::info, "host", "no symmetric memory: /proc is not this pid namespace's own");
       all_local_ = hosts.remote.empty();
     }
   }
@@ -564,7 +572,7 @@ void HostBackend::open_transports(const std::string& prefix, const Hosts& hosts)
 // makes the same choice. TINYDDP_CROSS_MEMORY=0 keeps ordinary tensors on the fifos, =1 takes the
 // path where tuning.h would not (to measure it); unset: tuning::kCrossMemoryByDefault.
 void HostBackend::open_cross_memory(const std::string& prefix, const Hosts& hosts) {
-  if (!shm_ || !all_local_) return;
+  if (!shm_ || !all_local_ || !SymmetricBuffer::peers_openable()) return;  // its control buffer is one
   const bool wanted = env::flag("TINYDDP_CROSS_MEMORY").value_or(tuning::kCrossMemoryByDefault);
   if (!wanted) return;
   const std::string base = prefix + "cross-memory/";

@@ -61,6 +61,12 @@ class SymmetricBuffer {
   // `local_ranks`: the ranks of this host in rank order, `rank` among them. Every one of them must
   // make the same call (same index, same bytes); the keys go under `key_prefix` in `store` (which ends
   // in "/"; its last part names the memory in /proc/<pid>/maps: "memfd:tinyddp-<part>-<index>-rank<r>").
+  // Whether a peer's part can be opened the way allocate() opens it, through /proc/<pid>/fd: only when
+  // this process's /proc is the one of its own pid namespace. A process in a pid namespace of its own
+  // that still sees its parent's /proc (unshare --pid without remounting /proc) would look for its
+  // peers' pids among the parent's processes. Every rank of a host shares the pid namespace (it is part
+  // of the host's identity), so every one of them gets the same answer.
+  static bool peers_openable();
   static std::shared_ptr<SymmetricBuffer> allocate(Store& store, const std::string& key_prefix, int index, int rank,
                                                    const std::vector<int>& local_ranks, size_t bytes,
                                                    std::chrono::milliseconds timeout);

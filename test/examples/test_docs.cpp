@@ -199,6 +199,7 @@ std::string mask_volatile(std::string text, bool any_order) {
       {std::regex(R"re(/tinyddp-[^" ]+)re"), "/tinyddp-<segment>"},
       {std::regex(R"re(\([^ ()"]+ pid \d+\))re"), "(<host> pid <pid>)"},
       {std::regex(R"re(\bpid \d+)re"), "pid <pid>"},
+      {std::regex(R"re((cross-memory/probe/\d+ = )"\d+")re"), "$1\"<address>\""},
   };
   for (const auto& [pattern, placeholder] : masks) text = std::regex_replace(text, pattern, placeholder);
   if (any_order) text = std::regex_replace(text, std::regex(R"re(\bclient \d+)re"), "client <n>");

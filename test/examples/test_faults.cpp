@@ -31,6 +31,12 @@ using FaultDir = tinyddp::testing::TempDir;
 
 std::string bin(const std::string& name) { return std::string(TINYDDP_BIN_DIR) + "/" + name; }
 
+// What a checkpoint directory holds once its writers are done: the checkpoints and the history
+// (nn/train/addons/history_file.h), no temporary file.
+bool checkpoint_dir_file(const std::filesystem::path& path) {
+  return path.extension() == ".safetensors" || path.filename() == "history.jsonl";
+}
+
 bool built(std::initializer_list<const char*> names) {
   for (const char* name : names)
     if (!std::filesystem::exists(bin(name))) {
@@ -116,9 +122,9 @@ TEST_CASE(
     REQUIRE(last.count("extra.trainer.best_epoch"));
     CHECK(nn::checkpoint_epochs_done(dir.file("ck/best.safetensors")) ==
           std::stoll(last.at("extra.trainer.best_epoch")) + 1);
-    // No temporary file of a killed writer is left.
+    // No temporary file of a killed writer is left: the checkpoints and the history file only.
     for (const auto& entry : std::filesystem::directory_iterator(dir.file("ck")))
-      CHECK_MESSAGE(entry.path().extension() == ".safetensors", entry.path());
+      CHECK_MESSAGE(checkpoint_dir_file(entry.path()), entry.path());
   }
 }
 
@@ -149,7 +155,7 @@ TEST_CASE("faults: a kill in the middle of a checkpoint write leaves the last co
   CHECK(has(resumed.report, "1 of 4 epochs done"));
   CHECK(slurp(dir.file("final.safetensors")) == straight_weights());
   for (const auto& entry : std::filesystem::directory_iterator(dir.file("ck")))
-    CHECK_MESSAGE(entry.path().extension() == ".safetensors", entry.path());
+    CHECK_MESSAGE(checkpoint_dir_file(entry.path()), entry.path());
 }
 
 TEST_CASE("faults: with no restarts left the launcher names the killed rank, not the peers that failed after it") {

@@ -228,7 +228,8 @@ class Soak {
     if (!fs::is_directory(dir)) return;
     for (const auto& entry : fs::directory_iterator(dir, error)) {
       const std::string path = entry.path().string(), name = entry.path().filename().string();
-      if (name.find(".tmp.") != std::string::npos) continue;  // a dead writer's leftover, never read
+      if (name.find(".tmp.") != std::string::npos) continue;     // a dead writer's leftover, never read
+      if (entry.path().extension() != ".safetensors") continue;  // history.jsonl: its reader checks it
       ++out.checkpoints;
       try {
         SafetensorsFile file = load_safetensors(path);
