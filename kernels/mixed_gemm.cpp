@@ -2,7 +2,6 @@
 #include "tinyddp/kernels/mixed_gemm.h"
 
 #include <algorithm>
-#include <cstring>
 #include <mutex>
 
 #include "tinyddp/core/error.h"
@@ -37,28 +36,16 @@ MixedGemmFacts gather_facts() {
   return facts;
 }
 
-// f32 -> bf16 -> f32 in one pass, as f32_from_bf16_bits(bf16_bits_from_f32(x)) (core/half_precision.h)
-// but branch-free, so the compiler vectorizes it: round to nearest even by adding just under half of
-// the dropped 16 bits plus the kept part's lowest bit, then clear them; NaN stays NaN (quieted).
-void round_through_bf16(const float* src, float* dst, size_t n) {
-  for (size_t i = 0; i < n; ++i) {
-    uint32_t u;
-    std::memcpy(&u, &src[i], sizeof u);
-    const uint32_t nearest = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-    const uint32_t quiet_nan = (u | 0x00400000u) & 0xffff0000u;
-    const uint32_t out = (u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : nearest;
-    std::memcpy(&dst[i], &out, sizeof out);
-  }
-}
-
-// f32 -> f16 -> f32, a block at a time through core/half_convert.h (F16C where the CPU has it).
-void round_through_f16(const float* src, float* dst, size_t n) {
+// f32 -> bf16 or f16 -> f32, a block at a time through core/half_convert.h: one rounding for the
+// GEMM's operands and the collectives' narrow wire formats, in the fastest form this CPU has.
+template <typename Narrow>
+void round_through(const float* src, float* dst, size_t n) {
   constexpr size_t kBlock = 1024;
-  float16 block[kBlock];
+  Narrow block[kBlock];
   for (size_t begin = 0; begin < n; begin += kBlock) {
     const size_t count = std::min(kBlock, n - begin);
-    convert_f32_to_f16(src + begin, block, count);
-    convert_f16_to_f32(block, dst + begin, count);
+    round_from_f32(src + begin, block, count);
+    widen_to_f32(block, dst + begin, count);
   }
 }
 
@@ -127,9 +114,9 @@ void round_to(const Tensor& src, DType narrow, Tensor& dst) {
   }
   const size_t n = size_t(src.numel());
   if (narrow == DType::bf16)
-    round_through_bf16(src.data<float>(), dst.data<float>(), n);
+    round_through<bfloat16>(src.data<float>(), dst.data<float>(), n);
   else
-    round_through_f16(src.data<float>(), dst.data<float>(), n);
+    round_through<float16>(src.data<float>(), dst.data<float>(), n);
 }
 
 }  // namespace tinyddp::kernels
