@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# All-reduce inside one host: ours with ordinary buffers (-R 0) over the shared-memory FIFOs
-# (TINYDDP_CROSS_MEMORY=0) and read with process_vm_readv (TINYDDP_CROSS_MEMORY=1), ours with symmetric
-# buffers (-R 2: ProcessGroup::allocate_symmetric), and Open MPI (bench/peers/mpi_all_reduce),
-# run interleaved in one command, three rounds, the median of the three per size, with ratios; beside
-# them one core's memcpy and a += b rates (bench/peers/memory_limits) and the bound they set for the
-# bytes the symmetric all-reduce moves (each rank reduces (n-1)/n of the buffer as a += b and copies
-# (n-1)/n of it: busbw bound = 2 / (1/R_add + 1/R_copy), whatever n is, while every rank has a core).
+# All-reduce inside one host: ours on ordinary buffers (-R 0) by each of the three ways an ordinary
+# tensor can go (comm/tuning.h chooses one): the shared-memory FIFOs (TINYDDP_STAGING=0
+# TINYDDP_CROSS_MEMORY=0), staged through symmetric memory (TINYDDP_STAGING=1) and read with
+# process_vm_readv (TINYDDP_CROSS_MEMORY=1); ours on symmetric buffers (-R 2:
+# ProcessGroup::allocate_symmetric); and Open MPI (bench/peers/mpi_all_reduce), run interleaved in one
+# command, three rounds, the median of the three per size, with ratios; beside them one core's memcpy
+# and a += b rates (bench/peers/memory_limits) and the bound they set for the bytes the symmetric
+# all-reduce moves (each rank reduces (n-1)/n of the buffer as a += b and copies (n-1)/n of it: busbw
+# bound = 2 / (1/R_add + 1/R_copy), whatever n is, while every rank has a core). Up to 32 KiB every
+# column but Open MPI's is the slots' one-barrier all-reduce (algorithms/slot_all_reduce.h).
 #
 # Every row: in place, float32 sum, blocking (each call awaited before the next, as MPI_Allreduce is),
 # time in microseconds and busbw = algbw * 2(n-1)/n in GB/s. Ratios: ours / Open MPI busbw (above 1:
@@ -13,6 +16,8 @@
 #
 # usage: bench/compare_symmetric.sh [BUILD_DIR] [WORLD ...]      (default: build, world 2)
 #        TINYDDP_BENCH_QUICK=1 runs three small sizes only (a check that the script works)
+#        TINYDDP_BENCH_RT=1 runs every program (ours and Open MPI alike) under `chrt -f 1` (needs root):
+#        on a host shared with builds, so that they do not decide the figures; say so beside them
 # output: BUILD_DIR/bench-symmetric/ (raw tables, summary_w<N>.txt)
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -27,50 +32,55 @@ perf=$build/bin/all_reduce_perf
 mpi=$build/bin/mpi_all_reduce
 [ -x "$mpi" ] || echo "(Open MPI's program is not built: install libopenmpi-dev openmpi-bin and rebuild; ours alone)"
 
-# Two sweeps per program: small and middle sizes with many iterations, the largest with few.
-sweeps=("-b 1K -e 16M -n 20 -w 5" "-b 64M -e 256M -n 5 -w 2")
+# Three sweeps per program: the small sizes with many iterations (each is a few microseconds), the
+# middle ones with fewer, the largest with few.
+sweeps=("-b 1K -e 16K -n 1000 -w 50" "-b 64K -e 16M -n 20 -w 5" "-b 64M -e 256M -n 5 -w 2")
+rt=()
+[ -z "${TINYDDP_BENCH_RT:-}" ] || rt=(chrt -f 1)
 [ -z "${TINYDDP_BENCH_QUICK:-}" ] || sweeps=("-b 1K -e 256K -n 5 -w 1")  # a check that the script runs
 
-ours() {  # WORLD REGISTRATION CROSS_MEMORY SWEEP: rows "bytes time_us" (in-place columns)
-  local n=$1 reg=$2 cma=$3 sweep=$4
+ours() {  # WORLD REGISTRATION CROSS_MEMORY STAGING SWEEP: rows "bytes time_us" (in-place columns)
+  local n=$1 reg=$2 cma=$3 staging=$4 sweep=$5
   # shellcheck disable=SC2086
-  TINYDDP_CROSS_MEMORY=$cma "$build/bin/tinyddp-run" -n "$n" "$perf" $sweep -f 4 -d float -o sum -c 1 -z 1 -R "$reg" --transport shm |
+  TINYDDP_CROSS_MEMORY=$cma TINYDDP_STAGING=$staging "${rt[@]}" "$build/bin/tinyddp-run" -n "$n" "$perf" $sweep -f 4 -d float -o sum -c 1 -z 1 -R "$reg" --transport shm |
     sed -e 's/^\[rank [0-9]*\] //' | awk '$1 ~ /^[0-9]+$/ { if ($13 != 0) print "WRONG", $1; print $1, $10 }'
 }
 peer() {  # WORLD SWEEP
   local n=$1 sweep=$2
   [ -x "$mpi" ] || return 0
   # shellcheck disable=SC2086
-  mpirun --allow-run-as-root --oversubscribe -np "$n" "$mpi" $sweep -f 4 2>/dev/null |
+  "${rt[@]}" mpirun --allow-run-as-root --oversubscribe -np "$n" "$mpi" $sweep -f 4 2>/dev/null |
     awk '$1 ~ /^[0-9]+$/ { if ($5 != 0) print "WRONG", $1; print $1, $2 }'
 }
 
 cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
-"$build/bin/memory_limits" -b 64K -e 256M | tee "$out/limits.txt"
+"${rt[@]}" "$build/bin/memory_limits" -b 64K -e 256M | tee "$out/limits.txt"
 for n in $worlds; do
   : >"$out/raw_w$n.txt"
   for round in 1 2 3; do
     for sweep in "${sweeps[@]}"; do
       # The order turns every round, so no program always runs right after another.
       case $round in
-        1) order="fifo cma r2 mpi" ;;
-        2) order="r2 mpi fifo cma" ;;
-        3) order="mpi cma r2 fifo" ;;
+        1) order="fifo staged cma r2 mpi" ;;
+        2) order="r2 mpi fifo staged cma" ;;
+        3) order="mpi cma r2 staged fifo" ;;
       esac
       for who in $order; do
         load=$(cut -d' ' -f1 /proc/loadavg)
         case $who in
-          fifo) ours "$n" 0 0 "$sweep" | sed "s/^/fifo $load /" ;;
-          cma) ours "$n" 0 1 "$sweep" | sed "s/^/cma $load /" ;;
-          r2) ours "$n" 2 1 "$sweep" | sed "s/^/r2 $load /" ;;
+          fifo) ours "$n" 0 0 0 "$sweep" | sed "s/^/fifo $load /" ;;
+          staged) ours "$n" 0 0 1 "$sweep" | sed "s/^/staged $load /" ;;
+          cma) ours "$n" 0 1 0 "$sweep" | sed "s/^/cma $load /" ;;
+          r2) ours "$n" 2 0 0 "$sweep" | sed "s/^/r2 $load /" ;;
           mpi) peer "$n" "$sweep" | sed "s/^/mpi $load /" ;;
         esac >>"$out/raw_w$n.txt"
       done
     done
   done
-  python3 - "$out/raw_w$n.txt" "$out/limits.txt" "$n" "$cpu" <<'EOF' | tee "$out/summary_w$n.txt"
+  python3 - "$out/raw_w$n.txt" "$out/limits.txt" "$n" "$cpu" "${TINYDDP_BENCH_RT:-}" <<'EOF' | tee "$out/summary_w$n.txt"
 import statistics, sys
 raw, limits, n, cpu = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+rt = "; every program under chrt -f 1" if sys.argv[5] else ""
 times, loads, wrong = {}, [], []
 for line in open(raw):
     f = line.split()
@@ -88,21 +98,23 @@ for line in open(limits):
 factor = 2 * (n - 1) / n
 def busbw(size, t): return size / (t * 1e-6) / 1e9 * factor
 print(f"# all-reduce, {n} ranks on one host, in place, float sum, blocking; {cpu}; "
-      f"load {min(loads):.2f}-{max(loads):.2f} during the runs; medians of 3 interleaved rounds")
+      f"load {min(loads):.2f}-{max(loads):.2f} during the runs; medians of 3 interleaved rounds{rt}")
 print("# busbw GB/s (time in us up to 16 KiB); ratios: ours / Open MPI, ours / bound")
-print("# fifo, cma: ours on ordinary buffers (-R 0) over the fifos, and read with process_vm_readv; -R 2: symmetric")
-print(f"{'bytes':>11} {'fifo':>10} {'cma':>10} {'-R 2':>10} {'Open MPI':>10} {'fifo/MPI':>8} {'cma/MPI':>8} {'R2/MPI':>7} "
-      f"{'memcpy':>7} {'a+=b':>7} {'bound':>7} {'R2/bound':>8}")
+print("# fifo, staged, cma: ours on ordinary buffers (-R 0) over the fifos, staged through symmetric memory, and")
+print("# read with process_vm_readv; -R 2: ours on symmetric buffers")
+print(f"{'bytes':>11} {'fifo':>10} {'staged':>10} {'cma':>10} {'-R 2':>10} {'Open MPI':>10} {'fifo/MPI':>8} "
+      f"{'stg/MPI':>8} {'cma/MPI':>8} {'R2/MPI':>7} {'memcpy':>7} {'a+=b':>7} {'bound':>7} {'R2/bound':>8}")
 sizes = sorted({s for (_, s) in times})
 for size in sizes:
-    med = {w: statistics.median(times[(w, size)]) for w in ("fifo", "cma", "r2", "mpi") if (w, size) in times}
+    med = {w: statistics.median(times[(w, size)]) for w in ("fifo", "staged", "cma", "r2", "mpi") if (w, size) in times}
     small = size <= 16384
     def show(w):
         if w not in med: return f"{'-':>10}"
         return f"{med[w]:>8.2f}us" if small else f"{busbw(size, med[w]):>10.2f}"
     def ratio(w, width=7):
         return f"{med['mpi'] / med[w]:>{width - 1}.2f}x" if w in med and "mpi" in med else f"{'-':>{width}}"
-    row = f"{size:>11} {show('fifo')} {show('cma')} {show('r2')} {show('mpi')} {ratio('fifo', 8)} {ratio('cma', 8)} {ratio('r2')}"
+    row = (f"{size:>11} {show('fifo')} {show('staged')} {show('cma')} {show('r2')} {show('mpi')} {ratio('fifo', 8)} "
+           f"{ratio('staged', 8)} {ratio('cma', 8)} {ratio('r2')}")
     if size in rates and not small:
         copy, add = rates[size]
         bound = 2 / (1 / add + 1 / copy)

@@ -7,6 +7,12 @@
 
 namespace tinyddp::comm {
 
+namespace {
+thread_local bool tl_unbound_caller = false;
+}  // namespace
+
+bool Executor::running_as_unbound_caller() { return tl_unbound_caller; }
+
 Executor::Executor(Runner run, int cpu, WaitPolicy wait)
     : run_(std::move(run)), wait_(wait), cpu_(cpu), spin_for_work_(cpu >= 0), thread_([this] {
         if (cpu_ >= 0) bind_this_thread(cpu_);
@@ -54,7 +60,9 @@ void Executor::help(Work& target) {
     // core: it runs every collective itself, and two affinity changes a call cost more than one.
     std::optional<ScopedCpuBinding> standing_in;
     if (cpu_ >= 0 && !blocking_caller_) standing_in.emplace(cpu_);
+    tl_unbound_caller = !standing_in;
     while (!target.is_completed() && !queue_.empty()) run_front(lock, &counts_.by_caller);
+    tl_unbound_caller = false;
   }
   running_ = false;
   bool wake = !queue_.empty() || stopping_;

@@ -71,6 +71,9 @@ class Executor : public Work::Helper, public std::enable_shared_from_this<Execut
   // Work::wait() calls this first; see the header comment.
   void help(Work& target) override;
   RunCounts counts();
+  // Whether the calling thread runs a collective as a blocking caller, on no core of its own (the
+  // runner's waits should then yield the core now and then: the peer it waits for may share it).
+  static bool running_as_unbound_caller();
   // Runs what is still queued (the peers expect those collectives), then ends the thread.
   void shutdown();
 

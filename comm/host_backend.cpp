@@ -12,7 +12,9 @@
 #include "tinyddp/comm/algorithms/host_ordered_broadcast.h"
 #include "tinyddp/comm/algorithms/link_probe.h"
 #include "tinyddp/comm/algorithms/single_rounding.h"
+#include "tinyddp/comm/algorithms/slot_all_reduce.h"
 #include "tinyddp/comm/algorithms/small_message_allreduce.h"
+#include "tinyddp/comm/algorithms/staged_all_reduce.h"
 #include "tinyddp/comm/algorithms/symmetric_all_reduce.h"
 #include "tinyddp/comm/cpu_binding.h"
 #include "tinyddp/comm/store/prefix_store.h"
@@ -77,37 +79,40 @@ std::string store_host(Store& store) {
 
 WorkPtr HostBackend::all_reduce(const Tensor& tensor, ReduceOp op, const CallOptions& call) {
   check_tensor(tensor, "all_reduce", "tensor");
-  return submit(make_fingerprint(CollectiveKind::all_reduce, tensor, tensor.numel(), op), call,
-                [this, tensor](const CollectiveContext& ctx) {
-                  if (symmetric_all_reduce_bytes(bytes_of(tensor), size_t(tensor.numel()), ctx)) return;
-                  if (cross_memory_all_reduce_bytes(tensor, ctx)) return;
-                  Tensor staging;
-                  const Tensor& host = host_input(tensor, staging);
-                  all_reduce_bytes(bytes_of(host), bytes_of(host), size_t(host.numel()), ctx);
-                  write_back(tensor, host);
-                });
+  return submit(
+      make_fingerprint(CollectiveKind::all_reduce, tensor, tensor.numel(), op), call,
+      [this, tensor](const CollectiveContext& ctx) {
+        if (symmetric_all_reduce_bytes(bytes_of(tensor), size_t(tensor.numel()), ctx)) return;
+        if (cross_memory_all_reduce_bytes(tensor, ctx)) return;
+        Tensor staging;
+        const Tensor& host = host_input(tensor, staging);
+        all_reduce_bytes(bytes_of(host), bytes_of(host), size_t(host.numel()), ctx);
+        write_back(tensor, host);
+      },
+      is_symmetric(tensor));
 }
 
 WorkPtr HostBackend::all_reduce_into(const Tensor& output, const Tensor& input, ReduceOp op, const CallOptions& call) {
   check_tensor(output, "all_reduce_into", "output");
   check_tensor(input, "all_reduce_into", "input");
   check_same(output, input, "all_reduce_into");
-  return submit(make_fingerprint(CollectiveKind::all_reduce, input, input.numel(), op), call,
-                [this, output, input](const CollectiveContext& ctx) {
-                  // An output in symmetric memory: the input is copied there, and reduced in place.
-                  if (output.device().is_cpu() && input.device().is_cpu() && is_symmetric(output)) {
-                    if (bytes_of(output) != bytes_of(input))
-                      std::memmove(bytes_of(output), bytes_of(input), input.nbytes());
-                    if (symmetric_all_reduce_bytes(bytes_of(output), size_t(output.numel()), ctx)) return;
-                    all_reduce_bytes(bytes_of(output), bytes_of(output), size_t(output.numel()), ctx);
-                    return;
-                  }
-                  Tensor in_staging, out_staging;
-                  const Tensor& in = host_input(input, in_staging);
-                  const Tensor& out = host_output(output, out_staging);
-                  all_reduce_bytes(bytes_of(in), bytes_of(out), size_t(in.numel()), ctx);
-                  write_back(output, out);
-                });
+  return submit(
+      make_fingerprint(CollectiveKind::all_reduce, input, input.numel(), op), call,
+      [this, output, input](const CollectiveContext& ctx) {
+        // An output in symmetric memory: the input is copied there, and reduced in place.
+        if (output.device().is_cpu() && input.device().is_cpu() && is_symmetric(output)) {
+          if (bytes_of(output) != bytes_of(input)) std::memmove(bytes_of(output), bytes_of(input), input.nbytes());
+          if (symmetric_all_reduce_bytes(bytes_of(output), size_t(output.numel()), ctx)) return;
+          all_reduce_bytes(bytes_of(output), bytes_of(output), size_t(output.numel()), ctx);
+          return;
+        }
+        Tensor in_staging, out_staging;
+        const Tensor& in = host_input(input, in_staging);
+        const Tensor& out = host_output(output, out_staging);
+        all_reduce_bytes(bytes_of(in), bytes_of(out), size_t(in.numel()), ctx);
+        write_back(output, out);
+      },
+      input.device().is_cpu() && is_symmetric(output));
 }
 
 WorkPtr HostBackend::all_reduce_coalesced(const std::vector<Tensor>& tensors, ReduceOp op, const CallOptions& call) {
@@ -246,20 +251,24 @@ WorkPtr HostBackend::barrier(const CallOptions& call) {
                   CollectiveContext as_sum = ctx;
                   as_sum.dtype = DType::i32;
                   as_sum.op = ReduceOp::sum;
-                  direct_all_reduce(all_peers(), rank(), reinterpret_cast<const std::byte*>(&token),
-                                    reinterpret_cast<std::byte*>(&total), 1, as_sum);
+                  if (!slot_all_reduce_bytes(reinterpret_cast<const std::byte*>(&token),
+                                             reinterpret_cast<std::byte*>(&total), 1, as_sum))
+                    direct_all_reduce(all_peers(), rank(), reinterpret_cast<const std::byte*>(&token),
+                                      reinterpret_cast<std::byte*>(&total), 1, as_sum);
                 });
 }
 
 // ---- the task: numbered, queued, run with its context ----------------------------------------------
 
-WorkPtr HostBackend::submit(Fingerprint fingerprint, const CallOptions& call, Executor::Body body) {
+WorkPtr HostBackend::submit(Fingerprint fingerprint, const CallOptions& call, Executor::Body body,
+                            bool in_symmetric_memory) {
   std::lock_guard<std::mutex> lock(submit_mutex_);  // numbers and queue order agree
   fingerprint.sequence = next_sequence_++;
   auto work = std::make_shared<Work>(fingerprint);
   auto timeout = call.timeout.count() > 0 ? call.timeout : options_.timeout;
   const size_t bytes = size_t(fingerprint.count) * dtype_size(DType(fingerprint.dtype));  // per rank; a barrier's is 0
-  const bool small = bytes <= std::min(small_message_bytes_, tuning::kBlockingCallerBytes);
+  const bool symmetric_path = in_symmetric_memory && all_local_;
+  const bool small = bytes <= (symmetric_path ? tuning::kBlockingCallerSymmetricBytes : blocking_caller_bytes_);
   const auto now = std::chrono::steady_clock::now();  // one reading for the recorder and the executor
   recorder_->queued(fingerprint, call.bucket, now);
   executor_->submit({work, fingerprint, timeout, std::move(body), small, now});
@@ -285,6 +294,7 @@ void HostBackend::run_task(const Executor::Task& task) {
     ctx.timeout = task.timeout;
     ctx.deadline = deadline;
     ctx.wait = wait_;
+    if (Executor::running_as_unbound_caller()) ctx.wait.yield_while_spinning = true;
     ctx.transports = transports_;
     if (debug_detail_ && size() > 1) check_fingerprints(task.fingerprint, ctx);
     task.body(ctx);
@@ -307,6 +317,8 @@ void HostBackend::run_task(const Executor::Task& task) {
       // The peers' parts of symmetric buffers go now: a dead peer's memory is freed once nobody maps it.
       if (symmetric_) symmetric_->release_peers();
       if (cross_memory_) cross_memory_->release_peers();
+      if (slots_) slots_->release_peers();
+      if (staging_) staging_->release_peers();
       // The problem alone: the peers add their own hint.
       for (Transport* t : transports_) t->abort("rank " + std::to_string(rank()) + " failed: " + problem);
     }
@@ -353,11 +365,31 @@ bool HostBackend::symmetric_all_reduce_bytes(std::byte* data, size_t count, cons
   const size_t bytes = count * dtype_size(ctx.dtype);
   auto found = symmetric_->find(data, bytes);
   if (!found) return false;
-  // One-shot where the FIFO path would take the direct exchange, two-shot where it would take the
+  // The slots where the FIFO path would take the direct exchange, two-shot where it would take the
   // ring: the same fold order, so the same bits.
-  const bool one_shot = all_reduce_->choose(bytes) == AllReduceAlgorithm::direct;
-  symmetric_all_reduce(*found->buffer, found->offset, count, one_shot, *shm_, ctx);
+  if (!slot_all_reduce_bytes(data, data, count, ctx))
+    symmetric_all_reduce(*found->buffer, found->offset, count, *shm_, ctx);
   symmetric_collectives_.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+bool HostBackend::slot_all_reduce_bytes(const std::byte* in, std::byte* out, size_t count,
+                                        const CollectiveContext& ctx) {
+  const size_t bytes = count * dtype_size(ctx.dtype);
+  if (!slots_ || bytes > slot_capacity(*slots_) || all_reduce_->choose(bytes) != AllReduceAlgorithm::direct)
+    return false;
+  slot_all_reduce(*slots_, in, out, count, *shm_, ctx);
+  slot_collectives_.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+bool HostBackend::staged_all_reduce_bytes(const std::byte* in, std::byte* out, size_t count,
+                                          const CollectiveContext& ctx) {
+  const size_t bytes = count * dtype_size(ctx.dtype);
+  if (!staging_ || bytes < tuning::kStagedAllReduceBytes || all_reduce_->choose(bytes) != AllReduceAlgorithm::ring)
+    return false;
+  staged_all_reduce(*staging_, in, out, count, *shm_, ctx);
+  staged_collectives_.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 
@@ -379,6 +411,7 @@ bool HostBackend::is_symmetric(const Tensor& t) const {
 }
 
 void HostBackend::all_reduce_bytes(const std::byte* in, std::byte* out, size_t count, const CollectiveContext& ctx) {
+  if (slot_all_reduce_bytes(in, out, count, ctx) || staged_all_reduce_bytes(in, out, count, ctx)) return;
   run_all_reduce(
       *all_reduce_, [this](int r) { return peer(r); }, rank(), in, out, count, ctx);
 }
@@ -541,6 +574,16 @@ void HostBackend::open_transports(const std::string& prefix, const Hosts& hosts)
       else if (rank() == hosts.local.front())
         log_line(LogLevel::info, "host", "no symmetric memory: /proc is not this pid namespace's own");
       all_local_ = hosts.remote.empty();
+      // The slots of the small all-reduces; TINYDDP_SLOTS=0 leaves those to the direct exchange (to
+      // measure one against the other).
+      if (all_local_ && symmetric_ && env::flag("TINYDDP_SLOTS").value_or(true))
+        slots_ = SymmetricBuffer::allocate(*store_, prefix + "slots/", 0, rank(), hosts.local,
+                                           2 * std::min(small_message_bytes_, tuning::kSlotBytes), options_.timeout);
+      // The staging of large all-reduces of ordinary memory; TINYDDP_STAGING=0 leaves those to the fifos
+      // (or to process_vm_readv, where TINYDDP_CROSS_MEMORY asks for it).
+      if (all_local_ && symmetric_ && env::flag("TINYDDP_STAGING").value_or(tuning::kStagingByDefault))
+        staging_ = SymmetricBuffer::allocate(*store_, prefix + "staging/", 0, rank(), hosts.local,
+                                             2 * tuning::kStagingHalfBytes, options_.timeout);
     }
   }
   if (!tcp_peers.empty()) {
@@ -610,6 +653,9 @@ void HostBackend::choose_waiting(const Hosts& hosts) {
   if (hosts.local.size() > cores) wait_.spin = tuning::kSpinBudgetOversubscribed;
   if (auto spin_us = env::unsigned_integer("TINYDDP_SPIN_US"))  // for tuning on a new host
     wait_.spin = std::chrono::microseconds(*spin_us);
+  blocking_caller_bytes_ = std::min(small_message_bytes_, tuning::kBlockingCallerBytes);
+  if (auto bytes = env::unsigned_integer("TINYDDP_BLOCKING_CALLER_BYTES"))  // the same
+    blocking_caller_bytes_ = size_t(*bytes);
   const int local_index = int(std::find(hosts.local.begin(), hosts.local.end(), rank()) - hosts.local.begin());
   cpu_ = pick_communication_cpu(local_index, int(hosts.local.size()));
   wait_.yield_while_spinning = cpu_ < 0;

@@ -78,6 +78,13 @@ class HostBackend : public ProcessGroup {
   const FlightRecorder& flight_recorder() const { return *recorder_; }
   // How many all-reduces took the symmetric path (algorithms/symmetric_all_reduce.h).
   uint64_t symmetric_collectives() const { return symmetric_collectives_.load(std::memory_order_relaxed); }
+  // How many took the slot path (small all-reduces inside a host), and whether the group may take it.
+  uint64_t slot_collectives() const { return slot_collectives_.load(std::memory_order_relaxed); }
+  bool slots_enabled() const { return slots_ != nullptr; }
+  // How many took the staged path (large all-reduces of ordinary memory inside a host), and whether
+  // the group may take it.
+  uint64_t staged_collectives() const { return staged_collectives_.load(std::memory_order_relaxed); }
+  bool staging_enabled() const { return staging_ != nullptr; }
   // How many took the cross-memory path (process_vm_readv), and whether the group may take it.
   uint64_t cross_memory_collectives() const { return cross_memory_collectives_.load(std::memory_order_relaxed); }
   bool cross_memory_enabled() const { return cross_memory_ != nullptr; }
@@ -89,7 +96,11 @@ class HostBackend : public ProcessGroup {
   void choose_waiting(const Hosts& hosts);
   CostModel agree_on_cost_model(const std::string& prefix, const HostLayout& layout);
 
-  WorkPtr submit(Fingerprint fingerprint, const CallOptions& call, Executor::Body body);
+  // `in_symmetric_memory`: the collective reads and writes only symmetric memory of this host's
+  // ranks, so it moves no bytes through a fifo and a blocking caller may run it at any size up to
+  // tuning::kBlockingCallerSymmetricBytes.
+  WorkPtr submit(Fingerprint fingerprint, const CallOptions& call, Executor::Body body,
+                 bool in_symmetric_memory = false);
   void run_task(const Executor::Task& task);
   // Adds to a timed-out collective's problem and hint what the watchdog knows of the stall.
   void explain_timeout(const Executor::Task& task, std::string& problem, std::string& advice);
@@ -98,6 +109,12 @@ class HostBackend : public ProcessGroup {
   // The symmetric path (algorithms/symmetric_all_reduce.h) for `count` elements at `data`, in place,
   // when they lie in a symmetric buffer and every rank is on this host; false: not taken.
   bool symmetric_all_reduce_bytes(std::byte* data, size_t count, const CollectiveContext& ctx);
+  // The slot path (algorithms/slot_all_reduce.h) for a small all-reduce of any CPU memory, when every
+  // rank is on this host and the FIFO path would take the direct exchange; false: not taken.
+  bool slot_all_reduce_bytes(const std::byte* in, std::byte* out, size_t count, const CollectiveContext& ctx);
+  // The staged path (algorithms/staged_all_reduce.h) for a large all-reduce of any CPU memory, when
+  // every rank is on this host and the FIFO path would take the ring; false: not taken.
+  bool staged_all_reduce_bytes(const std::byte* in, std::byte* out, size_t count, const CollectiveContext& ctx);
   // The same for an ordinary CPU tensor through process_vm_readv (algorithms/cross_memory_all_reduce.h),
   // when the group agreed it may (open_cross_memory) and the tensor is large enough (tuning.h).
   bool cross_memory_all_reduce_bytes(const Tensor& t, const CollectiveContext& ctx);
@@ -110,6 +127,7 @@ class HostBackend : public ProcessGroup {
   ProcessGroupOptions options_;
   bool debug_detail_;
   size_t small_message_bytes_;
+  size_t blocking_caller_bytes_ = 0;  // the largest collective a blocking caller runs itself (executor.h)
   WaitPolicy wait_;
   int cpu_ = -1;                                   // the communication thread's CPU (-1: unbound)
   std::unique_ptr<AllReduceSelector> all_reduce_;  // which all-reduce algorithm runs
@@ -118,6 +136,10 @@ class HostBackend : public ProcessGroup {
   std::unique_ptr<SymmetricMemory> symmetric_;  // with shm_: this host's symmetric allocations
   bool all_local_ = false;                      // every rank of the group is on this host
   std::atomic<uint64_t> symmetric_collectives_{0};
+  std::shared_ptr<SymmetricBuffer> slots_;  // with all_local_: the small all-reduces' slots
+  std::atomic<uint64_t> slot_collectives_{0};
+  std::shared_ptr<SymmetricBuffer> staging_;  // with all_local_: the large all-reduces' staging
+  std::atomic<uint64_t> staged_collectives_{0};
   std::shared_ptr<SymmetricBuffer> cross_memory_;  // set when every local rank may read the others
   std::vector<int> local_pids_;                    // by position among the local ranks
   std::atomic<uint64_t> cross_memory_collectives_{0};

@@ -29,9 +29,14 @@ inline constexpr size_t kSmallMessageBytesTcpPair = 512 << 10;
 // ---- the blocking caller (comm/executor.h) ---------------------------------------------------------
 // ../docs/results.md#blocking-callers
 
-// Collectives up to this size may run on a waiting caller's own thread: above it the thread
-// hand-off is small beside the transfer, and a collective nobody waits for must start at once.
+// Collectives up to this size (and up to the small-message size) may run on a waiting caller's own
+// thread: above it the thread hand-off is small beside the transfer, and a collective nobody waits
+// for must start at once (TINYDDP_BLOCKING_CALLER_BYTES, to measure another).
 inline constexpr size_t kBlockingCallerBytes = 64 << 10;
+// The same for an all-reduce of symmetric memory (algorithms/symmetric_all_reduce.h): it has no
+// fifo to keep fed, so the thread hand-off costs as much as the reduction itself up to megabytes,
+// and a blocking caller runs it on its own thread at any size up to this one.
+inline constexpr size_t kBlockingCallerSymmetricBytes = 64 << 20;
 // Small collectives, each awaited before the next call, before a caller counts as blocking.
 inline constexpr int kBlockingStreak = 3;
 // How often the sleeping thread looks for a blocking caller's collective that nobody came to wait
@@ -109,6 +114,11 @@ inline constexpr size_t kDirectExchangeKeptBytes = 4 << 20;
 // read and written once per block, not once per peer from memory. Zen 3's L2 is 512 KiB.
 inline constexpr size_t kSymmetricReduceBlockBytes = 64 << 10;
 
+// The most bytes one small all-reduce takes through the slots (algorithms/slot_all_reduce.h): each
+// rank holds two slots of this size, or of the small-message size if that is smaller. Raising the
+// small-message size past it leaves the messages in between to the direct exchange.
+inline constexpr size_t kSlotBytes = 256 << 10;
+
 // ---- ordinary buffers inside a host: the FIFOs, or one copy through the kernel -----------------------
 // (algorithms/cross_memory_all_reduce.h; TINYDDP_CROSS_MEMORY=0|1 overrides the choice, to measure it)
 
@@ -120,14 +130,22 @@ inline constexpr size_t kCrossMemoryBlockBytes = 256 << 10;
 // cross-memory path when every rank may read the others; below it the direct exchange's one round
 // over the fifos costs less than three barriers and the system calls.
 inline constexpr size_t kCrossMemoryAllReduceBytes = 64 << 10;
-// Of the three ways an ordinary tensor can go (the fifos; process_vm_readv; a copy into symmetric
-// memory, the symmetric all-reduce, and a copy back), the second: measured with
-// bench/compare_symmetric.sh, 2 ranks, it beat the fifos at every size from 64 KiB to 256 MiB
-// (1.2-2.4x busbw, on a host loaded 13-20 with other builds: docs/results.md, 2026-11-26). Staging
-// was not built: it copies the whole buffer in and out besides what the symmetric all-reduce moves,
-// 2S more per rank than process_vm_readv's 2(n-1)/n S copied (docs/how-ddp-works.md's table).
-// Where ptrace permission forbids process_vm_readv, the fifos carry every size.
-inline constexpr bool kCrossMemoryByDefault = true;
+// Of the three ways a large ordinary tensor can go (the fifos; process_vm_readv; staging into
+// symmetric memory), the fifos. Measured with bench/compare_symmetric.sh on the 2-core Zen 3 host,
+// 2 ranks (docs/results.md, 2026-11-26, "ordinary tensors inside a host"): on an idle host the fifos
+// beat process_vm_readv at every size from 64 KiB to 64 MiB (the kernel pins the peer's pages on
+// every call, and the reducing rank does both the copy and the add that the fifos split between two
+// ranks), and beat the staging, which moves more bytes than either. process_vm_readv won only while
+// other programs took the cores. TINYDDP_CROSS_MEMORY=1 and TINYDDP_STAGING=1 take the others.
+inline constexpr bool kCrossMemoryByDefault = false;
+inline constexpr bool kStagingByDefault = false;
+// All-reduces of ordinary tensors at least this large, with every rank on one host, are staged
+// (below it the slots or the direct exchange take them).
+inline constexpr size_t kStagedAllReduceBytes = 64 << 10;
+// Each half of a rank's staging buffer: a round stages this much of the input. Large enough that
+// the two barriers of a round are small beside its copies, small enough to stay in L2 + L3 while
+// the peers read it.
+inline constexpr size_t kStagingHalfBytes = 1 << 20;
 
 // ---- where a stream starts in a page (Connection::align_send) --------------------------------------
 // ../docs/results.md#the-fifos-position-in-a-page-shm

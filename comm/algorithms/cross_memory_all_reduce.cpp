@@ -65,10 +65,10 @@ void cross_memory_all_reduce(SymmetricBuffer& control, const std::vector<int>& p
       0, count, uint32_t(ctx.dtype), uint32_t(ctx.op), ctx.sequence, uint64_t(reinterpret_cast<uintptr_t>(data))};
   control.publish(base + kArrived, call);
   symmetric_barrier(control, base + kArrived, shm, ctx);
-  check_same_call(control, call, ctx);
+  check_same_call(control, call, base + kArrived, ctx);
   std::vector<const std::byte*> theirs(static_cast<size_t>(n));
   for (int p = 0; p < n; ++p)
-    theirs[size_t(p)] = reinterpret_cast<const std::byte*>(uintptr_t(control.call_of(p).address));
+    theirs[size_t(p)] = reinterpret_cast<const std::byte*>(uintptr_t(control.call_of(p, base + kArrived).address));
 
   // Slice `me`, folded x_me, x_(me+1), ... as the ring folds it, a bounce buffer's worth at a time.
   thread_local std::vector<std::byte> bounce;

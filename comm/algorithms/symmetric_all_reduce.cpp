@@ -73,11 +73,13 @@ void symmetric_barrier(SymmetricBuffer& b, uint64_t step, ShmTransport& shm, con
   }
 }
 
-void check_same_call(const SymmetricBuffer& b, const SymmetricCall& mine, const CollectiveContext& ctx) {
+void check_same_call(const SymmetricBuffer& b, const SymmetricCall& mine, uint64_t step, const CollectiveContext& ctx,
+                     bool same_op) {
   for (int p = 0; p < b.parties(); ++p) {
     if (p == b.position()) continue;
-    SymmetricCall theirs = b.call_of(p);
+    SymmetricCall theirs = b.call_of(p, step);
     theirs.address = mine.address;
+    if (!same_op) theirs.op = mine.op;
     if (theirs == mine) continue;
     TINYDDP_FAIL(ctx.what(), ": rank ", b.ranks()[size_t(p)], " is in collective #", theirs.sequence, " on ",
                  theirs.count, " elements of ", dtype_name(DType(theirs.dtype)), " at byte ", theirs.offset,
@@ -88,11 +90,7 @@ void check_same_call(const SymmetricBuffer& b, const SymmetricCall& mine, const 
   }
 }
 
-namespace {
-
-// own[0, n) = own op every peer's slice, folded x_p, x_(p+1), ..., x_(p-1) as the ring folds chunk p;
-// a block at a time, so that the partial sum stays in cache between the peers' passes.
-void reduce_my_slice(const SymmetricBuffer& b, size_t at, size_t count, const CollectiveContext& ctx) {
+void reduce_symmetric_slice(const SymmetricBuffer& b, size_t at, size_t count, const CollectiveContext& ctx) {
   const size_t elem = dtype_size(ctx.dtype);
   const int n = b.parties(), me = b.position();
   const size_t block = std::max<size_t>(1, tuning::kSymmetricReduceBlockBytes / elem);
@@ -106,39 +104,23 @@ void reduce_my_slice(const SymmetricBuffer& b, size_t at, size_t count, const Co
   }
 }
 
-}  // namespace
-
-void symmetric_all_reduce(SymmetricBuffer& b, size_t offset, size_t count, bool one_shot, ShmTransport& shm,
+void symmetric_all_reduce(SymmetricBuffer& b, size_t offset, size_t count, ShmTransport& shm,
                           const CollectiveContext& ctx) {
   TINYDDP_CHECK(b.peers_mapped(), ctx.what(), ": symmetric buffer #", b.index(),
                 " no longer maps its peers' parts (its process group ended)",
                 hint("use the group it was allocated from"));
   const int n = b.parties(), me = b.position();
-  const size_t elem = dtype_size(ctx.dtype), bytes = count * elem;
+  const size_t elem = dtype_size(ctx.dtype);
   const uint64_t base = b.my_step();
   SymmetricCall call{offset, count, uint32_t(ctx.dtype), uint32_t(ctx.op), ctx.sequence};
 
   b.publish(base + kArrived, call);
   symmetric_barrier(b, base + kArrived, shm, ctx);
-  check_same_call(b, call, ctx);
+  check_same_call(b, call, base + kArrived, ctx);
 
   std::byte* own = b.data() + offset;
-  if (one_shot) {
-    // Every part folded in rank order into a scratch: the peers still read this rank's part.
-    thread_local std::vector<std::byte> scratch;
-    if (scratch.size() < bytes) scratch.resize(bytes);
-    std::memcpy(scratch.data(), b.data_of(0) + offset, bytes);
-    for (int p = 1; p < n; ++p)
-      reduce_elements(scratch.data(), scratch.data(), b.data_of(p) + offset, count, ctx.dtype, ctx.op);
-    if (ctx.op == ReduceOp::avg) finish_average(scratch.data(), count, ctx.dtype, ctx.world_size);
-    symmetric_barrier(b, base + kReduced, shm, ctx);
-    std::memcpy(own, scratch.data(), bytes);
-    b.publish(base + kDone);  // nothing reads it: the next call's arrival is what the peers wait for
-    return;
-  }
-
   const size_t my_begin = chunk_begin(count, n, me) * elem, my_count = chunk_count(count, n, me);
-  reduce_my_slice(b, offset + my_begin, my_count, ctx);
+  reduce_symmetric_slice(b, offset + my_begin, my_count, ctx);
   if (ctx.op == ReduceOp::avg) finish_average(own + my_begin, my_count, ctx.dtype, ctx.world_size);
   symmetric_barrier(b, base + kReduced, shm, ctx);
   for (int step = 1; step < n; ++step) {

@@ -1,10 +1,7 @@
 // All-reduce on a symmetric buffer (symmetric/symmetric_buffer.h): every rank of the host reads the
 // peers' data where it lies, in their parts of the buffer. No FIFO, no staging copy.
 //
-// Two forms, as NCCL's symmetric kernels have (one-shot and two-shot), for the same reason as the
-// FIFO path's direct exchange and ring (algorithm_selection.h chooses between them the same way):
-//
-//   two-shot (reduce-scatter, then all-gather), n ranks, S bytes:
+// Two-shot (reduce-scatter, then all-gather), n ranks, S bytes:
 //     1. arrive     every rank publishes its progress counter: its data is ready
 //     2. reduce     rank p reduces slice p (the ring's chunk p, chunks.h) of every rank's part into
 //                   its own part, reading the peers' slices in place: (n-1)S/n read from peers
@@ -15,10 +12,8 @@
 //   The slices are folded in the ring's order (x_p, then x_(p+1), ...), so the result is bitwise
 //   the FIFO ring's for sum, avg and prod.
 //
-//   one-shot (small messages: the steps are the cost, not the bytes):
-//     1. arrive; 2. every rank folds every part, in rank order, into a scratch of its own (as the
-//     direct exchange does, so the result is bitwise its result); 3. barrier: every part read;
-//     4. each copies the scratch into its own part.
+// Small messages, where the steps are the cost and not the bytes, go through slot_all_reduce.h
+// instead (one barrier), as the FIFO path takes the direct exchange for them.
 //
 // The barriers are the ranks' progress counters; a wait spins, then sleeps on the shm transport's
 // doorbell, checks that the ranks it waits for are alive between sleeps, and ends at the deadline
@@ -37,16 +32,22 @@ class SymmetricBuffer;
 struct SymmetricCall;
 
 // The `count` elements of ctx.dtype at `offset` bytes into `buffer`, reduced over every rank of the
-// host, in place in every rank's part. `one_shot` picks the form (above). Every rank of the group
-// must be on this host: the buffer's parties are the whole group.
-void symmetric_all_reduce(SymmetricBuffer& buffer, size_t offset, size_t count, bool one_shot, ShmTransport& shm,
+// host, in place in every rank's part. Every rank of the group must be on this host: the buffer's
+// parties are the whole group.
+void symmetric_all_reduce(SymmetricBuffer& buffer, size_t offset, size_t count, ShmTransport& shm,
                           const CollectiveContext& ctx);
 
-// The pieces both forms are made of, and cross_memory_all_reduce.h too:
+// The pieces it is made of, and slot_all_reduce.h and cross_memory_all_reduce.h too:
 // publishes `step` as this rank's progress on `buffer`, then waits until every peer has reached it;
 void symmetric_barrier(SymmetricBuffer& buffer, uint64_t step, ShmTransport& shm, const CollectiveContext& ctx);
-// after the arrival step, throws naming the first peer whose published call differs from `mine`
-// (its address aside: that one is each rank's own).
-void check_same_call(const SymmetricBuffer& buffer, const SymmetricCall& mine, const CollectiveContext& ctx);
+// after the arrival step `step`, throws naming the first peer whose call published with it differs
+// from `mine` (its address aside: that one is each rank's own; and its op, unless `same_op`: where
+// each rank folds into memory of its own, each may fold with its own op, as over the fifos).
+void check_same_call(const SymmetricBuffer& buffer, const SymmetricCall& mine, uint64_t step,
+                     const CollectiveContext& ctx, bool same_op = true);
+// the `count` elements at byte `at` of this rank's part op the same window of every peer's part,
+// folded x_me, x_(me+1), ... as the ring folds, a cache-sized block at a time (so that with n > 2
+// ranks the partial sum stays in cache between the peers' passes).
+void reduce_symmetric_slice(const SymmetricBuffer& buffer, size_t at, size_t count, const CollectiveContext& ctx);
 
 }  // namespace tinyddp::comm

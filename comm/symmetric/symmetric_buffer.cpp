@@ -21,7 +21,7 @@ namespace tinyddp::comm {
 namespace {
 
 constexpr uint64_t kMagic = 0x4d4d5953444454ull;  // "TDDSYMM"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 constexpr size_t kPage = 4096;
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
@@ -33,7 +33,9 @@ struct PartHeader {
   int32_t rank;
   uint64_t bytes;
   alignas(64) std::atomic<uint64_t> step;  // the owner's progress counter
-  alignas(64) SymmetricCall call;          // written before the step that announces it
+  // The call a step announces, written before the step, in the entry of the step's parity: a peer
+  // one step ahead writes the other entry, so the one being read is never changed under the reader.
+  alignas(64) SymmetricCall calls[2];
 };
 static_assert(sizeof(PartHeader) <= kPage);
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared-memory atomics must be lock-free across processes");
@@ -209,7 +211,7 @@ void SymmetricBuffer::publish(uint64_t step) {
 }
 
 void SymmetricBuffer::publish(uint64_t step, const SymmetricCall& call) {
-  parts_[size_t(position_)]->header()->call = call;
+  parts_[size_t(position_)]->header()->calls[step & 1] = call;
   publish(step);
 }
 
@@ -217,6 +219,8 @@ uint64_t SymmetricBuffer::step_of(int p) const {
   return parts_[size_t(p)]->header()->step.load(std::memory_order_acquire);
 }
 
-SymmetricCall SymmetricBuffer::call_of(int p) const { return parts_[size_t(p)]->header()->call; }
+SymmetricCall SymmetricBuffer::call_of(int p, uint64_t step) const {
+  return parts_[size_t(p)]->header()->calls[step & 1];
+}
 
 }  // namespace tinyddp::comm

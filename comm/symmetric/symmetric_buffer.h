@@ -92,9 +92,10 @@ class SymmetricBuffer {
   // Publishes that this rank finished `step` (steps only grow), with `call` as the call it is in.
   void publish(uint64_t step);
   void publish(uint64_t step, const SymmetricCall& call);
-  // Rank ranks()[p]'s counter, and the call it published.
+  // Rank ranks()[p]'s counter, and the call it published with `step`: readable from the moment its
+  // counter reached `step` until it publishes step + 2 (each rank keeps the calls of two steps).
   uint64_t step_of(int p) const;
-  SymmetricCall call_of(int p) const;
+  SymmetricCall call_of(int p, uint64_t step) const;
 
  private:
   SymmetricBuffer() = default;

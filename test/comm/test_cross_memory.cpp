@@ -1,6 +1,7 @@
 // Ordinary tensors of ranks on one host, read out of the peers' memory by the kernel
 // (process_vm_readv: comm/algorithms/cross_memory_all_reduce.h). Checked against the reference loop
-// and, bit for bit, against the FIFO path (the same group options with TINYDDP_CROSS_MEMORY=0), in
+// and, bit for bit, against the FIFO path (the same group options with TINYDDP_CROSS_MEMORY=0 and
+// TINYDDP_STAGING=0; the path is taken by default only where tuning.h says, so TINYDDP_CROSS_MEMORY=1), in
 // threads of one process and in separate processes, where the kernel really copies between them.
 #include <doctest/doctest.h>
 
@@ -40,10 +41,13 @@ TEST_CASE("ordinary tensors read with process_vm_readv equal the reference and, 
   for (int world : {2, 3}) {
     CAPTURE(world);
     const int64_t count = 100003;  // above the cross-memory threshold (tuning.h), slices of unequal size
-    auto cma = make_groups(world, shm_group("cma-" + std::to_string(world)));
-    std::vector<std::shared_ptr<ProcessGroup>> fifo;
+    std::vector<std::shared_ptr<ProcessGroup>> cma, fifo;
     {
-      ScopedEnv off("TINYDDP_CROSS_MEMORY", "0");
+      ScopedEnv on("TINYDDP_CROSS_MEMORY", "1");
+      cma = make_groups(world, shm_group("cma-" + std::to_string(world)));
+    }
+    {
+      ScopedEnv off("TINYDDP_CROSS_MEMORY", "0"), no_staging("TINYDDP_STAGING", "0");
       fifo = make_groups(world, shm_group("cma-off-" + std::to_string(world)));
     }
     run_ranks(world, [&](int r) {
@@ -79,6 +83,7 @@ TEST_CASE("ranks in separate processes read each other's tensors with process_vm
   for (int r = 0; r < kWorld; ++r)
     children.push_back(spawn_child([&, r](std::string& report) {
       auto store = std::make_shared<TcpStore>("127.0.0.1", server.port(), false);
+      ScopedEnv on("TINYDDP_CROSS_MEMORY", "1");
       auto pg = create_process_group("host", store, r, kWorld, shm_group("cma-processes"));
       Tensor t = make_input<float>(ReduceOp::sum, r, kCount);
       for (int i = 0; i < 3; ++i) {

@@ -47,10 +47,12 @@ std::map<std::string, size_t> mapped_fifos(const std::map<std::string, size_t>& 
   return fifos;
 }
 
-// The fifos themselves are what these tests look at: ordinary tensors stay on them instead of being
-// read with process_vm_readv (cross_memory_all_reduce.h).
+// The fifos themselves are what these tests look at: ordinary tensors stay on them instead of going
+// through the slots (slot_all_reduce.h), the staging (staged_all_reduce.h) or process_vm_readv.
 std::vector<std::shared_ptr<ProcessGroup>> shm_groups(int world, const std::string& name) {
-  tinyddp::testing::ScopedEnv fifos_only("TINYDDP_CROSS_MEMORY", "0");
+  tinyddp::testing::ScopedEnv no_cross_memory("TINYDDP_CROSS_MEMORY", "0");
+  tinyddp::testing::ScopedEnv no_slots("TINYDDP_SLOTS", "0");
+  tinyddp::testing::ScopedEnv no_staging("TINYDDP_STAGING", "0");
   ProcessGroupOptions o;
   o.transport = "shm";
   o.group_name = name;
