@@ -163,7 +163,7 @@ TEST_CASE("fake CUDA: one device per process, and a thread that never selected a
                          doctest::Contains("never selected a device (CUDA then uses cuda:0)"), Error);
     // Through tinyddp's allocator the same thread uses the device that has a context already.
     on_fresh_thread([&] {
-      Tensor pinned = Tensor::empty({1000});
+      Tensor pinned = Tensor::empty_pinned({1000});
       CHECK(pinned.storage()->pinned());
     });
     CHECK(fake.devices_with_context() == std::vector<int>{1});
@@ -196,10 +196,57 @@ TEST_CASE("small pinned blocks are cached: a staging buffer freed and made again
   Tensor on_gpu = Tensor::zeros({4}, DType::f32, Device::cuda(0));  // from now on CPU memory is pinned
   const size_t before = devices.fake().pinned_allocations_made();
   for (int i = 0; i < 5; ++i) {
-    Tensor staging = Tensor::empty({100 + i});  // nearby sizes share a block
+    Tensor staging = Tensor::empty_pinned({100 + i});  // nearby sizes share a block
     CHECK(staging.storage()->pinned());
   }
   CHECK(devices.fake().pinned_allocations_made() == before + 1);
+}
+
+TEST_CASE("only what asks for it is pinned: CPU tensors stay ordinary memory once CUDA is in use") {
+  FakeCudaDevices devices({.devices = 1});
+  cuda_set_device(0);
+  cpu_cache_release();
+  Tensor before_cuda = Tensor::empty_pinned({64});
+  CHECK_FALSE(before_cuda.storage()->pinned());  // no CUDA yet: nothing loads the CUDA runtime for it
+  Tensor on_gpu = Tensor::zeros({4}, DType::f32, Device::cuda(0));
+  const size_t made = devices.fake().pinned_allocations_made();
+  Tensor activations = Tensor::zeros({1 << 16});  // 256 KiB, as a layer's output
+  CHECK_FALSE(activations.storage()->pinned());
+  CHECK(devices.fake().pinned_allocations_made() == made);
+
+  Tensor batch = Tensor::from_vector<float>({1, 2, 3});
+  Tensor pinned = batch.pin_memory();
+  CHECK(pinned.storage()->pinned());
+  CHECK(pinned.to_vector<float>() == std::vector<float>{1, 2, 3});
+  CHECK(pinned.pin_memory().storage() == pinned.storage());  // pinned already: the same tensor
+  CHECK(devices.fake().pinned_allocations_made() == made + 1);
+  CHECK_THROWS_WITH_AS(on_gpu.pin_memory(), doctest::Contains("is not a CPU tensor"), Error);
+
+  // A large pinned block is rounded to 2 MiB, not to the next power of two (5 MiB + 4 bytes: 6 MiB, not 8).
+  cpu_cache_release();
+  { Tensor staging = Tensor::empty_pinned({(int64_t(5) << 20 >> 2) + 1}); }
+  CHECK(cpu_cache_stats().bytes_cached == size_t(6) << 20);
+  cpu_cache_release();
+}
+
+TEST_CASE("a failed cudaFreeHost in a tensor's destructor is logged once, never thrown") {
+  FakeCudaDevices devices({.devices = 1});
+  cuda_set_device(0);
+  Tensor on_gpu = Tensor::zeros({4}, DType::f32, Device::cuda(0));
+  testing::CapturedStderr captured;
+  devices.fake().fail_host_frees("cudaErrorIllegalAddress (a sticky error)");
+  // Larger than the pinned cache keeps (256 MiB): freed at once, with cudaFreeHost. Never touched, so
+  // the fake's host memory for it is only reserved. Both blocks are given up, as after a real sticky
+  // error: the fake says at its end that 2 allocations outlived it.
+  for (int i = 0; i < 2; ++i) {
+    CHECK_NOTHROW({ Tensor staging = Tensor::empty_pinned({int64_t(300) << 20 >> 2}); });
+  }
+  devices.fake().fail_host_frees("");
+  const std::string text = captured.text();
+  CHECK(text.find("freeing memory failed; this and later failed frees are given up: ") != std::string::npos);
+  CHECK(text.find("fake CUDA: cudaFreeHost(") != std::string::npos);
+  CHECK(text.find("cudaErrorIllegalAddress (a sticky error)") != std::string::npos);
+  CHECK(text.find("freeing memory failed") == text.rfind("freeing memory failed"));  // once
 }
 
 TEST_CASE("CUDA out of memory: the cached blocks go back to the device and the allocation is retried once") {
