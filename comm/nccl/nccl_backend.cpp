@@ -21,6 +21,9 @@
 //     enqueue ends (GroupScope);
 //   - teardown by NCCL's protocol: ncclCommFinalize, poll until the communicator is quiescent, then
 //     ncclCommDestroy; ncclCommAbort when that fails or takes longer than the timeout;
+//   - launch order across groups: each group has its own stream, so two groups on one device (DDP's
+//     and ZeRO's) need the same launch order on every rank, or NCCL_LAUNCH_ORDER_IMPLICIT (NCCL 2.26+,
+//     set by the NCCL half unless the user set it: comm/nccl/plugin/nccl_library.cpp);
 //   - the DETAIL fingerprint check through the store;
 //   - the flight recorder (flight_recorder.h), as in the host backend: queued when called, started
 //     when handed to NCCL on the stream, finished when its end event fires; written on a failure and
@@ -82,6 +85,10 @@ class Backoff {
  private:
   Clock::time_point start_ = Clock::now();
 };
+
+// How long a failure waits for the aborted kernels to stop before it keeps their buffers for good
+// (release_after_abort); at most the group's timeout.
+constexpr std::chrono::milliseconds kAbortDrainBound{10000};
 
 bool accepted(NcclResult r) { return r == NcclResult::success || r == NcclResult::in_progress; }
 
@@ -175,6 +182,7 @@ class NcclBackend final : public ProcessGroup {
   void watch();
   void check_oldest();
   void fail_pending(const std::string& reason, bool timed_out);
+  void release_after_abort(std::deque<Pending>& failed);
   std::string record_failure(const std::string& reason, bool timed_out);
   std::string culprits();
   void teardown();
@@ -219,7 +227,8 @@ NcclBackend::NcclBackend(std::shared_ptr<Store> store, int rank, int size, const
   TINYDDP_CHECK(size >= 1 && rank >= 0 && rank < size, "nccl backend: rank ", rank, " of world size ", size,
                 " is impossible", hint("ranks go from 0 to world size - 1"));
   device_ = options.device >= 0 ? options.device
-                                : default_cuda_device(local_rank_from_environment(), rank, cuda_device_count());
+                                : default_cuda_device(local_rank_from_environment(), rank, cuda_device_count(),
+                                                      cuda_visible_devices_restricted());
   require_device(Device::cuda(device_));
   cuda_.set_device(device_);  // NCCL's device is the calling thread's current one
   warn_about_other_contexts();
@@ -584,17 +593,53 @@ void NcclBackend::fail_pending(const std::string& reason, bool timed_out) {
   }
   for (Pending& p : failed) recorder_.finished(p.sequence, false);
   const std::string record = record_failure(reason + named, timed_out);
-  for (Pending& p : failed) {
+  for (Pending& p : failed)
     p.work->mark_failed(std::make_exception_ptr(
         Error("nccl backend: rank " + std::to_string(rank()) + ": " + reason + named + record,
               hint("look at the named ranks' output; every rank must make the same calls"), "", __FILE__, __LINE__)));
+  release_after_abort(failed);
+  drained_.notify_all();
+}
+
+// ncclCommAbort tells the communicator's kernels to stop, but they stop when they next look, and
+// collectives queued behind other work on the stream start (and stop) later still. Until then they
+// may read and write their buffers: those go back to the caching allocator -- where the next tensor
+// would get them -- only once the stream has passed the last collective's end event. If it does not
+// within the bound (a device that no longer runs anything), the buffers are kept until exit instead.
+void NcclBackend::release_after_abort(std::deque<Pending>& failed) {
+  if (failed.empty()) return;
+  const auto bound = std::min<std::chrono::milliseconds>(options_.timeout, kAbortDrainBound);
+  const auto until = Clock::now() + bound;
+  bool stopped = false;
+  try {
+    for (Backoff backoff; Clock::now() < until; backoff.wait())
+      if (cuda_.query_event(failed.back().done, nullptr) != CudaEventState::pending) {
+        stopped = true;  // done, or the device failed (nothing runs on it any more)
+        break;
+      }
+  } catch (const std::exception&) {
+    stopped = true;  // the device is gone: nothing of it runs
+  }
+  for (Pending& p : failed) {
     try {
       cuda_.destroy_event(p.done);
     } catch (const std::exception&) {
       // The device is in an error state; the event goes with the context.
     }
+    if (!stopped) {
+      static std::mutex kept_mutex;
+      static auto* kept = new std::vector<Tensor>;  // never freed: the kernels may still use them
+      std::lock_guard<std::mutex> lock(kept_mutex);
+      kept->insert(kept->end(), p.keep_alive.begin(), p.keep_alive.end());
+    }
   }
-  drained_.notify_all();
+  if (!stopped)
+    log_line(LogLevel::warn, "nccl",
+             "rank " + std::to_string(rank()) + ": the aborted collectives' kernels did not stop within " +
+                 std::to_string(bound.count()) + " ms; their " + std::to_string(failed.size()) +
+                 " collective(s)' buffers are kept until the process exits, so no new tensor gets memory they "
+                 "may still write");
+  failed.clear();
 }
 
 // Names the other ranks: who reported a failure of its own, and who said nothing within a second

@@ -330,6 +330,19 @@ TEST_CASE("nccl backend: tensors must be on the group's device, and two ranks ca
     CHECK(e.find("Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 0") != std::string::npos);
 }
 
+TEST_CASE("nccl backend: a second rank on a host with one GPU is refused by tinyddp, before NCCL") {
+  // tinyddp-run -n 2 on a one-GPU host: each process sees cuda:0, LOCAL_RANK is 1 for the second.
+  FakeCudaDevices devices(ranks_as_threads(1));
+  ScopedEnv visible("CUDA_VISIBLE_DEVICES", nullptr);
+  ScopedEnv local_rank("LOCAL_RANK", "1");
+  auto store = std::make_shared<HashStore>();
+  ProcessGroupOptions options;
+  options.group_name = "one-gpu";
+  CHECK_THROWS_WITH_AS(create_process_group("nccl", store, 1, 2, options),
+                       doctest::Contains("rank 1 has no CUDA device of its own: this process sees 1"), Error);
+  CHECK(fake_nccl().live_communicators() == 0);  // refused before any NCCL call
+}
+
 TEST_CASE("nccl_load_problem: an NCCL half that will not load is said, with the path and the loader's reason") {
   TempDir dir;
   const std::string bogus = dir.file("libtinyddp_nccl.so");

@@ -107,30 +107,38 @@ TEST_CASE("this machine's answer: no NVIDIA driver is said as such, and asking l
 
 TEST_CASE("device_for_local_rank: one device per local rank, and what a shorter list means") {
   const std::vector<Device> two{Device::cuda(0), Device::cuda(1)}, reversed{Device::cuda(1), Device::cuda(0)};
-  CHECK(device_for_local_rank(two, 1, 2, 2, true) == Device::cuda(1));
+  CHECK(device_for_local_rank(two, 1, 2, 2, true, false) == Device::cuda(1));
   // Any list, not only cuda:0..N-1: the list is the rank-to-device map.
-  CHECK(device_for_local_rank(reversed, 0, 2, 2, true) == Device::cuda(1));
-  CHECK(device_for_local_rank({Device::cuda(2), Device::cuda(3)}, 1, 2, 4, true) == Device::cuda(3));
+  CHECK(device_for_local_rank(reversed, 0, 2, 2, true, false) == Device::cuda(1));
+  CHECK(device_for_local_rank({Device::cuda(2), Device::cuda(3)}, 1, 2, 4, true, false) == Device::cuda(3));
   // CPU workers share.
-  CHECK(device_for_local_rank({Device::cpu()}, 3, 4, 0, true) == Device::cpu());
+  CHECK(device_for_local_rank({Device::cpu()}, 3, 4, 0, true, false) == Device::cpu());
   // A per-rank CUDA_VISIBLE_DEVICES: each process sees one GPU, its own, as cuda:0.
-  CHECK(device_for_local_rank({Device::cuda(0)}, 1, 2, 1, true) == Device::cuda(0));
+  CHECK(device_for_local_rank({Device::cuda(0)}, 1, 2, 1, true, true) == Device::cuda(0));
   // Two ranks on one GPU: refused for NCCL, shared for the ring.
-  CHECK_THROWS_WITH_AS(device_for_local_rank({Device::cuda(0)}, 1, 2, 2, true),
+  CHECK_THROWS_WITH_AS(device_for_local_rank({Device::cuda(0)}, 1, 2, 2, true, false),
                        doctest::Contains("local rank 1 has no GPU of its own"), Error);
-  CHECK(device_for_local_rank({Device::cuda(0)}, 1, 2, 2, false) == Device::cuda(0));
-  CHECK_THROWS_WITH_AS(device_for_local_rank({Device::cpu(), Device::cuda(0)}, 0, 2, 1, true),
+  CHECK(device_for_local_rank({Device::cuda(0)}, 1, 2, 2, false, false) == Device::cuda(0));
+  // tinyddp-run -n 2 on a host with one GPU, no CUDA_VISIBLE_DEVICES: each process sees the same GPU.
+  CHECK_THROWS_WITH_AS(device_for_local_rank({Device::cuda(0)}, 1, 2, 1, true, false),
+                       doctest::Contains("for 2 ranks on this host, which shows 1 GPU(s)"), Error);
+  CHECK_THROWS_WITH_AS(device_for_local_rank({Device::cpu(), Device::cuda(0)}, 0, 2, 1, true, false),
                        doctest::Contains("mix the CPU and GPUs"), Error);
-  CHECK_THROWS_WITH_AS(device_for_local_rank({}, 0, 1, 0, true), doctest::Contains("no devices"), Error);
+  CHECK_THROWS_WITH_AS(device_for_local_rank({}, 0, 1, 0, true, false), doctest::Contains("no devices"), Error);
 }
 
 TEST_CASE("default_cuda_device: the local rank's, the rank's, or the only one; never a guess") {
-  CHECK(default_cuda_device(1, 5, 4) == 1);
-  CHECK(default_cuda_device(-1, 2, 4) == 2);
-  CHECK(default_cuda_device(3, 3, 1) == 0);  // per-rank CUDA_VISIBLE_DEVICES
-  CHECK_THROWS_WITH_AS(default_cuda_device(3, 3, 2), doctest::Contains("local rank 3 has no CUDA device of its own"),
+  CHECK(default_cuda_device(1, 5, 4, false) == 1);
+  CHECK(default_cuda_device(-1, 2, 4, false) == 2);
+  CHECK(default_cuda_device(3, 3, 1, true) == 0);  // per-rank CUDA_VISIBLE_DEVICES
+  CHECK_THROWS_WITH_AS(default_cuda_device(3, 3, 2, false),
+                       doctest::Contains("local rank 3 has no CUDA device of its own"), Error);
+  CHECK_THROWS_WITH_AS(default_cuda_device(-1, 5, 2, false), doctest::Contains("no LOCAL_RANK was set"), Error);
+  // tinyddp-run -n 2 on a host with one GPU: local rank 1 is refused here, naming the count.
+  CHECK_THROWS_WITH_AS(default_cuda_device(1, 1, 1, false),
+                       doctest::Contains("local rank 1 has no CUDA device of its own: this process sees 1 (cuda:0 to "
+                                         "cuda:0), CUDA_VISIBLE_DEVICES is not set to give each rank its own"),
                        Error);
-  CHECK_THROWS_WITH_AS(default_cuda_device(-1, 5, 2), doctest::Contains("no LOCAL_RANK was set"), Error);
 }
 
 TEST_CASE("the CUDA half is found beside the build's programs, or where TINYDDP_PLUGIN_DIR says") {
