@@ -6,7 +6,7 @@
 //
 //   auto work = pg->all_reduce(grad);   // returns at once
 //   ...                                 // compute overlaps the communication
-//   work->wait();                       // blocks until done; rethrows the collective's error
+//   work->wait();                       // the result may be used now; rethrows the collective's error
 //
 // wait() (not wait_for) first offers the waiting thread to whoever queued the collective (its
 // "helper", the host backend's Executor): when the communication thread has not started the queued
