@@ -101,6 +101,13 @@ function(tinyddp_cuda_half target)
   # checks the built module's PTX.
   target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--fmad=false>)
   target_link_options(${target} PRIVATE -Wl,--no-undefined)
+  # The RUNPATH is written here, the same in the build and the install: the CUDA toolkit's library
+  # folder (libcudart, libcublas). CMake's own build RPATH ended in an empty entry
+  # ("/usr/local/cuda/lib:"), which the loader reads as the current folder: a libcudart.so.13 or
+  # libnccl.so.2 in whatever folder a job starts from would have been loaded. libnccl.so.2 is found
+  # at run time (comm/nccl/nccl_library_search.h), also where no RUNPATH could point.
+  set_target_properties(${target} PROPERTIES BUILD_WITH_INSTALL_RPATH ON INSTALL_RPATH_USE_LINK_PATH OFF
+                                             INSTALL_RPATH "${CUDAToolkit_LIBRARY_DIR}")
   install(TARGETS ${target} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 endfunction()
 
@@ -127,5 +134,7 @@ function(tinyddp_add_cuda_halves)
     target_link_libraries(tinyddp_nccl PRIVATE tinyddp::nccl CUDA::cudart)
     add_dependencies(tinyddp_comm tinyddp_nccl)
     target_compile_definitions(tinyddp_comm PUBLIC TINYDDP_WITH_NCCL=1)
+    get_filename_component(nccl_dir "${TINYDDP_NCCL_LIB}" DIRECTORY)
+    target_compile_definitions(tinyddp_comm PRIVATE TINYDDP_NCCL_BUILD_LIBRARY_DIR="${nccl_dir}")
   endif()
 endfunction()

@@ -43,14 +43,15 @@ class MismatchError : public Error {
 // of the Tensor handle, which allocates its shape); else a host copy, made in `staging`.
 const Tensor& host_input(const Tensor& t, Tensor& staging) {
   if (t.device().is_cpu()) return t;
-  staging = t.to(Device::cpu());
+  staging = Tensor::empty_pinned(t.shape(), t.dtype());  // pinned: the copy can run at full speed
+  staging.copy_from(t);
   return staging;
 }
 
 // The same for a result: a CUDA tensor gets a host buffer in `staging`, written back afterwards.
 const Tensor& host_output(const Tensor& t, Tensor& staging) {
   if (t.device().is_cpu()) return t;
-  staging = Tensor::empty(t.shape(), t.dtype());
+  staging = Tensor::empty_pinned(t.shape(), t.dtype());
   return staging;
 }
 

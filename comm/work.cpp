@@ -20,8 +20,20 @@ std::shared_ptr<Work> Work::completed(std::string description) {
 }
 
 void Work::wait() {
-  // The helper is told even when the work is done already: it learns from it how the caller waits
-  // (see the Executor).
+  if (auto helper = helper_.lock()) {
+    if (!is_completed() && helper->order_after(*this)) {
+      rethrow_if_failed();
+      return;
+    }
+    // The helper is told even when the work is done already: it learns from it how the caller waits
+    // (see the Executor).
+    helper->help(*this);
+  }
+  block_until_done(std::chrono::steady_clock::time_point::max());
+  rethrow_if_failed();
+}
+
+void Work::synchronize() {
   if (auto helper = helper_.lock()) helper->help(*this);
   block_until_done(std::chrono::steady_clock::time_point::max());
   rethrow_if_failed();

@@ -6,7 +6,7 @@
 //
 //   auto work = pg->all_reduce(grad);   // returns at once
 //   ...                                 // compute overlaps the communication
-//   work->wait();                       // blocks until done; rethrows the collective's error
+//   work->wait();                       // the result may be used now; rethrows the collective's error
 //
 // wait() (not wait_for) first offers the waiting thread to whoever queued the collective (its
 // "helper", the host backend's Executor): when the communication thread has not started the queued
@@ -14,6 +14,15 @@
 // hand-offs on every small, immediately awaited collective. The Executor also learns from it which
 // callers wait for each collective before the next, and leaves their small collectives to them.
 // Work knows the helper only through the small interface below; the helper completes the Work.
+//
+// On a device, waiting need not block the host. The nccl backend's helper answers wait() by making the
+// caller's stream (its device's default stream, where tinyddp launches compute) wait for the
+// collective's end event, as PyTorch's ProcessGroupNCCL does: kernels launched afterwards run after
+// the collective, a host read of the result (a device-to-host copy on that stream) waits for it, and
+// the host goes on queueing work meanwhile. synchronize() is for when the host itself must know the
+// collective is done (timing it, a barrier). The collective's timeout still applies: the backend's
+// watchdog aborts it then, and the error is thrown by the next call on the group, by synchronize(),
+// or by wait() when it has already failed.
 #pragma once
 
 #include <algorithm>
@@ -41,6 +50,9 @@ class Work {
     virtual ~Helper() = default;
     // Runs queued collectives on the calling thread until `target` is done, or returns at once.
     virtual void help(Work& target) = 0;
+    // Orders the calling thread's device work after `target` without blocking the host; false when
+    // the host must block instead (the default: a host backend, a barrier, a failed group).
+    virtual bool order_after(Work& /*target*/) { return false; }
   };
 
   explicit Work(std::string description);
@@ -54,8 +66,12 @@ class Work {
   // True once the collective finished, successfully or not. Never blocks.
   bool is_completed() const { return state_.load(std::memory_order_acquire) != kPending; }
   bool is_success() const { return state_.load(std::memory_order_acquire) == kSucceeded; }
-  // Blocks until the collective finished; rethrows its error. The collective's own timeout bounds it.
+  // Returns when the caller may use the result: on the host, once the collective finished; on a
+  // device, once the caller's stream is ordered after it (see the header comment). Rethrows the
+  // collective's error. The collective's own timeout bounds it.
   void wait();
+  // Blocks the host until the collective finished, on a device too; rethrows its error.
+  void synchronize();
   // Waits at most `timeout`: false if the collective is still running then; rethrows its error.
   bool wait_for(Duration timeout);
   // The error the collective failed with (nullptr while pending or after success).

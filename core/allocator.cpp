@@ -6,6 +6,7 @@
 
 #include "tinyddp/core/cuda_runtime.h"
 #include "tinyddp/core/error.h"
+#include "tinyddp/core/log.h"
 
 // Under AddressSanitizer every block goes back to the C library, so that a use after free is still
 // caught: a cached block would stay valid memory for ASan.
@@ -103,11 +104,12 @@ class CudaCache {
 };
 // Freed CPU blocks, by size (rounded to the alignment), kept for the next request of the same size.
 // Exact sizes only: a training step asks for the same few sizes again and again, and an exact match
-// never wastes memory. Pinned and ordinary blocks live in separate lists (a request made after pinning
-// was enabled must get pinned memory). Pinned blocks of every size are kept, not only large ones:
-// cudaFreeHost waits for the whole device to go idle, so freeing a small staging buffer per
-// collective would stall the GPU each time; their sizes are rounded to a power of two so that staging
-// buffers of nearby sizes share blocks.
+// never wastes memory. Pinned and ordinary blocks live in separate lists, each with its own limit (a
+// pinned request must get pinned memory, and ordinary blocks must not crowd the pinned ones out).
+// Pinned blocks of every size are kept, not only large ones: cudaFreeHost waits for the whole device
+// to go idle, so freeing a staging buffer per collective would stall the GPU each time; their sizes are
+// rounded up (to a power of two below 1 MiB, to 2 MiB above) so that staging buffers of nearby sizes
+// share blocks without a large one costing up to twice its size.
 class CpuCache {
  public:
   // Smaller blocks are cheap for malloc (thread caches, no page faults); caching them would only add
@@ -115,6 +117,8 @@ class CpuCache {
   static constexpr size_t kMinBytes = TINYDDP_CPU_CACHE_ENABLED ? size_t(64) << 10 : ~size_t(0);
   static constexpr size_t kLimitBytes = size_t(256) << 20;
   static constexpr size_t kMinPinnedBytes = 4096;  // a page
+  static constexpr size_t kPinnedPowerOfTwoBytes = size_t(1) << 20;
+  static constexpr size_t kPinnedGranularity = size_t(2) << 20;
 
   // Never destroyed: tensors in static objects may be freed after a static cache would be gone.
   static CpuCache& instance() {
@@ -125,6 +129,7 @@ class CpuCache {
   // The size a block of `bytes` is allocated and cached at.
   static size_t block_size(size_t bytes, bool pinned) {
     if (!pinned) return round_up(bytes, kCpuAlignment);
+    if (bytes > kPinnedPowerOfTwoBytes) return round_up(bytes, kPinnedGranularity);
     size_t size = kMinPinnedBytes;
     while (size < bytes) size *= 2;
     return size;
@@ -142,6 +147,7 @@ class CpuCache {
     }
     void* ptr = it->second;
     free.erase(it);
+    (pinned ? pinned_bytes_ : ordinary_bytes_) -= bytes;
     stats_.bytes_cached -= bytes;
     ++stats_.reuses;
     return ptr;
@@ -150,8 +156,10 @@ class CpuCache {
   // Keeps the block if there is room; false: the caller frees it.
   bool give(void* ptr, size_t bytes, bool pinned) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (stats_.bytes_cached + bytes > kLimitBytes) return false;
+    size_t& kept = pinned ? pinned_bytes_ : ordinary_bytes_;
+    if (kept + bytes > kLimitBytes) return false;
     (pinned ? pinned_free_ : free_).emplace(bytes, ptr);
+    kept += bytes;
     stats_.bytes_cached += bytes;
     return true;
   }
@@ -167,7 +175,7 @@ class CpuCache {
     for (auto& [bytes, ptr] : pinned_free_) cuda_host_free_pinned(ptr);
     free_.clear();
     pinned_free_.clear();
-    stats_.bytes_cached = 0;
+    stats_.bytes_cached = ordinary_bytes_ = pinned_bytes_ = 0;
   }
 
   // fork() copies only the calling thread: a lock held by another thread (a communication thread
@@ -184,6 +192,7 @@ class CpuCache {
 
   std::mutex mutex_;
   std::multimap<size_t, void*> free_, pinned_free_;
+  size_t ordinary_bytes_ = 0, pinned_bytes_ = 0;  // of stats_.bytes_cached
   CpuCacheStats stats_;
 };
 
@@ -193,12 +202,12 @@ void enable_pinned_cpu_memory() { g_pinned = true; }
 void disable_pinned_cpu_memory() { g_pinned = false; }
 bool pinned_cpu_memory_enabled() { return g_pinned; }
 
-Allocation allocate(size_t bytes, Device device) {
+Allocation allocate(size_t bytes, Device device, bool pinned) {
   Allocation block;
   if (device.is_cpu()) {
     block.bytes = bytes;
     if (bytes == 0) return block;
-    block.pinned = g_pinned;  // read once: another thread may enable pinning meanwhile
+    block.pinned = pinned && g_pinned;  // read once: another thread may enable pinning meanwhile
     const size_t size = CpuCache::block_size(bytes, block.pinned);
     if (CpuCache::cacheable(size, block.pinned)) {
       block.ptr = CpuCache::instance().take(size, block.pinned);
@@ -220,18 +229,28 @@ Allocation allocate(size_t bytes, Device device) {
   return block;
 }
 
-void deallocate(const Allocation& block, Device device) {
+void deallocate(const Allocation& block, Device device) noexcept {
   if (block.ptr == nullptr) return;
-  if (device.is_cpu()) {
-    const size_t size = CpuCache::block_size(block.bytes, block.pinned);
-    if (CpuCache::cacheable(size, block.pinned) && CpuCache::instance().give(block.ptr, size, block.pinned)) return;
-    if (block.pinned)
-      cuda_host_free_pinned(block.ptr);
-    else
-      std::free(block.ptr);
-    return;
+  try {
+    if (device.is_cpu()) {
+      const size_t size = CpuCache::block_size(block.bytes, block.pinned);
+      if (CpuCache::cacheable(size, block.pinned) && CpuCache::instance().give(block.ptr, size, block.pinned)) return;
+      if (block.pinned)
+        cuda_host_free_pinned(block.ptr);
+      else
+        std::free(block.ptr);
+      return;
+    }
+    CudaCache::instance().give(block.ptr, block.bytes, device.index);
+  } catch (const std::exception& e) {
+    // Called from destructors, often while another error unwinds the stack: throwing here would
+    // terminate the program and hide that first error. After a sticky CUDA error every free fails
+    // the same way, so it is said once; the block is lost (the context is unusable anyway).
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true))
+      log_line(LogLevel::error, "allocator",
+               std::string("freeing memory failed; this and later failed frees are given up: ") + e.what());
   }
-  CudaCache::instance().give(block.ptr, block.bytes, device.index);
 }
 
 CpuCacheStats cpu_cache_stats() { return CpuCache::instance().stats(); }

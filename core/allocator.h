@@ -1,8 +1,12 @@
 // Allocators: where Storage gets its bytes.
 //
-// CPU memory is 64-byte aligned (a cache line, and what AVX-512 loads like). Once a CUDA device is in
-// use, new CPU blocks are page-locked ("pinned") so host<->device copies run at full PCIe speed and can
-// be asynchronous: that is what staging buffers for the host backend need.
+// CPU memory is 64-byte aligned (a cache line, and what AVX-512 loads like). Page-locked ("pinned")
+// memory is given only where it is asked for (Tensor::empty_pinned: the host backend's staging
+// buffers, the data loader's batches with pin_memory), and only once a CUDA device is in use: host<->
+// device copies from it run at full PCIe speed and can be asynchronous. Ordinary CPU tensors stay
+// ordinary memory: pinned memory cannot be swapped, is slow to allocate, and cudaFreeHost waits for
+// the whole device, so pinning every allocation would make a 600 MB host tensor lock 600 MB of RAM and
+// a free on the data loader's thread stall the GPU.
 //
 // CPU blocks of 64 KiB and more are cached too (pinned blocks of every size: see CpuCache): a training step allocates
 // the same activation and gradient sizes every iteration, and handing a freed block back to the C library lets it
@@ -32,11 +36,14 @@ struct Allocation {
   bool pinned = false;  // CPU memory allocated with cudaHostAlloc
 };
 
-Allocation allocate(size_t bytes, Device device);
-void deallocate(const Allocation& block, Device device);
+// `pinned`: a CPU block the caller will copy to or from a device (ignored for device memory). It is
+// pinned once CUDA is in use, ordinary memory before: a CPU-only program never loads the CUDA runtime.
+Allocation allocate(size_t bytes, Device device, bool pinned = false);
+// Never throws: the error of a failed cudaFreeHost (a device already in a sticky error state) is
+// logged once, and the block is given up.
+void deallocate(const Allocation& block, Device device) noexcept;
 
-// Makes later CPU allocations pinned. Called when the first CUDA tensor is created, so a CPU-only
-// program never touches the CUDA runtime.
+// Lets later pinned requests be pinned. Called when the first CUDA tensor is created.
 void enable_pinned_cpu_memory();
 bool pinned_cpu_memory_enabled();
 // Turns pinning off again (fake CUDA devices going away in a test; blocks already pinned stay so).

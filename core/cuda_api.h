@@ -42,9 +42,11 @@ class CudaApi {
   // how that device is chosen).
   virtual void* host_alloc_pinned(size_t bytes) = 0;
   virtual void host_free_pinned(void* ptr) = 0;
-  // Copies between any two devices (either side may be the CPU). A copy with the host on either side
-  // returns when it is done; a device-to-device copy is only queued on the default stream (cudaMemcpy
-  // does not wait for it), in order with the kernels there.
+  // Copies between any two devices (either side may be the CPU), in order with the kernels on the
+  // default stream. What the host may assume when it returns (CUDA's "API synchronization behavior"):
+  // device-to-host: the data is in host memory; host-to-device: the host buffer may be reused (from
+  // pageable memory the copy may still be on its way to the device, behind later kernels on the
+  // stream anyway); device-to-device: nothing -- it is only queued, cudaMemcpy does not wait for it.
   virtual void memcpy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) = 0;
   virtual void memset_zero(void* ptr, size_t bytes, int device) = 0;
 

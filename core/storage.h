@@ -15,11 +15,12 @@ namespace tinyddp {
 
 class Storage {
  public:
-  Storage(size_t bytes, Device device);
+  // `pinned`: page-locked CPU memory, for copies to and from a device (allocator.h says when it is).
+  Storage(size_t bytes, Device device, bool pinned = false);
   // Memory that something else owns (comm's symmetric memory, mapped by every rank of a host):
   // `owner` is kept alive as long as this storage, and nothing is freed here.
   Storage(void* data, size_t bytes, Device device, std::shared_ptr<void> owner);
-  ~Storage();
+  ~Storage();  // never throws (deallocate logs a failed free)
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 

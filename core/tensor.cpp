@@ -36,6 +36,24 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   return t;
 }
 
+Tensor Tensor::empty_pinned(const Shape& shape, DType dtype) {
+  Tensor t;
+  t.shape_ = shape;
+  t.numel_ = shape_numel(shape);
+  t.dtype_ = dtype;
+  t.storage_ = std::make_shared<Storage>(size_t(t.numel_) * dtype_size(dtype), Device::cpu(), /*pinned=*/true);
+  return t;
+}
+
+Tensor Tensor::pin_memory() const {
+  TINYDDP_CHECK(device().is_cpu(), "pin_memory: ", describe(), " is not a CPU tensor",
+                hint("only CPU memory can be pinned; a CUDA tensor is device memory already"));
+  if (!pinned_cpu_memory_enabled() || (storage_ && storage_->pinned())) return *this;
+  Tensor t = empty_pinned(shape_, dtype_);
+  t.copy_from(*this);
+  return t;
+}
+
 Tensor Tensor::over(std::shared_ptr<Storage> storage, const Shape& shape, DType dtype) {
   TINYDDP_CHECK(storage != nullptr, "Tensor::over: no storage was given");
   Tensor t;

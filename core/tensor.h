@@ -31,6 +31,12 @@ class Tensor {
   // New tensors. empty() leaves the memory uninitialised; zeros() clears it.
   static Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
   static Tensor zeros(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu());
+  // A CPU tensor in page-locked memory once a CUDA device is in use (ordinary memory before): for a
+  // buffer that is copied to or from a GPU again and again (staging, data-loader batches).
+  static Tensor empty_pinned(const Shape& shape, DType dtype = DType::f32);
+  // A copy in pinned memory (empty_pinned), or this tensor when it is pinned already or no CUDA device
+  // is in use. PyTorch's Tensor.pin_memory().
+  Tensor pin_memory() const;
   // A tensor of `shape` over the start of `storage` (which must hold it), sharing it.
   static Tensor over(std::shared_ptr<Storage> storage, const Shape& shape, DType dtype = DType::f32);
   // A CPU tensor holding a copy of `values`; the shape must hold exactly values.size() elements.

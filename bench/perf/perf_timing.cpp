@@ -10,8 +10,10 @@ LocalTiming time_placement(comm::ProcessGroup& group, const PerfCollective& coll
                            comm::ReduceOp op, int root, const PerfOptions& options) {
   using Clock = std::chrono::steady_clock;
   auto launch = [&] { return collective.launch(group, placement, op, root); };
-  for (int i = 0; i < options.warmup_iters; ++i) launch()->wait();
-  group.barrier()->wait();
+  // synchronize(), not wait(): on a GPU wait() only orders the caller's stream, and the clock must
+  // see the collective end, as nccl-tests' cudaStreamSynchronize does.
+  for (int i = 0; i < options.warmup_iters; ++i) launch()->synchronize();
+  group.barrier()->synchronize();
 
   // With -I 1 each iteration is awaited before the next starts, so that its end can be stamped:
   // the caller cannot see inside a queue of collectives launched back to back (they complete on
@@ -26,14 +28,14 @@ LocalTiming time_placement(comm::ProcessGroup& group, const PerfCollective& coll
   for (int i = 0; i < options.iters; ++i) {
     for (size_t a = 0; a < per_iteration; ++a) {
       works.push_back(launch());
-      if (options.blocking) works.back()->wait();
+      if (options.blocking) works.back()->synchronize();
     }
-    if (await_iterations) works.back()->wait();  // in call order: the last done means all done
+    if (await_iterations) works.back()->synchronize();  // in call order: the last done means all done
     if (options.per_iter_timing) ends.push_back(Clock::now());
   }
   // Launched back to back, they run in call order: the last done means all done.
-  works.back()->wait();
-  for (auto& w : works) w->wait();  // rethrows the first failure
+  works.back()->synchronize();
+  for (auto& w : works) w->synchronize();  // rethrows the first failure
   const auto end = Clock::now();
 
   LocalTiming t;

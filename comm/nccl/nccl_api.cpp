@@ -4,6 +4,7 @@
 
 #include <atomic>
 
+#include "tinyddp/comm/nccl/nccl_library_search.h"
 #include "tinyddp/core/cuda_plugin.h"
 #include "tinyddp/core/cuda_runtime.h"
 #include "tinyddp/core/error.h"
@@ -25,6 +26,9 @@ std::atomic<NcclApi& (*)()> g_stand_in{nullptr};
 
 NcclApi& nccl_half() {
 #ifdef TINYDDP_WITH_NCCL
+  // libnccl.so.2 is found and preloaded first (nccl_library_search.h); what went wrong is said as it was.
+  const std::string why = nccl_unavailable_reason();
+  TINYDDP_CHECK(why.empty(), "the nccl backend cannot be used here: ", why);
   // Loaded on the first call; when loading throws, the next call tries again (and says why again).
   static NcclApi* const api = cuda_half_interface<NcclApi>(kNcclHalfLibrary, kNcclApiEntryName);
   return *api;
@@ -36,13 +40,16 @@ NcclApi& nccl_half() {
 
 void set_nccl_stand_in(NcclApi& (*stand_in)()) { g_stand_in.store(stand_in, std::memory_order_release); }
 
-std::string nccl_load_problem(const std::string& module_path) {
+std::string nccl_load_problem(const std::string& module_path, const std::string& nccl_searched) {
   // Kept loaded when it loads: the backend's own load of the same path then finds it.
   if (::dlopen(module_path.c_str(), RTLD_NOW | RTLD_LOCAL) != nullptr) return "";
   const char* why = ::dlerror();
   return "the NCCL half " + module_path + " does not load: " + (why ? why : "dlopen failed") +
-         "; hint: install NCCL (libnccl2, or the CUDA toolkit's), or put the folder holding libnccl.so.2 (a pip "
-         "wheel's nvidia/nccl/lib, say) on LD_LIBRARY_PATH";
+         (nccl_searched.empty() ? ""
+                                : " (" + std::string(kNcclLibraryName) + " was looked for in " + nccl_searched + ")") +
+         "; hint: install NCCL (libnccl2, the CUDA toolkit's, or the pip wheel nvidia-nccl-cu12/-cu13, whose "
+         "nvidia/nccl/lib is searched), or set " +
+         kNcclLibraryVariable + " to the libnccl.so.2 to use";
 }
 
 namespace {
@@ -51,7 +58,14 @@ std::string real_nccl_problem() {
   std::string searched;
   const std::string path = find_cuda_half(kNcclHalfLibrary, &searched);
   if (path.empty()) return std::string(kNcclHalfLibrary) + " was not found (searched " + searched + ")";
-  return nccl_load_problem(path);
+  const NcclSearchPlaces places = NcclSearchPlaces::from_environment();
+  const NcclLibrarySearch nccl = find_nccl_library(places);
+  if (!nccl.problem.empty()) return nccl.problem;
+  if (!nccl.path.empty()) {
+    std::string problem = preload_nccl_library(nccl.path, places.override_path.has_value());
+    if (!problem.empty()) return problem;
+  }
+  return nccl_load_problem(path, nccl.path.empty() ? nccl.searched : "");
 #else
   return "the nccl backend is not in this build (NCCL was not found when it was configured)";
 #endif

@@ -70,13 +70,15 @@ constexpr const char* kNcclApiEntryName = "tinyddp_nccl_api";
 
 // Whether process groups of the "nccl" backend can be made here: fake devices are in use (with the
 // fake NCCL beside them), or this build made the NCCL half, it is found beside the program, and it
-// loads -- with the libnccl.so.2 and libcudart it needs. The load is tried once (dlopen) and its answer
-// kept: a NCCL present only inside a Python wheel, say, is then known before a group is made.
+// loads -- with the libnccl.so.2 it needs, found and loaded first where people install it
+// (nccl_library_search.h: TINYDDP_NCCL_LIBRARY, the toolkit, the system, a pip wheel). The load is
+// tried once (dlopen) and its answer kept, so a missing NCCL is known before a group is made.
 bool nccl_available();
 // Why nccl_available() is false: "" when it is true.
 std::string nccl_unavailable_reason();
 // The load check itself, uncached, for the NCCL half at `module_path`: "" when it loads, else why not.
-std::string nccl_load_problem(const std::string& module_path);
+// `nccl_searched`: where libnccl.so.2 was looked for without being found, said in the reason.
+std::string nccl_load_problem(const std::string& module_path, const std::string& nccl_searched = "");
 
 // The NCCL that answers on fake CUDA devices (test/support/fake_nccl.h), registered by a program
 // linked with the test-support library when it starts; none in the libraries themselves.

@@ -7,16 +7,23 @@
 //   - one communication stream per group, ordered after the compute stream with an event, so a
 //     collective starts only when the kernels that produced its input have run, and compute
 //     kernels launched meanwhile are not serialised behind the communication;
-//   - completion: a thread waiting on a Work polls the collective's end event itself (Work's helper);
-//     a watchdog thread completes the rest, polls ncclCommGetAsyncError, and calls ncclCommAbort on
-//     a timeout or an asynchronous error (a dead peer), so no rank hangs: NCCL's own kernels would
-//     otherwise spin forever;
+//   - completion: Work::wait() does not block the host: it makes the caller's stream (the device's
+//     default stream, where compute is launched) wait for the collective's end event, as PyTorch's
+//     ProcessGroupNCCL does, so the last bucket's all-reduce is followed by the optimizer's kernels
+//     with no host round trip. A barrier, and Work::synchronize(), block the host: the thread then
+//     polls the end event itself (Work's helper), yielding its core briefly, then sleeping a short,
+//     fixed interval (Backoff). A watchdog thread completes the rest, polls ncclCommGetAsyncError,
+//     and calls ncclCommAbort on a timeout or an asynchronous error (a dead peer), so no rank hangs:
+//     NCCL's own kernels would otherwise spin forever;
 //   - failure naming: an aborting rank writes its reason in the store; the others read them and
 //     name the ranks that reported nothing (dead, hung, or not calling this collective);
 //   - grouped launches (ncclGroupStart/End) for all_reduce_coalesced, the group closed however the
 //     enqueue ends (GroupScope);
 //   - teardown by NCCL's protocol: ncclCommFinalize, poll until the communicator is quiescent, then
 //     ncclCommDestroy; ncclCommAbort when that fails or takes longer than the timeout;
+//   - launch order across groups: each group has its own stream, so two groups on one device (DDP's
+//     and ZeRO's) need the same launch order on every rank, or NCCL_LAUNCH_ORDER_IMPLICIT (NCCL 2.26+,
+//     set by the NCCL half unless the user set it: comm/nccl/plugin/nccl_library.cpp);
 //   - the DETAIL fingerprint check through the store;
 //   - the flight recorder (flight_recorder.h), as in the host backend: queued when called, started
 //     when handed to NCCL on the stream, finished when its end event fires; written on a failure and
@@ -31,8 +38,8 @@
 // the communicator. A blocking communicator would launch faster (NCCL 2.28 starts a thread for each
 // ncclGroupEnd of a non-blocking one), but a thread blocked inside NCCL cannot be freed safely:
 // aborting a communicator that another thread is inside frees it under that thread. So the launch
-// polls for the call's completion spinning first (it usually completes within tens of
-// microseconds), then sleeping with a growing interval.
+// polls for the call's completion yielding first (it usually completes within tens of
+// microseconds), then sleeping a short, fixed interval.
 //
 // NCCL allows one thread at a time per communicator, ncclCommGetAsyncError included: every call on
 // comm_, from a launching thread or from the watchdog, is made under nccl_mutex_.
@@ -59,23 +66,29 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Waits between polls: yields the core for the first 50 us (a call usually completes by then), then
-// sleeps 20 us, doubling up to 1 ms.
+// Waits between polls of a host that must block: yields the core for the first kYield (a launch is
+// usually taken in by then, and a small collective done), then sleeps kSleep at a time. The sleep
+// does not grow: a doubling sleep (up to 1 ms, as this was) noticed the end of a long wait up to
+// about twice late, and the last bucket of every step is such a wait. A sleep of 20 us costs a
+// thread about 1/50 of a core (Linux's default timer slack makes it about 70 us).
 class Backoff {
  public:
+  static constexpr auto kYield = std::chrono::microseconds(100);
+  static constexpr auto kSleep = std::chrono::microseconds(20);
   void wait() {
-    if (Clock::now() - start_ < std::chrono::microseconds(50)) {
+    if (Clock::now() - start_ < kYield)
       std::this_thread::yield();
-      return;
-    }
-    std::this_thread::sleep_for(sleep_);
-    sleep_ = std::min(sleep_ * 2, std::chrono::microseconds(1000));
+    else
+      std::this_thread::sleep_for(kSleep);
   }
 
  private:
   Clock::time_point start_ = Clock::now();
-  std::chrono::microseconds sleep_{20};
 };
+
+// How long a failure waits for the aborted kernels to stop before it keeps their buffers for good
+// (release_after_abort); at most the group's timeout.
+constexpr std::chrono::milliseconds kAbortDrainBound{10000};
 
 bool accepted(NcclResult r) { return r == NcclResult::success || r == NcclResult::in_progress; }
 
@@ -136,7 +149,9 @@ class NcclBackend final : public ProcessGroup {
     uint64_t sequence = 0;  // the flight recorder's
     CudaEvent done;
     Clock::time_point deadline;
-    std::vector<Tensor> keep_alive;  // the caching allocator must not reuse them while NCCL runs
+    std::chrono::milliseconds timeout;  // for the message when the deadline passes
+    std::vector<Tensor> keep_alive;     // the caching allocator must not reuse them while NCCL runs
+    bool blocks_host = false;           // wait() blocks the host (a barrier), not only the stream
   };
   using Enqueue = std::function<NcclResult(NcclComm, CudaStream)>;
 
@@ -145,6 +160,7 @@ class NcclBackend final : public ProcessGroup {
    public:
     explicit Completer(NcclBackend& backend) : backend_(backend) {}
     void help(Work& target) override { backend_.help(target); }
+    bool order_after(Work& target) override { return backend_.order_after(target); }
 
    private:
     NcclBackend& backend_;
@@ -153,7 +169,8 @@ class NcclBackend final : public ProcessGroup {
   void bootstrap(NcclUniqueId& id);
   void warn_about_other_contexts() const;
   void check_device(const Tensor& t, const char* collective) const;
-  WorkPtr launch(Fingerprint f, const CallOptions& call, std::vector<Tensor> tensors, const Enqueue& enqueue);
+  WorkPtr launch(Fingerprint f, const CallOptions& call, std::vector<Tensor> tensors, const Enqueue& enqueue,
+                 bool blocks_host = false);
   void check_locked(NcclResult result, const std::string& what);
   void settle_locked(NcclResult issued, Clock::time_point deadline, const std::string& what);
   [[noreturn]] void fail_locked(const std::string& reason, const char* advice);
@@ -161,9 +178,11 @@ class NcclBackend final : public ProcessGroup {
   void check_fingerprints(const Fingerprint& mine, Clock::time_point deadline);
   bool complete_finished();
   void help(Work& target);
+  bool order_after(Work& target);
   void watch();
   void check_oldest();
   void fail_pending(const std::string& reason, bool timed_out);
+  void release_after_abort(std::deque<Pending>& failed);
   std::string record_failure(const std::string& reason, bool timed_out);
   std::string culprits();
   void teardown();
@@ -208,7 +227,8 @@ NcclBackend::NcclBackend(std::shared_ptr<Store> store, int rank, int size, const
   TINYDDP_CHECK(size >= 1 && rank >= 0 && rank < size, "nccl backend: rank ", rank, " of world size ", size,
                 " is impossible", hint("ranks go from 0 to world size - 1"));
   device_ = options.device >= 0 ? options.device
-                                : default_cuda_device(local_rank_from_environment(), rank, cuda_device_count());
+                                : default_cuda_device(local_rank_from_environment(), rank, cuda_device_count(),
+                                                      cuda_visible_devices_restricted());
   require_device(Device::cuda(device_));
   cuda_.set_device(device_);  // NCCL's device is the calling thread's current one
   warn_about_other_contexts();
@@ -328,8 +348,8 @@ void NcclBackend::check_device(const Tensor& t, const char* collective) const {
                 hint("move it with .to(Device::cuda(", device_, ")), or use the host backend for CPU tensors"));
 }
 
-WorkPtr NcclBackend::launch(Fingerprint f, const CallOptions& call, std::vector<Tensor> tensors,
-                            const Enqueue& enqueue) {
+WorkPtr NcclBackend::launch(Fingerprint f, const CallOptions& call, std::vector<Tensor> tensors, const Enqueue& enqueue,
+                            bool blocks_host) {
   const char* name = collective_kind_name(CollectiveKind(f.kind));
   for (const Tensor& t : tensors) check_device(t, name);
   std::lock_guard<std::mutex> launching(launch_mutex_);
@@ -376,7 +396,7 @@ WorkPtr NcclBackend::launch(Fingerprint f, const CallOptions& call, std::vector<
   cuda_.record_event(done, stream_);
   {
     std::lock_guard<std::mutex> state(state_mutex_);
-    pending_.push_back({work, f.sequence, done, deadline, std::move(tensors)});
+    pending_.push_back({work, f.sequence, done, deadline, timeout, std::move(tensors), blocks_host});
   }
   wake_.notify_all();
   return work;
@@ -468,6 +488,23 @@ bool NcclBackend::complete_finished() {
   return any;
 }
 
+// Work::wait(): the caller's stream -- the device's legacy default stream, where tinyddp launches its
+// kernels and its device-to-host copies -- waits for the collective's end event; the host does not.
+// Under state_mutex_, so the event is not handed to a later collective (complete_finished) while the
+// wait is queued: cudaStreamWaitEvent waits for the event's record at the time of the call.
+bool NcclBackend::order_after(Work& target) {
+  std::lock_guard<std::mutex> state(state_mutex_);
+  if (!aborted_.empty() || stop_) return false;  // the host waits for the failure to be said
+  for (const Pending& p : pending_) {
+    if (p.work.get() != &target) continue;
+    if (p.blocks_host) return false;
+    cuda_.set_device(device_);
+    cuda_.stream_wait_event(nullptr, p.done);
+    return true;
+  }
+  return false;  // finished already: nothing to order after
+}
+
 void NcclBackend::help(Work& target) {
   {
     std::lock_guard<std::mutex> state(state_mutex_);
@@ -522,7 +559,9 @@ void NcclBackend::check_oldest() {
     if (cuda_.query_event(front.done, &error) == CudaEventState::failed)
       reason = described + ": CUDA error " + error;
     else if (Clock::now() > front.deadline)
-      reason = described + ": timed out", timed_out = true;
+      reason = described + ": not finished after " + std::to_string(front.timeout.count()) +
+               " ms (its end event on cuda:" + std::to_string(device_) + " never fired)",
+      timed_out = true;
   }
   if (reason.empty()) {
     std::lock_guard<std::mutex> lock(nccl_mutex_);
@@ -554,17 +593,53 @@ void NcclBackend::fail_pending(const std::string& reason, bool timed_out) {
   }
   for (Pending& p : failed) recorder_.finished(p.sequence, false);
   const std::string record = record_failure(reason + named, timed_out);
-  for (Pending& p : failed) {
+  for (Pending& p : failed)
     p.work->mark_failed(std::make_exception_ptr(
         Error("nccl backend: rank " + std::to_string(rank()) + ": " + reason + named + record,
               hint("look at the named ranks' output; every rank must make the same calls"), "", __FILE__, __LINE__)));
+  release_after_abort(failed);
+  drained_.notify_all();
+}
+
+// ncclCommAbort tells the communicator's kernels to stop, but they stop when they next look, and
+// collectives queued behind other work on the stream start (and stop) later still. Until then they
+// may read and write their buffers: those go back to the caching allocator -- where the next tensor
+// would get them -- only once the stream has passed the last collective's end event. If it does not
+// within the bound (a device that no longer runs anything), the buffers are kept until exit instead.
+void NcclBackend::release_after_abort(std::deque<Pending>& failed) {
+  if (failed.empty()) return;
+  const auto bound = std::min<std::chrono::milliseconds>(options_.timeout, kAbortDrainBound);
+  const auto until = Clock::now() + bound;
+  bool stopped = false;
+  try {
+    for (Backoff backoff; Clock::now() < until; backoff.wait())
+      if (cuda_.query_event(failed.back().done, nullptr) != CudaEventState::pending) {
+        stopped = true;  // done, or the device failed (nothing runs on it any more)
+        break;
+      }
+  } catch (const std::exception&) {
+    stopped = true;  // the device is gone: nothing of it runs
+  }
+  for (Pending& p : failed) {
     try {
       cuda_.destroy_event(p.done);
     } catch (const std::exception&) {
       // The device is in an error state; the event goes with the context.
     }
+    if (!stopped) {
+      static std::mutex kept_mutex;
+      static auto* kept = new std::vector<Tensor>;  // never freed: the kernels may still use them
+      std::lock_guard<std::mutex> lock(kept_mutex);
+      kept->insert(kept->end(), p.keep_alive.begin(), p.keep_alive.end());
+    }
   }
-  drained_.notify_all();
+  if (!stopped)
+    log_line(LogLevel::warn, "nccl",
+             "rank " + std::to_string(rank()) + ": the aborted collectives' kernels did not stop within " +
+                 std::to_string(bound.count()) + " ms; their " + std::to_string(failed.size()) +
+                 " collective(s)' buffers are kept until the process exits, so no new tensor gets memory they "
+                 "may still write");
+  failed.clear();
 }
 
 // Names the other ranks: who reported a failure of its own, and who said nothing within a second
@@ -663,10 +738,12 @@ WorkPtr NcclBackend::reduce_scatter(const Tensor& out, const Tensor& in, ReduceO
 WorkPtr NcclBackend::barrier(const CallOptions& call) {
   // A one-element all-reduce on the device; the Work completes when every rank has joined.
   Tensor token = Tensor::zeros({1}, DType::i32, Device::cuda(device_));
-  return launch(make_fingerprint(CollectiveKind::barrier, Tensor(), 0, std::nullopt), call, {token},
-                [=, this](NcclComm c, CudaStream s) {
-                  return nccl_.all_reduce(ptr(token), ptr(token), 1, DType::i32, ReduceOp::sum, c, s);
-                });
+  return launch(
+      make_fingerprint(CollectiveKind::barrier, Tensor(), 0, std::nullopt), call, {token},
+      [=, this](NcclComm c, CudaStream s) {
+        return nccl_.all_reduce(ptr(token), ptr(token), 1, DType::i32, ReduceOp::sum, c, s);
+      },
+      /*blocks_host=*/true);
 }
 
 }  // namespace

@@ -1,7 +1,9 @@
 // The element-wise CUDA kernels: activations, bias, fill/scale/axpy. Each is a grid-stride loop
 // around the same kernels/elementwise.h function the CPU loop calls.
+#include "tinyddp/kernels/column_walk.h"
 #include "tinyddp/kernels/cuda/cuda_kernels.h"
 #include "tinyddp/kernels/cuda/launch.cuh"
+#include "tinyddp/kernels/cuda/scratch.h"
 
 namespace tinyddp::kernels::cuda {
 
@@ -51,24 +53,42 @@ void launch_map2(int device, const float* x, const float* dy, float* dx, int64_t
 }
 
 __global__ void bias_add_kernel(float* y, const float* bias, int64_t n, int64_t cols) {
-  for (int64_t i = first_index(); i < n; i += grid_stride()) y[i] += bias[i % cols];
+  ColumnWalk walk(first_index(), grid_stride(), cols);
+  for (int64_t i = first_index(); i < n; i += grid_stride(), walk.advance()) y[i] += bias[walk.column];
 }
 
-// Column sums of dy [rows, cols]. A block owns 32 consecutive columns: its 32 x 8 threads read rows
-// in coalesced 32-float segments, each of the 8 thread rows summing every 8th row of the batch, then
-// the 8 partial sums of a column are added in a fixed order (deterministic, no atomics).
+// Column sums of dy [rows, cols]. A block owns 32 consecutive columns of one chunk of rows
+// (blockIdx.y; column_walk.h says how the rows are cut): its 32 x 8 threads read rows in coalesced
+// 32-float segments, each of the 8 thread rows summing every 8th row of the chunk, then the 8 partial
+// sums of a column are added in a fixed order (deterministic, no atomics). One chunk: the sum goes
+// into dbias; several: into partials[chunk][col], which bias_grad_combine_kernel adds in chunk order.
 constexpr int kBiasRowsPerPass = kThreads / detail::kWarp;  // 8
-__global__ void bias_grad_kernel(const float* dy, float* dbias, int64_t rows, int64_t cols, float beta) {
+__global__ void bias_grad_kernel(const float* dy, float* dbias, float* partials, int64_t rows, int64_t cols,
+                                 int64_t rows_per_chunk, float beta) {
   __shared__ float partial[kBiasRowsPerPass][detail::kWarp];
   const int64_t col = int64_t(blockIdx.x) * detail::kWarp + threadIdx.x;
+  const int64_t begin = int64_t(blockIdx.y) * rows_per_chunk;
+  const int64_t end = begin + rows_per_chunk < rows ? begin + rows_per_chunk : rows;
   float sum = 0.f;
   if (col < cols)
-    for (int64_t i = threadIdx.y; i < rows; i += kBiasRowsPerPass) sum += dy[i * cols + col];
+    for (int64_t i = begin + threadIdx.y; i < end; i += kBiasRowsPerPass) sum += dy[i * cols + col];
   partial[threadIdx.y][threadIdx.x] = sum;
   __syncthreads();
   if (threadIdx.y == 0 && col < cols) {
     float total = 0.f;
     for (int r = 0; r < kBiasRowsPerPass; ++r) total += partial[r][threadIdx.x];
+    if (partials != nullptr)
+      partials[int64_t(blockIdx.y) * cols + col] = total;
+    else
+      dbias[col] = accumulate(beta, dbias[col], total);
+  }
+}
+
+__global__ void bias_grad_combine_kernel(const float* partials, float* dbias, int64_t chunks, int64_t cols,
+                                         float beta) {
+  for (int64_t col = first_index(); col < cols; col += grid_stride()) {
+    float total = 0.f;
+    for (int64_t c = 0; c < chunks; ++c) total += partials[c * cols + col];
     dbias[col] = accumulate(beta, dbias[col], total);
   }
 }
@@ -107,7 +127,18 @@ void bias_grad(int device, const float* dy, float* dbias, int64_t rows, int64_t 
   detail::use_device(device);
   const int64_t blocks = (cols + detail::kWarp - 1) / detail::kWarp;  // one block per 32 columns
   TINYDDP_CHECK(blocks <= 0x7fffffff, "bias_grad: ", cols, " columns exceed one CUDA grid", hint("split the bias"));
-  bias_grad_kernel<<<unsigned(blocks), dim3(detail::kWarp, kBiasRowsPerPass)>>>(dy, dbias, rows, cols, beta);
+  const int64_t chunks = bias_grad_row_chunks(rows, blocks);  // at most kBiasTargetBlocks: fits grid.y
+  const int64_t rows_per_chunk = bias_grad_rows_per_chunk(rows, chunks);
+  float* partials = chunks > 1 ? static_cast<float*>(detail::scratch(device, detail::Scratch::bias_partials,
+                                                                     size_t(chunks * cols) * sizeof(float)))
+                               : nullptr;
+  const dim3 grid{unsigned(blocks), unsigned(chunks)};
+  bias_grad_kernel<<<grid, dim3(detail::kWarp, kBiasRowsPerPass)>>>(dy, dbias, partials, rows, cols, rows_per_chunk,
+                                                                    beta);
+  CUDA_CHECK_LAUNCH();
+  if (partials == nullptr) return;
+  // The same stream: the combine runs after every chunk's sum is written.
+  bias_grad_combine_kernel<<<detail::blocks_for(cols), kThreads>>>(partials, dbias, chunks, cols, beta);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -20,8 +20,9 @@ class DataLoader::Pass {
  public:
   static constexpr size_t kQueueDepth = 2;
 
-  Pass(std::shared_ptr<const Dataset> dataset, std::vector<std::vector<int64_t>> batches, bool prefetch)
-      : dataset_(std::move(dataset)), batches_(std::move(batches)) {
+  Pass(std::shared_ptr<const Dataset> dataset, std::vector<std::vector<int64_t>> batches, bool prefetch,
+       bool pin_memory)
+      : dataset_(std::move(dataset)), batches_(std::move(batches)), pin_memory_(pin_memory) {
     if (prefetch && !batches_.empty()) worker_ = std::thread([this] { produce(); });
   }
 
@@ -45,7 +46,7 @@ class DataLoader::Pass {
     if (consumed_ == batches_.size()) return false;
     const size_t index = consumed_++;
     if (!worker_.joinable()) {
-      out = dataset_->get_batch(batches_[index]);
+      out = build(batches_[index]);
       return true;
     }
     Slot slot;
@@ -71,6 +72,15 @@ class DataLoader::Pass {
     std::exception_ptr error;
   };
 
+  Batch build(const std::vector<int64_t>& indices) const {
+    Batch batch = dataset_->get_batch(indices);
+    if (pin_memory_) {
+      if (batch.inputs.defined()) batch.inputs = batch.inputs.pin_memory();
+      if (batch.targets.defined()) batch.targets = batch.targets.pin_memory();
+    }
+    return batch;
+  }
+
   void produce() {
     for (const std::vector<int64_t>& indices : batches_) {
       {
@@ -81,7 +91,7 @@ class DataLoader::Pass {
       // Built outside the lock: this is the work that overlaps the consumer's training step.
       Slot slot;
       try {
-        slot.batch = dataset_->get_batch(indices);
+        slot.batch = build(indices);
       } catch (...) {
         slot.error = std::current_exception();
       }
@@ -97,6 +107,7 @@ class DataLoader::Pass {
 
   std::shared_ptr<const Dataset> dataset_;  // shared: the pass may outlive its DataLoader
   const std::vector<std::vector<int64_t>> batches_;
+  const bool pin_memory_;
   size_t consumed_ = 0;  // touched by the consumer only
 
   std::mutex mutex_;
@@ -140,7 +151,7 @@ DataLoader::Iterator DataLoader::begin() {
     if (end - begin < batch_size && options_.drop_last) break;
     batches.emplace_back(order.begin() + std::ptrdiff_t(begin), order.begin() + std::ptrdiff_t(end));
   }
-  return Iterator(std::make_shared<Pass>(dataset_, std::move(batches), options_.prefetch));
+  return Iterator(std::make_shared<Pass>(dataset_, std::move(batches), options_.prefetch, options_.pin_memory));
 }
 
 DataLoader::Iterator::Iterator(std::shared_ptr<Pass> pass) : pass_(std::move(pass)) { ++*this; }

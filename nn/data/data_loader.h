@@ -32,6 +32,9 @@ struct DataLoaderOptions {
   uint64_t seed = 0;       // the shuffle's seed; the order of epoch e comes from seed + e
   bool drop_last = false;  // drop the last batch when it would be smaller than batch_size
   bool prefetch = true;    // build batches on a background thread (false: on the caller's thread, on demand)
+  // Put each batch in pinned memory (Tensor::pin_memory) as it is built, so its copy to a GPU runs at
+  // full speed; nothing changes while no CUDA device is in use. PyTorch's pin_memory.
+  bool pin_memory = false;
 };
 
 class DataLoader {

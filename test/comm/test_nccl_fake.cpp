@@ -119,6 +119,38 @@ TEST_CASE(
   CHECK(fake_nccl().live_communicators() == 0);
 }
 
+TEST_CASE("nccl backend: wait() orders the caller's stream after the collective and leaves the host free") {
+  // Each piece of device work runs 100 ms after it is queued. wait() returns while the all-reduce is
+  // still queued; the scale launched next, and the host read after it, still see the reduced values
+  // (a scale that overtook the collective would read poison, or be overwritten by the sum).
+  FakeCudaOptions options = ranks_as_threads(2);
+  options.launch_delay = std::chrono::milliseconds(100);
+  FakeCudaDevices devices(options);
+  {
+    auto groups = nccl_groups(2, "stream-ordered");
+    std::vector<int> returned_before_done(2, -1), barrier_blocked(2, -1);
+    run_ranks(2, [&](int r) {
+      cuda_set_device(r);
+      Tensor t = Tensor::zeros({64}, DType::f32, Device::cuda(r));
+      kernels::fill(t, float(r + 1));
+      WorkPtr work = groups[size_t(r)]->all_reduce(t, ReduceOp::sum);
+      work->wait();
+      returned_before_done[size_t(r)] = !work->is_completed();
+      kernels::scale(t, 2.f);
+      CHECK(t.to_vector<float>() == std::vector<float>(64, 6.f));
+      work->synchronize();  // the host learns it is done
+      CHECK(work->is_completed());
+      // A barrier blocks the host: it is what a barrier is for.
+      WorkPtr barrier = groups[size_t(r)]->barrier();
+      barrier->wait();
+      barrier_blocked[size_t(r)] = barrier->is_completed();
+    });
+    CHECK(returned_before_done == std::vector<int>{1, 1});
+    CHECK(barrier_blocked == std::vector<int>{1, 1});
+  }
+  CHECK(fake_nccl().live_communicators() == 0);
+}
+
 TEST_CASE("nccl backend on fake devices: a float avg over 3 ranks is NCCL's premultiplied sum, close to sum/n") {
   FakeCudaDevices devices(ranks_as_threads(3));
   {
@@ -175,8 +207,9 @@ TEST_CASE("nccl backend: the flight recorder keeps its collectives; a failure an
   {
     auto groups = nccl_groups(1, "recorded");
     Tensor t = Tensor::zeros({4}, DType::f32, Device::cuda(0));
-    groups[0]->all_reduce(t)->wait();
-    groups[0]->all_reduce(t, ReduceOp::sum, {.bucket = 3})->wait();
+    // synchronize(): the record is the host's, and wait() would only order the device's stream.
+    groups[0]->all_reduce(t)->synchronize();
+    groups[0]->all_reduce(t, ReduceOp::sum, {.bucket = 3})->synchronize();
     CHECK(groups[0]->time_in_collectives().collectives == 2);
     fake_nccl().fail_next_collective(NcclResult::invalid_usage, "injected failure");
     const std::string written = "(flight record: " + dir.path.string() + "/rank-0.recorded.json)";
@@ -193,7 +226,7 @@ TEST_CASE("nccl backend: the flight recorder keeps its collectives; a failure an
     // SIGUSR1 (what tinyddp-run sends a stuck job): the watchdog thread writes the record.
     auto groups = nccl_groups(1, "signalled");
     Tensor t = Tensor::zeros({4}, DType::f32, Device::cuda(0));
-    groups[0]->all_reduce(t)->wait();
+    groups[0]->all_reduce(t)->synchronize();  // wait() would only order the stream: the record needs it done
     raise(SIGUSR1);
     const auto path = dir.path / "rank-0.signalled.json";
     for (int i = 0; i < 2000 && !std::filesystem::exists(path); ++i)
@@ -295,6 +328,19 @@ TEST_CASE("nccl backend: tensors must be on the group's device, and two ranks ca
   });
   for (const std::string& e : errors)
     CHECK(e.find("Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 0") != std::string::npos);
+}
+
+TEST_CASE("nccl backend: a second rank on a host with one GPU is refused by tinyddp, before NCCL") {
+  // tinyddp-run -n 2 on a one-GPU host: each process sees cuda:0, LOCAL_RANK is 1 for the second.
+  FakeCudaDevices devices(ranks_as_threads(1));
+  ScopedEnv visible("CUDA_VISIBLE_DEVICES", nullptr);
+  ScopedEnv local_rank("LOCAL_RANK", "1");
+  auto store = std::make_shared<HashStore>();
+  ProcessGroupOptions options;
+  options.group_name = "one-gpu";
+  CHECK_THROWS_WITH_AS(create_process_group("nccl", store, 1, 2, options),
+                       doctest::Contains("rank 1 has no CUDA device of its own: this process sees 1"), Error);
+  CHECK(fake_nccl().live_communicators() == 0);  // refused before any NCCL call
 }
 
 TEST_CASE("nccl_load_problem: an NCCL half that will not load is said, with the path and the loader's reason") {

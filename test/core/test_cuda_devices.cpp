@@ -107,30 +107,38 @@ TEST_CASE("this machine's answer: no NVIDIA driver is said as such, and asking l
 
 TEST_CASE("device_for_local_rank: one device per local rank, and what a shorter list means") {
   const std::vector<Device> two{Device::cuda(0), Device::cuda(1)}, reversed{Device::cuda(1), Device::cuda(0)};
-  CHECK(device_for_local_rank(two, 1, 2, 2, true) == Device::cuda(1));
+  CHECK(device_for_local_rank(two, 1, 2, 2, true, false) == Device::cuda(1));
   // Any list, not only cuda:0..N-1: the list is the rank-to-device map.
-  CHECK(device_for_local_rank(reversed, 0, 2, 2, true) == Device::cuda(1));
-  CHECK(device_for_local_rank({Device::cuda(2), Device::cuda(3)}, 1, 2, 4, true) == Device::cuda(3));
+  CHECK(device_for_local_rank(reversed, 0, 2, 2, true, false) == Device::cuda(1));
+  CHECK(device_for_local_rank({Device::cuda(2), Device::cuda(3)}, 1, 2, 4, true, false) == Device::cuda(3));
   // CPU workers share.
-  CHECK(device_for_local_rank({Device::cpu()}, 3, 4, 0, true) == Device::cpu());
+  CHECK(device_for_local_rank({Device::cpu()}, 3, 4, 0, true, false) == Device::cpu());
   // A per-rank CUDA_VISIBLE_DEVICES: each process sees one GPU, its own, as cuda:0.
-  CHECK(device_for_local_rank({Device::cuda(0)}, 1, 2, 1, true) == Device::cuda(0));
+  CHECK(device_for_local_rank({Device::cuda(0)}, 1, 2, 1, true, true) == Device::cuda(0));
   // Two ranks on one GPU: refused for NCCL, shared for the ring.
-  CHECK_THROWS_WITH_AS(device_for_local_rank({Device::cuda(0)}, 1, 2, 2, true),
+  CHECK_THROWS_WITH_AS(device_for_local_rank({Device::cuda(0)}, 1, 2, 2, true, false),
                        doctest::Contains("local rank 1 has no GPU of its own"), Error);
-  CHECK(device_for_local_rank({Device::cuda(0)}, 1, 2, 2, false) == Device::cuda(0));
-  CHECK_THROWS_WITH_AS(device_for_local_rank({Device::cpu(), Device::cuda(0)}, 0, 2, 1, true),
+  CHECK(device_for_local_rank({Device::cuda(0)}, 1, 2, 2, false, false) == Device::cuda(0));
+  // tinyddp-run -n 2 on a host with one GPU, no CUDA_VISIBLE_DEVICES: each process sees the same GPU.
+  CHECK_THROWS_WITH_AS(device_for_local_rank({Device::cuda(0)}, 1, 2, 1, true, false),
+                       doctest::Contains("for 2 ranks on this host, which shows 1 GPU(s)"), Error);
+  CHECK_THROWS_WITH_AS(device_for_local_rank({Device::cpu(), Device::cuda(0)}, 0, 2, 1, true, false),
                        doctest::Contains("mix the CPU and GPUs"), Error);
-  CHECK_THROWS_WITH_AS(device_for_local_rank({}, 0, 1, 0, true), doctest::Contains("no devices"), Error);
+  CHECK_THROWS_WITH_AS(device_for_local_rank({}, 0, 1, 0, true, false), doctest::Contains("no devices"), Error);
 }
 
 TEST_CASE("default_cuda_device: the local rank's, the rank's, or the only one; never a guess") {
-  CHECK(default_cuda_device(1, 5, 4) == 1);
-  CHECK(default_cuda_device(-1, 2, 4) == 2);
-  CHECK(default_cuda_device(3, 3, 1) == 0);  // per-rank CUDA_VISIBLE_DEVICES
-  CHECK_THROWS_WITH_AS(default_cuda_device(3, 3, 2), doctest::Contains("local rank 3 has no CUDA device of its own"),
+  CHECK(default_cuda_device(1, 5, 4, false) == 1);
+  CHECK(default_cuda_device(-1, 2, 4, false) == 2);
+  CHECK(default_cuda_device(3, 3, 1, true) == 0);  // per-rank CUDA_VISIBLE_DEVICES
+  CHECK_THROWS_WITH_AS(default_cuda_device(3, 3, 2, false),
+                       doctest::Contains("local rank 3 has no CUDA device of its own"), Error);
+  CHECK_THROWS_WITH_AS(default_cuda_device(-1, 5, 2, false), doctest::Contains("no LOCAL_RANK was set"), Error);
+  // tinyddp-run -n 2 on a host with one GPU: local rank 1 is refused here, naming the count.
+  CHECK_THROWS_WITH_AS(default_cuda_device(1, 1, 1, false),
+                       doctest::Contains("local rank 1 has no CUDA device of its own: this process sees 1 (cuda:0 to "
+                                         "cuda:0), CUDA_VISIBLE_DEVICES is not set to give each rank its own"),
                        Error);
-  CHECK_THROWS_WITH_AS(default_cuda_device(-1, 5, 2), doctest::Contains("no LOCAL_RANK was set"), Error);
 }
 
 TEST_CASE("the CUDA half is found beside the build's programs, or where TINYDDP_PLUGIN_DIR says") {
@@ -163,7 +171,7 @@ TEST_CASE("fake CUDA: one device per process, and a thread that never selected a
                          doctest::Contains("never selected a device (CUDA then uses cuda:0)"), Error);
     // Through tinyddp's allocator the same thread uses the device that has a context already.
     on_fresh_thread([&] {
-      Tensor pinned = Tensor::empty({1000});
+      Tensor pinned = Tensor::empty_pinned({1000});
       CHECK(pinned.storage()->pinned());
     });
     CHECK(fake.devices_with_context() == std::vector<int>{1});
@@ -196,10 +204,57 @@ TEST_CASE("small pinned blocks are cached: a staging buffer freed and made again
   Tensor on_gpu = Tensor::zeros({4}, DType::f32, Device::cuda(0));  // from now on CPU memory is pinned
   const size_t before = devices.fake().pinned_allocations_made();
   for (int i = 0; i < 5; ++i) {
-    Tensor staging = Tensor::empty({100 + i});  // nearby sizes share a block
+    Tensor staging = Tensor::empty_pinned({100 + i});  // nearby sizes share a block
     CHECK(staging.storage()->pinned());
   }
   CHECK(devices.fake().pinned_allocations_made() == before + 1);
+}
+
+TEST_CASE("only what asks for it is pinned: CPU tensors stay ordinary memory once CUDA is in use") {
+  FakeCudaDevices devices({.devices = 1});
+  cuda_set_device(0);
+  cpu_cache_release();
+  Tensor before_cuda = Tensor::empty_pinned({64});
+  CHECK_FALSE(before_cuda.storage()->pinned());  // no CUDA yet: nothing loads the CUDA runtime for it
+  Tensor on_gpu = Tensor::zeros({4}, DType::f32, Device::cuda(0));
+  const size_t made = devices.fake().pinned_allocations_made();
+  Tensor activations = Tensor::zeros({1 << 16});  // 256 KiB, as a layer's output
+  CHECK_FALSE(activations.storage()->pinned());
+  CHECK(devices.fake().pinned_allocations_made() == made);
+
+  Tensor batch = Tensor::from_vector<float>({1, 2, 3});
+  Tensor pinned = batch.pin_memory();
+  CHECK(pinned.storage()->pinned());
+  CHECK(pinned.to_vector<float>() == std::vector<float>{1, 2, 3});
+  CHECK(pinned.pin_memory().storage() == pinned.storage());  // pinned already: the same tensor
+  CHECK(devices.fake().pinned_allocations_made() == made + 1);
+  CHECK_THROWS_WITH_AS(on_gpu.pin_memory(), doctest::Contains("is not a CPU tensor"), Error);
+
+  // A large pinned block is rounded to 2 MiB, not to the next power of two (5 MiB + 4 bytes: 6 MiB, not 8).
+  cpu_cache_release();
+  { Tensor staging = Tensor::empty_pinned({(int64_t(5) << 20 >> 2) + 1}); }
+  CHECK(cpu_cache_stats().bytes_cached == size_t(6) << 20);
+  cpu_cache_release();
+}
+
+TEST_CASE("a failed cudaFreeHost in a tensor's destructor is logged once, never thrown") {
+  FakeCudaDevices devices({.devices = 1});
+  cuda_set_device(0);
+  Tensor on_gpu = Tensor::zeros({4}, DType::f32, Device::cuda(0));
+  testing::CapturedStderr captured;
+  devices.fake().fail_host_frees("cudaErrorIllegalAddress (a sticky error)");
+  // Larger than the pinned cache keeps (256 MiB): freed at once, with cudaFreeHost. Never touched, so
+  // the fake's host memory for it is only reserved. Both blocks are given up, as after a real sticky
+  // error: the fake says at its end that 2 allocations outlived it.
+  for (int i = 0; i < 2; ++i) {
+    CHECK_NOTHROW({ Tensor staging = Tensor::empty_pinned({int64_t(300) << 20 >> 2}); });
+  }
+  devices.fake().fail_host_frees("");
+  const std::string text = captured.text();
+  CHECK(text.find("freeing memory failed; this and later failed frees are given up: ") != std::string::npos);
+  CHECK(text.find("fake CUDA: cudaFreeHost(") != std::string::npos);
+  CHECK(text.find("cudaErrorIllegalAddress (a sticky error)") != std::string::npos);
+  CHECK(text.find("freeing memory failed") == text.rfind("freeing memory failed"));  // once
 }
 
 TEST_CASE("CUDA out of memory: the cached blocks go back to the device and the allocation is retried once") {

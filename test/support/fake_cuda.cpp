@@ -201,6 +201,7 @@ void FakeCuda::host_free_pinned(void* ptr) {
   std::lock_guard<std::mutex> lock(mutex_);
   touch_locked(device, chosen ? "cudaFreeHost"
                               : "cudaFreeHost on a thread that never selected a device (CUDA then uses cuda:0)");
+  TINYDDP_CHECK(host_free_error_.empty(), "fake CUDA: cudaFreeHost(", ptr, ") failed: ", host_free_error_);
   auto it = blocks_.find(static_cast<const char*>(ptr));
   TINYDDP_CHECK(it != blocks_.end() && it->second.device == -1, "fake CUDA: cudaFreeHost(", ptr,
                 "): not pinned memory from cudaHostAlloc",
@@ -357,6 +358,11 @@ size_t FakeCuda::live_device_allocations() const {
 size_t FakeCuda::live_pinned_allocations() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return size_t(std::count_if(blocks_.begin(), blocks_.end(), [](const auto& b) { return b.second.device < 0; }));
+}
+
+void FakeCuda::fail_host_frees(std::string error) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  host_free_error_ = std::move(error);
 }
 
 size_t FakeCuda::pinned_allocations_made() const {

@@ -95,6 +95,8 @@ class FakeCuda final : public CudaStandIn {
   size_t live_device_allocations() const;
   size_t live_pinned_allocations() const;
   size_t pinned_allocations_made() const;  // host_alloc_pinned calls so far
+  // From now on cudaFreeHost fails with `error` (a sticky error: the device is lost); "" heals it.
+  void fail_host_frees(std::string error);
   // The device a stream of this fake belongs to (the calling thread's device for the default stream).
   int stream_device(CudaStream stream) const;
   // Runs `operation` as the context-creating call it describes: checks the one-device rule and
@@ -129,6 +131,7 @@ class FakeCuda final : public CudaStandIn {
   std::map<int, std::string> contexts_;  // device -> what created its context
   std::vector<size_t> bytes_in_use_;     // per device
   size_t pinned_made_ = 0;
+  std::string host_free_error_;                                    // fail_host_frees
   std::mutex streams_mutex_;                                       // default_streams_, streams_
   std::vector<std::unique_ptr<FakeStreamQueue>> default_streams_;  // per device, made at first use
   std::vector<FakeStreamQueue*> streams_;                          // made by create_stream, still alive

@@ -2,6 +2,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <cstdlib>
 #include <cstring>
 
 #include "tinyddp/comm/nccl/nccl_api.h"
@@ -48,6 +49,24 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   return ncclSum;
 }
 
+// NCCL orders the collectives of one communicator (they are on one stream), but two communicators on
+// one device -- a DDP group and a ZeRO or pipeline group, say -- each launch on their own stream, and
+// their kernels may then meet on the GPU in a different order on different ranks: each waits for
+// peers that are busy in the other communicator's kernel, and the job hangs. NCCL 2.26 and later
+// order such launches in the host's launch order when NCCL_LAUNCH_ORDER_IMPLICIT=1, which is what a
+// tinyddp job gives when its ranks run the same program (a group's collectives are launched in call
+// order, under its launch lock). NCCL reads the variable once, at its first launch, so it is set before
+// the first communicator; a value the user set is kept (=0 turns it off). With older NCCL every rank
+// must launch the groups' collectives in the same order itself.
+void order_launches_across_communicators() {
+  static const bool done = [] {
+    int version = 0;
+    if (ncclGetVersion(&version) == ncclSuccess && version >= 22600) setenv("NCCL_LAUNCH_ORDER_IMPLICIT", "1", 0);
+    return true;
+  }();
+  (void)done;
+}
+
 class NcclLibrary final : public NcclApi {
  public:
   std::string describe() const override {
@@ -68,6 +87,7 @@ class NcclLibrary final : public NcclApi {
     std::memcpy(&raw, id.data(), sizeof raw);
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = blocking ? 1 : 0;
+    order_launches_across_communicators();
     ncclComm_t made = nullptr;
     ncclResult_t r = ncclCommInitRankConfig(&made, nranks, raw, rank, &config);
     *comm = made;

@@ -264,7 +264,7 @@ JoinedJob join_job(const std::vector<Device>& devices, const MultiDeviceOptions&
   // current device before anything touches CUDA: a CUDA call on a thread with no device set would
   // create a context on cuda:0, another rank's GPU.
   job.device = device_for_local_rank(devices, job.local_rank, job.local_world_size, cuda_device_count(),
-                                     backend == "nccl");
+                                     backend == "nccl", cuda_visible_devices_restricted());
   require_device(job.device);
   if (job.device.is_cuda()) cuda_set_device(job.device.index);
   job.result_dir = env::text(kResultDirVariable).value_or("");
