@@ -8,6 +8,7 @@
 
 #include "tinyddp/comm/nccl/nccl_api.h"
 #include "tinyddp/nn/train/addons/multi_device.h"
+#include "test/gpu/multi_device_on_devices.h"
 #include "test/nn/train/test_trainer_support.h"
 #include "test/support/fake_cuda.h"
 
@@ -42,4 +43,13 @@ TEST_CASE("MultiDevice on two fake GPUs listed in reverse: each process touches 
   CHECK(flat_weights(*s.model) != initial);
   REQUIRE(trainer.history().size() == 2);
   CHECK(trainer.history()[1].train.at("loss") < trainer.history()[0].train.at("loss"));
+}
+
+TEST_CASE("MultiDevice on two fake GPUs over nccl ends with the weights of the same job on 2 CPU workers") {
+  FakeCudaDevices devices({.devices = 2});  // workers see the same devices, through the environment
+  check_multi_device_against_cpu(
+      {Device::cuda(0), Device::cuda(1)},
+      "MultiDevice on two fake GPUs over nccl ends with the weights of the same job on 2 CPU "
+      "workers",
+      /*exact=*/true);
 }
