@@ -23,22 +23,6 @@ using namespace tinyddp::testing;
 
 namespace {
 
-bool build_has_nccl() {
-  auto backends = comm::available_backends();
-  return std::find(backends.begin(), backends.end(), "nccl") != backends.end();
-}
-
-// Why the nccl checks cannot run here, or "" when they can (two GPUs or more, NCCL loaded).
-std::string why_no_nccl_ranks() {
-  if (!build_has_nccl()) return "the nccl backend is not available: " + comm::backend_unavailable_reason("nccl");
-  if (cuda_device_count() < 2)
-    return "one GPU: NCCL takes one GPU per rank (two ranks on one device end in ncclCommInitRank's \"Duplicate "
-           "GPU detected\"), so only the host backend ran these, with 2 ranks on cuda:0; a second GPU adds NCCL's "
-           "own kernels for them (its ring between devices, its 16-bit sums, its premultiplied average) and the "
-           "nccl backend's stream ordering on two devices";
-  return "";
-}
-
 // One rank per GPU over nccl, `limit` GPUs at most.
 RankPlacement nccl_ranks(int limit) {
   RankPlacement placement{.backend = "nccl", .exact = false};
@@ -57,14 +41,14 @@ TEST_CASE("GPU host backend, 2 ranks on cuda:0: the collectives DDP and ZeRO-1 u
 
 TEST_CASE("GPU nccl backend, one rank per GPU: the collectives DDP and ZeRO-1 use agree with the reference") {
   if (!gpu_available()) return;
-  if (const std::string why = why_no_nccl_ranks(); !why.empty()) TINYDDP_SKIP(why);
+  if (const std::string why = nccl_ranks_unavailable_reason(); !why.empty()) TINYDDP_SKIP(why);
   check_collectives_ddp_and_zero_use(nccl_ranks(cuda_device_count()));
 }
 
 TEST_CASE("GPU DDP + SGD and ZeRO-1 + Adam: weights after 3 steps are the CPU's within a tolerance") {
   if (!gpu_available()) return;
   for (Training how : {Training::ddp_sgd, Training::zero1_adam}) check_training_against_cpu(kHostOnOneGpu, how);
-  if (const std::string why = why_no_nccl_ranks(); !why.empty()) TINYDDP_SKIP(why);
+  if (const std::string why = nccl_ranks_unavailable_reason(); !why.empty()) TINYDDP_SKIP(why);
   for (Training how : {Training::ddp_sgd, Training::zero1_adam})
     check_training_against_cpu(nccl_ranks(cuda_device_count()), how);
 }
@@ -72,13 +56,13 @@ TEST_CASE("GPU DDP + SGD and ZeRO-1 + Adam: weights after 3 steps are the CPU's 
 TEST_CASE("GPU bf16_compress and fp16_compress give their closed forms") {
   if (!gpu_available()) return;
   check_compress_hooks(kHostOnOneGpu);
-  if (const std::string why = why_no_nccl_ranks(); !why.empty()) TINYDDP_SKIP(why);
+  if (const std::string why = nccl_ranks_unavailable_reason(); !why.empty()) TINYDDP_SKIP(why);
   check_compress_hooks(nccl_ranks(2));
 }
 
 TEST_CASE("GPU MultiDevice on 2 GPUs ends with the weights of the same job on 2 CPU workers") {
   if (!gpu_available()) return;
-  if (const std::string why = why_no_nccl_ranks(); !why.empty()) TINYDDP_SKIP(why);
+  if (const std::string why = nccl_ranks_unavailable_reason(); !why.empty()) TINYDDP_SKIP(why);
   check_multi_device_against_cpu({Device::cuda(0), Device::cuda(1)},
                                  "GPU MultiDevice on 2 GPUs ends with the weights of the same job on 2 CPU workers",
                                  /*exact=*/false);
