@@ -60,10 +60,21 @@ TEST_CASE("GPU bf16_compress and fp16_compress give their closed forms") {
   check_compress_hooks(nccl_ranks(2));
 }
 
-TEST_CASE("GPU MultiDevice on 2 GPUs ends with the weights of the same job on 2 CPU workers") {
+TEST_CASE(
+    "GPU MultiDevice with 2 workers on cuda:0 over the host backend ends with the weights of the same job on 2 CPU "
+    "workers") {
+  if (!gpu_available()) return;
+  check_multi_device_against_cpu({Device::cuda(0), Device::cuda(0)},
+                                 "GPU MultiDevice with 2 workers on cuda:0 over the host backend ends with the weights "
+                                 "of the same job on 2 CPU workers",
+                                 /*exact=*/false, "host");
+}
+
+TEST_CASE("GPU MultiDevice on 2 GPUs over nccl ends with the weights of the same job on 2 CPU workers") {
   if (!gpu_available()) return;
   if (const std::string why = nccl_ranks_unavailable_reason(); !why.empty()) TINYDDP_SKIP(why);
-  check_multi_device_against_cpu({Device::cuda(0), Device::cuda(1)},
-                                 "GPU MultiDevice on 2 GPUs ends with the weights of the same job on 2 CPU workers",
-                                 /*exact=*/false);
+  check_multi_device_against_cpu(
+      {Device::cuda(0), Device::cuda(1)},
+      "GPU MultiDevice on 2 GPUs over nccl ends with the weights of the same job on 2 CPU workers",
+      /*exact=*/false);
 }

@@ -53,3 +53,13 @@ TEST_CASE("MultiDevice on two fake GPUs over nccl ends with the weights of the s
       "workers",
       /*exact=*/true);
 }
+
+TEST_CASE("MultiDevice with 2 workers on one fake GPU over the host backend ends with the CPU job's weights") {
+  // What the GPU suite runs where there is one GPU: NCCL takes one GPU per rank, the host backend
+  // stages both workers' CUDA tensors through pinned host memory.
+  FakeCudaDevices devices({.devices = 1});
+  check_multi_device_against_cpu(
+      {Device::cuda(0), Device::cuda(0)},
+      "MultiDevice with 2 workers on one fake GPU over the host backend ends with the CPU job's weights",
+      /*exact=*/true, "host");
+}
