@@ -52,9 +52,10 @@ stop() {
 run device-query "$here/bin/test_gpu" --test-case="device query*" --no-intro=true
 status=$?
 gpus=$(sed -n 's/^cuda devices: \([0-9]*\)$/\1/p' "$logs/device-query.log" | head -1)
-if [ "${gpus:-0}" = 0 ]; then
+[ -n "$gpus" ] || stop device-query "bin/test_gpu did not run (exit $status): see its output above"
+if [ "$gpus" = 0 ]; then
   why=$(sed -n 's/^no CUDA device: //p' "$logs/device-query.log" | head -1)
-  echo "run_checks: there is no usable GPU on this machine (${why:-the device query did not run: see its output above})."
+  echo "run_checks: there is no usable GPU on this machine (${why:-no reason given})."
   echo "run_checks: nothing ran on a GPU; these checks need a CUDA GPU and its driver (libcuda.so.1)."
   summary
   exit 2

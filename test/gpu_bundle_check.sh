@@ -7,7 +7,8 @@
 #   - its programs run: tinyddp-run starts all_reduce_perf on 2 CPU ranks, dummy_mgpu trains on 2
 #     fake GPUs (the examples built in this tree carry the fakes: TINYDDP_FAKE_CUDA_DEVICES), and the
 #     GPU suite's device query says what it sees;
-#   - run_checks.sh says there is no GPU here, exits 2 and lists nothing as passed;
+#   - run_checks.sh says there is no GPU here, exits 2 and lists nothing as passed; with stand-ins
+#     for its programs on "2 GPUs", it runs the four checks in order, or stops at the first failure;
 #   - an archive over its limit fails, naming its largest parts.
 #   test/gpu_bundle_check.sh SOURCE_DIR BUILD_DIR
 set -uo pipefail
@@ -81,6 +82,28 @@ elif grep -q '^cuda devices: [1-9]' "$work/query.log"; then
 else
   check "the bundle's device query says how many CUDA devices it sees" false
 fi
+
+# run_checks.sh's order on a machine with GPUs, with stand-ins for its programs (a 2-GPU device query,
+# a GPU suite that fails when SUITE_STATUS says so): all four pass, or it stops at the suite and says
+# what passed and what did not.
+stand_in=$work/stand-in
+mkdir -p "$stand_in/bin" "$stand_in/lib"
+cp "$bundle/run_checks.sh" "$stand_in/"
+cat >"$stand_in/bin/test_gpu" <<'STAND_IN'
+#!/bin/sh
+case "$1" in --test-case=*) echo "cuda devices: 2"; echo "nccl: available"; exit 0 ;; esac
+exit "${SUITE_STATUS:-0}"
+STAND_IN
+printf '#!/bin/sh\necho "$0 $*" >>"$TMPDIR/ran"\n' >"$stand_in/bin/tinyddp-run"
+cp "$stand_in/bin/tinyddp-run" "$stand_in/bin/dummy_mgpu"
+chmod +x "$stand_in"/bin/*
+bare "$stand_in/run_checks.sh" >"$work/stand-in.log" 2>&1
+check "run_checks.sh on 2 stand-in GPUs: all 4 checks pass, in order" \
+  bash -c "grep -q 'passed: device-query gpu-suite all_reduce_perf dummy_mgpu' '$work/stand-in.log' && grep -q 'all 4 checks passed on 2 GPU' '$work/stand-in.log' && grep -q 'tinyddp-run -n 2 -- .*all_reduce_perf --backend nccl' '$work/ran'"
+bare SUITE_STATUS=3 "$stand_in/run_checks.sh" >"$work/stand-in.log" 2>&1
+status=$?
+check "run_checks.sh stops at a failing GPU suite, exits 1 and says what passed" \
+  bash -c "[ $status -eq 1 ] && grep -q 'FAILED at gpu-suite: bin/test_gpu failed (exit 3)' '$work/stand-in.log' && grep -q 'passed: device-query$' '$work/stand-in.log' && grep -q 'not passed: gpu-suite all_reduce_perf dummy_mgpu' '$work/stand-in.log'"
 
 GPU_BUNDLE_LIMIT_MIB=1 "$source_dir/scripts/gpu_bundle.sh" "$build" "$work/small.tar.gz" >"$work/limit.log" 2>&1
 status=$?
