@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 CTEST_FLAGS ?=
 
-.PHONY: all deps configure build test test-gpu test-asan test-tsan test-asan-comm-nn configure-asan configure-tsan demo bench data clean fixtures
+.PHONY: all deps configure build test test-gpu gpu-bundle test-asan test-tsan test-asan-comm-nn configure-asan configure-tsan demo bench data clean fixtures
 
 all: build
 
@@ -46,6 +46,16 @@ test-gpu: build
 	@if grep -q 'CUDA *: no' $(BUILD).configure.log; then \
 	  echo "make test-gpu: this build has no GPU tests: $$(grep -m1 'CUDA *: no' $(BUILD).configure.log | sed 's/^-- *//')"; exit 1; fi
 	@cd $(BUILD) && TINYDDP_REQUIRE_GPU=$(TINYDDP_REQUIRE_GPU) ctest --output-on-failure --no-tests=error -L gpu $(CTEST_FLAGS)
+
+# For GPU nodes that cannot build (air-gapped, no compiler, no dev packages): the GPU suite, the perf
+# programs, dummy_mgpu, tinyddp-run, the two CUDA modules and the libraries they need that a bare CUDA
+# node lacks, in one archive under 64 MiB with run_checks.sh inside (scripts/gpu_bundle.sh; docs/gpu.md).
+GPU_BUNDLE_PROGRAMS = test_gpu all_reduce_perf all_gather_perf reduce_scatter_perf broadcast_perf dummy_mgpu tinyddp-run tinyddp-store
+gpu-bundle: configure
+	@if grep -q 'CUDA *: no' $(BUILD).configure.log; then \
+	  echo "make gpu-bundle: this build has no CUDA: $$(grep -m1 'CUDA *: no' $(BUILD).configure.log | sed 's/^-- *//')"; exit 1; fi
+	@cmake --build $(BUILD) -j $(JOBS) --target $(GPU_BUNDLE_PROGRAMS) tinyddp_cuda tinyddp_nccl
+	@scripts/gpu_bundle.sh $(BUILD) $(BUILD)/tinyddp-gpu-bundle.tar.gz
 
 # ---- sanitizers ----------------------------------------------------------------------------------
 # CUDA off (the sanitizers cannot look inside the CUDA runtime). -O0 -g1, assertions on: half the

@@ -18,6 +18,7 @@
 #include "tinyddp/core/cuda_runtime.h"
 #include "tinyddp/kernels/ops.h"
 #include "test/comm/test_collectives_support.h"
+#include "test/gpu/ddp_on_devices.h"
 #include "test/gpu/gpu_test_support.h"
 #include "test/support/fake_cuda.h"
 #include "test/support/fake_nccl.h"
@@ -94,6 +95,14 @@ TEST_CASE("nccl backend on fake devices: every collective agrees with the refere
       g.barrier()->wait();
     });
   }
+  CHECK(fake_nccl().live_communicators() == 0);
+}
+
+TEST_CASE("nccl backend on fake devices: the collectives DDP and ZeRO-1 use agree with the reference") {
+  // reduce_scatter (avg, odd slots, bf16), all_gather into its own output, coalesced and _into
+  // all-reduces: test/gpu/ddp_on_devices.h, which the GPU suite runs on real devices too.
+  FakeCudaDevices devices(ranks_as_threads(2));
+  check_collectives_ddp_and_zero_use({.backend = "nccl", .devices = {Device::cuda(0), Device::cuda(1)}});
   CHECK(fake_nccl().live_communicators() == 0);
 }
 

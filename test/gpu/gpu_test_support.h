@@ -3,11 +3,13 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "tinyddp/comm/process_group.h"
 #include "tinyddp/core/cuda_runtime.h"
 #include "test/test_skip.h"
 
@@ -26,6 +28,21 @@ inline bool gpu_available() {
   }
   TINYDDP_RECORD_SKIP("no CUDA device: ", why);
   return false;
+}
+
+// Why the nccl checks with two ranks or more cannot run here, or "" when they can (two GPUs or more,
+// NCCL loaded). NCCL takes one GPU per rank: two ranks of a communicator on one device end in
+// ncclCommInitRank's "Duplicate GPU detected", so one GPU gives NCCL only a world of 1, a copy.
+inline std::string nccl_ranks_unavailable_reason() {
+  const auto backends = comm::available_backends();
+  if (std::find(backends.begin(), backends.end(), "nccl") == backends.end())
+    return "the nccl backend is not available: " + comm::backend_unavailable_reason("nccl");
+  if (cuda_device_count() < 2)
+    return "one GPU: NCCL takes one GPU per rank (two ranks on one device end in ncclCommInitRank's \"Duplicate "
+           "GPU detected\"), so NCCL ran only a world of 1 and the DDP checks ran over the host backend with 2 "
+           "ranks on cuda:0; a second GPU adds NCCL's own kernels for them (its ring between devices, its 16-bit "
+           "sums, its premultiplied average) and the nccl backend's stream ordering on two devices";
+  return "";
 }
 
 // NCCL's avg of floats multiplies each rank's value by 1/n (rounded to float) and then sums, in an

@@ -8,6 +8,7 @@
 
 #include "tinyddp/comm/nccl/nccl_api.h"
 #include "tinyddp/nn/train/addons/multi_device.h"
+#include "test/gpu/multi_device_on_devices.h"
 #include "test/nn/train/test_trainer_support.h"
 #include "test/support/fake_cuda.h"
 
@@ -42,4 +43,23 @@ TEST_CASE("MultiDevice on two fake GPUs listed in reverse: each process touches 
   CHECK(flat_weights(*s.model) != initial);
   REQUIRE(trainer.history().size() == 2);
   CHECK(trainer.history()[1].train.at("loss") < trainer.history()[0].train.at("loss"));
+}
+
+TEST_CASE("MultiDevice on two fake GPUs over nccl ends with the weights of the same job on 2 CPU workers") {
+  FakeCudaDevices devices({.devices = 2});  // workers see the same devices, through the environment
+  check_multi_device_against_cpu(
+      {Device::cuda(0), Device::cuda(1)},
+      "MultiDevice on two fake GPUs over nccl ends with the weights of the same job on 2 CPU "
+      "workers",
+      /*exact=*/true);
+}
+
+TEST_CASE("MultiDevice with 2 workers on one fake GPU over the host backend ends with the CPU job's weights") {
+  // What the GPU suite runs where there is one GPU: NCCL takes one GPU per rank, the host backend
+  // stages both workers' CUDA tensors through pinned host memory.
+  FakeCudaDevices devices({.devices = 1});
+  check_multi_device_against_cpu(
+      {Device::cuda(0), Device::cuda(0)},
+      "MultiDevice with 2 workers on one fake GPU over the host backend ends with the CPU job's weights",
+      /*exact=*/true, "host");
 }
