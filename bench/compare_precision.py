@@ -76,7 +76,9 @@ def main():
         job = ["--in", str(s["inputs"]), "--hidden", str(s["hidden"]), "--out", str(s["out"]),
                "--batch-size", str(s["batch"]), "--epochs", str(args.epochs)]
         rates = {}  # (side, precision, world) -> [samples/s per round]
+        loads = []  # the 1-minute load average as each round starts: beside every figure on a shared host
         for _ in range(args.rounds):
+            loads.append(os.getloadavg()[0])
             for precision in ours_modes:
                 text = run([bench, *job, "--samples", str(s["samples"]), "--precision", precision,
                             "--world-size", str(args.world), "--interleaved", "0"])
@@ -90,7 +92,8 @@ def main():
                                 "--in", str(s["inputs"]), "--hidden", str(s["hidden"]), "--out", str(s["out"]),
                                 "--batch", str(s["batch"]), "--samples", str(samples), "--epochs", str(args.epochs)])
                     rates.setdefault(("PyTorch", precision, world), []).append(rate(text, r"(\d+) samples/s"))
-        print(f"\n{name}, {args.rounds} rounds, median samples/s (min-max)")
+        print(f"\n{name}, {args.rounds} rounds, median samples/s (min-max); load as the rounds began: "
+              + " ".join(f"{load:.1f}" for load in loads))
         median = {key: statistics.median(values) for key, values in rates.items()}
         for (side, precision, world), values in sorted(rates.items(), key=lambda kv: (kv[0][2], kv[0][0], kv[0][1])):
             print(f"  {side:8s} {precision:5s} world {world}: {median[(side, precision, world)]:8.0f}"

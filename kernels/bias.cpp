@@ -1,6 +1,7 @@
 // Bias of a Linear layer: added to every row in forward, its gradient is the column sum of dy
 // (every row of the batch used the same bias, so every row's gradient flows into it).
 #include "tinyddp/kernels/argument_checks.h"
+#include "tinyddp/kernels/cpu_column_sums.h"
 #include "tinyddp/kernels/elementwise.h"
 #include "tinyddp/kernels/ops.h"
 
@@ -46,22 +47,8 @@ void bias_grad(const Tensor& dy, Tensor& dbias, float beta) {
     gpu->bias_grad(dy.device().index, dy.data<float>(), dbias.data<float>(), rows, cols, beta);
     return;
   }
-  const float* __restrict in = dy.data<float>();
-  float* __restrict out = dbias.data<float>();
-  // Columns in blocks that fit a small stack buffer: the sum of a block is accumulated row after row
-  // (contiguous loads, one vectorised add per row), then combined with the old gradient once, so
-  // beta * old is added to the finished sum as PyTorch's grad accumulation does.
-  constexpr int64_t kBlock = 512;
-  float sums[kBlock];
-  for (int64_t j0 = 0; j0 < cols; j0 += kBlock) {
-    const int64_t width = cols - j0 < kBlock ? cols - j0 : kBlock;
-    for (int64_t j = 0; j < width; ++j) sums[j] = 0.f;
-    for (int64_t i = 0; i < rows; ++i) {
-      const float* __restrict row = in + i * cols + j0;
-      for (int64_t j = 0; j < width; ++j) sums[j] += row[j];
-    }
-    for (int64_t j = 0; j < width; ++j) out[j0 + j] = accumulate(beta, out[j0 + j], sums[j]);
-  }
+  detail::cpu_column_sums(dy.data<float>(), dbias.data<float>(), beta, rows, cols,
+                          [](const float*, int64_t, int64_t, int64_t) {});
 }
 
 }  // namespace tinyddp::kernels

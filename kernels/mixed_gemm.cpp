@@ -5,7 +5,6 @@
 #include <mutex>
 
 #include "tinyddp/core/error.h"
-#include "tinyddp/core/half_convert.h"
 #include "tinyddp/kernels/cpu_gemm.h"
 #include "tinyddp/kernels/cpu_gemm_libraries.h"
 #include "tinyddp/kernels/cuda_dispatch.h"
@@ -17,9 +16,14 @@ namespace {
 
 const char* narrow_name(DType narrow) { return narrow == DType::bf16 ? "bf16" : "f16"; }
 
+// Said plainly, because nothing else would tell a user who chose the mixed precision for speed: on
+// this path it computes the fp32 GEMM's work plus the rounding passes, so it cannot be faster.
 MixedGemmChoice rounded(DType narrow, const std::string& why, const MixedGemmFacts& facts) {
   return {MixedGemmPath::rounded_f32, why + ": operands rounded to " + narrow_name(narrow) +
-                                          ", their products summed by the f32 GEMM, " + facts.f32_gemm};
+                                          ", their products summed by the f32 GEMM, " + facts.f32_gemm +
+                                          ". On this CPU fp32 is faster: it does the same GEMMs without the " +
+                                          "rounding passes (" + narrow_name(narrow) +
+                                          " here gives the mixed precision's numbers, not speed)"};
 }
 
 MixedGemmFacts gather_facts() {
@@ -34,19 +38,6 @@ MixedGemmFacts gather_facts() {
   }
 #endif
   return facts;
-}
-
-// f32 -> bf16 or f16 -> f32, a block at a time through core/half_convert.h: one rounding for the
-// GEMM's operands and the collectives' narrow wire formats, in the fastest form this CPU has.
-template <typename Narrow>
-void round_through(const float* src, float* dst, size_t n) {
-  constexpr size_t kBlock = 1024;
-  Narrow block[kBlock];
-  for (size_t begin = 0; begin < n; begin += kBlock) {
-    const size_t count = std::min(kBlock, n - begin);
-    round_from_f32(src + begin, block, count);
-    widen_to_f32(block, dst + begin, count);
-  }
 }
 
 }  // namespace
@@ -94,29 +85,6 @@ std::string mixed_gemm_units(DType narrow, Device device) {
     return std::string("cuBLAS on ") + device.str() + ", " + (narrow == DType::bf16 ? "CUDA_R_16BF" : "CUDA_R_16F") +
            " operands, CUBLAS_COMPUTE_32F (tensor cores)";
   return cpu_mixed_gemm(narrow).units;
-}
-
-void round_to(const Tensor& src, DType narrow, Tensor& dst) {
-  constexpr const char* op = "round_to";
-  TINYDDP_CHECK(narrow == DType::bf16 || narrow == DType::f16, op, ": ", dtype_name(narrow), " is not a narrow type",
-                hint("round to bf16 or f16"));
-  TINYDDP_CHECK(src.defined() && src.dtype() == DType::f32, op, ": `src` is ", src.describe(), " but must be f32");
-  TINYDDP_CHECK(dst.defined() && (dst.dtype() == narrow || dst.dtype() == DType::f32), op, ": `dst` is ",
-                dst.describe(), " but must be ", dtype_name(narrow), " or f32",
-                hint("allocate it with mixed_operand_dtype"));
-  TINYDDP_CHECK(src.numel() == dst.numel() && src.device() == dst.device(), op, ": `src` is ", src.describe(),
-                " but `dst` is ", dst.describe(), hint("the same number of elements, on the same device"));
-  if (dst.dtype() == narrow) return convert(src, dst);
-  if (cuda_kernels_for(src)) {  // f32 holding rounded values on a GPU: there and back
-    Tensor narrow_copy = Tensor::empty(src.shape(), narrow, src.device());
-    convert(src, narrow_copy);
-    return convert(narrow_copy, dst);
-  }
-  const size_t n = size_t(src.numel());
-  if (narrow == DType::bf16)
-    round_through<bfloat16>(src.data<float>(), dst.data<float>(), n);
-  else
-    round_through<float16>(src.data<float>(), dst.data<float>(), n);
 }
 
 }  // namespace tinyddp::kernels

@@ -34,6 +34,13 @@ DType mixed_operand_dtype(DType narrow, Device device);
 // dst = src (f32) rounded to nearest even in `narrow`, stored in dst's dtype: `narrow`, or f32 holding
 // the rounded values. Same element count, same device.
 void round_to(const Tensor& src, DType narrow, Tensor& dst);
+// The same rounding written twice from one read of src: narrow_dst in `narrow` itself (what a layer
+// keeps for backward: half the bytes) and f32_dst holding the same values as f32 (the operand of an
+// f32 GEMM). kernels/mixed_passes.cpp.
+void round_to_both(const Tensor& src, DType narrow, Tensor& narrow_dst, Tensor& f32_dst);
+// bias_grad(dy, dbias, beta) and round_to(dy, narrow, dy_rounded) in one pass over dy: bit for bit
+// what the two calls write.
+void bias_grad_and_round(const Tensor& dy, Tensor& dbias, float beta, DType narrow, Tensor& dy_rounded);
 // Which units compute gemm() with `narrow` operands on `device`, and why, in words.
 std::string mixed_gemm_units(DType narrow, Device device);
 

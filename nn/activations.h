@@ -14,6 +14,7 @@ class ReLU : public Module {
   Tensor forward(const Tensor& input) override;
   Tensor backward(const Tensor& grad_output, bool want_input_grad = true) override;
   std::string describe() const override { return "ReLU()"; }
+  size_t saved_activation_bytes() const override { return input_.defined() ? input_.nbytes() : 0; }
 
  private:
   Tensor input_;
@@ -25,6 +26,7 @@ class GELU : public Module {
   Tensor forward(const Tensor& input) override;
   Tensor backward(const Tensor& grad_output, bool want_input_grad = true) override;
   std::string describe() const override { return "GELU(approximate='none')"; }
+  size_t saved_activation_bytes() const override { return input_.defined() ? input_.nbytes() : 0; }
 
  private:
   Tensor input_;

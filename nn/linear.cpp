@@ -35,20 +35,42 @@ Tensor Linear::forward(const Tensor& input) {
                 in_features_, "], got ", input.describe(), hint("flatten the input to [batch, features]"));
   TINYDDP_CHECK(input.device() == device_, describe(), ".forward: the input is on ", input.device().str(),
                 " but the layer is on ", device_.str(), hint("move the model or the batch with .to(device)"));
-  Tensor output = Tensor::empty({input.size(0), out_features_}, DType::f32, device_);
   precision_ = current_precision();
+  const DType narrow = operand_dtype(precision_);
+  TINYDDP_CHECK(input.dtype() == DType::f32 || (is_mixed(precision_) && input.dtype() == narrow), describe(),
+                ".forward: the input is ", input.describe(), " but must be f32",
+                is_mixed(precision_) ? std::string(" or ") + dtype_name(narrow) : std::string(),
+                hint(is_mixed(precision_) ? "convert it to f32" : "convert it to f32, or run under a mixed precision"));
+  Tensor output = Tensor::empty({input.size(0), out_features_}, DType::f32, device_);
   if (!is_mixed(precision_)) {
     kernels::gemm(input, false, weight_->value, true, output);  // y = x W^T
     input_ = input;
   } else {
     announce_precision(precision_, device_);
-    const DType narrow = operand_dtype(precision_), stored = kernels::mixed_operand_dtype(narrow, device_);
-    input_ = Tensor::empty(input.shape(), stored, device_);
-    kernels::round_to(input, narrow, input_);
+    const DType stored = kernels::mixed_operand_dtype(narrow, device_);
+    // Backward keeps the rounded input in the narrow type: half the bytes of f32. Where the GEMM
+    // takes f32 operands (CPUs without bf16 units), the f32 copy of the same values is a temporary.
+    Tensor x = input;
+    if (input.dtype() != narrow) {
+      input_ = Tensor::empty(input.shape(), narrow, device_);
+      if (stored == narrow) {
+        kernels::round_to(input, narrow, input_);
+        x = input_;
+      } else {
+        x = Tensor::empty(input.shape(), DType::f32, device_);
+        kernels::round_to_both(input, narrow, input_, x);
+      }
+    } else {
+      input_ = input;  // rounded already
+      if (stored != narrow) {
+        x = Tensor::empty(input.shape(), DType::f32, device_);
+        kernels::convert(input, x);
+      }
+    }
     if (!weight_operand_.defined() || weight_operand_.dtype() != stored || weight_operand_.device() != device_)
       weight_operand_ = Tensor::empty(weight_->value.shape(), stored, device_);
-    kernels::round_to(weight_->value, narrow, weight_operand_);   // the master weight stays f32
-    kernels::gemm(input_, false, weight_operand_, true, output);  // y = x W^T, summed in f32
+    kernels::round_to(weight_->value, narrow, weight_operand_);  // the master weight stays f32
+    kernels::gemm(x, false, weight_operand_, true, output);      // y = x W^T, summed in f32
   }
   if (bias_) kernels::bias_add(output, bias_->value);
   return output;
@@ -69,20 +91,28 @@ Tensor Linear::backward(const Tensor& grad_output, bool want_input_grad) {
   // iteration to rebuild its buckets. Announcing *before* computing dx is the point of DDP's design:
   // the Reducer can start all-reducing this layer's bucket while we (and the earlier layers) keep
   // computing, so communication hides behind the rest of backward.
-  if (bias_) {
-    kernels::bias_grad(grad_output, bias_->grad, bias_->begin_grad_write());  // db (+)= sum over rows of dy
-    bias_->mark_grad_ready();
-  }
-  // Under a mixed precision both GEMMs take dy rounded once, and write f32.
-  Tensor dy = grad_output;
+  //
+  // Under a mixed precision both GEMMs take dy rounded once -- in the same pass as db's column sums,
+  // which read the f32 dy -- and write f32.
+  Tensor dy = grad_output, x = input_;
   const Tensor* weight = &weight_->value;
   if (is_mixed(precision_)) {
-    const DType narrow = operand_dtype(precision_);
-    dy = Tensor::empty(grad_output.shape(), kernels::mixed_operand_dtype(narrow, device_), device_);
-    kernels::round_to(grad_output, narrow, dy);
+    const DType narrow = operand_dtype(precision_), stored = kernels::mixed_operand_dtype(narrow, device_);
+    dy = Tensor::empty(grad_output.shape(), stored, device_);
+    if (bias_)
+      kernels::bias_grad_and_round(grad_output, bias_->grad, bias_->begin_grad_write(), narrow, dy);
+    else
+      kernels::round_to(grad_output, narrow, dy);
+    if (stored != input_.dtype()) {  // the f32 GEMM's operand: the kept narrow input, widened (exact)
+      x = Tensor::empty(input_.shape(), stored, device_);
+      kernels::convert(input_, x);
+    }
     weight = &weight_operand_;
+  } else if (bias_) {
+    kernels::bias_grad(grad_output, bias_->grad, bias_->begin_grad_write());  // db (+)= sum over rows of dy
   }
-  kernels::gemm(dy, true, input_, false, weight_->grad, 1.f, weight_->begin_grad_write());  // dW (+)= dy^T x
+  if (bias_) bias_->mark_grad_ready();
+  kernels::gemm(dy, true, x, false, weight_->grad, 1.f, weight_->begin_grad_write());  // dW (+)= dy^T x
   weight_->mark_grad_ready();
   if (!want_input_grad) return Tensor();
   Tensor grad_input = Tensor::empty(input_.shape(), DType::f32, device_);

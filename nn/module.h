@@ -84,6 +84,9 @@ class Module {
   virtual Tensor backward(const Tensor& grad_output, bool want_input_grad = true) = 0;
   // A short description: "Linear(in_features=10, out_features=2, bias=True)".
   virtual std::string describe() const = 0;
+  // The bytes of the tensors the last forward kept for backward (the activations), as they are stored:
+  // what a mixed precision's narrow storage saves is read here.
+  virtual size_t saved_activation_bytes() const { return 0; }
 
   // Parameters in registration order, with names relative to this module ("weight", "0.bias").
   virtual std::vector<NamedParameter> named_parameters();

@@ -46,6 +46,12 @@ Tensor Sequential::backward(const Tensor& grad_output, bool want_input_grad) {
   return grad;
 }
 
+size_t Sequential::saved_activation_bytes() const {
+  size_t bytes = 0;
+  for (const auto& child : children_) bytes += child->saved_activation_bytes();
+  return bytes;
+}
+
 std::string Sequential::describe() const {
   std::ostringstream out;
   out << "Sequential(";

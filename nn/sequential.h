@@ -45,6 +45,8 @@ class Sequential : public Module {
   Tensor backward(const Tensor& grad_output, bool want_input_grad = true) override;
   // PyTorch's layout: "Sequential(\n  (0): Linear(...)\n  (1): ReLU()\n)".
   std::string describe() const override;
+  // The children's, summed.
+  size_t saved_activation_bytes() const override;
 
   std::vector<NamedParameter> named_parameters() override;
   void to(Device device) override;

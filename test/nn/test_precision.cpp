@@ -11,9 +11,11 @@
 
 #include "tinyddp/core/random.h"
 #include "tinyddp/kernels/ops.h"
+#include "tinyddp/nn/activations.h"
 #include "tinyddp/nn/linear.h"
 #include "tinyddp/nn/precision/loss_scaler.h"
 #include "tinyddp/nn/precision/precision.h"
+#include "tinyddp/nn/sequential.h"
 #include "test/mixed_gemm_reference.h"
 #include "test/test_support.h"
 
@@ -131,6 +133,59 @@ TEST_CASE("Linear under fp32 is unchanged by the policy, and a forward in fp32 a
     CHECK(layer.forward(x).to_vector<float>() != plain.to_vector<float>());
   }
   CHECK(layer.forward(x).to_vector<float>() == plain.to_vector<float>());
+}
+
+TEST_CASE("Linear under bf16 and fp16 keeps its input for backward in the narrow type: half the bytes of fp32") {
+  const int64_t batch = 12, in = 40, out = 9;
+  Generator gen(21);
+  nn::Linear layer(in, out, gen);
+  Tensor x = Tensor::empty({batch, in});
+  fill_uniform(x, -1.f, 1.f, gen);
+  CHECK(layer.saved_activation_bytes() == 0);  // nothing before a forward
+  layer.forward(x);
+  CHECK(layer.saved_activation_bytes() == size_t(batch * in * 4));
+  for (nn::Precision precision : {nn::Precision::bf16, nn::Precision::fp16}) {
+    nn::PrecisionScope scope(precision);
+    layer.forward(x);
+    CHECK(layer.saved_activation_bytes() == size_t(batch * in * 2));
+  }
+  // A model's: the sum over its layers. Linear(40, 30), ReLU (its f32 input), Linear(30, 9).
+  nn::Sequential model;
+  model.emplace<nn::Linear>(in, 30, gen);
+  model.emplace<nn::ReLU>();
+  model.emplace<nn::Linear>(30, out, gen);
+  model.forward(x);
+  CHECK(model.saved_activation_bytes() == size_t(batch * (in + 30 + 30) * 4));
+  nn::PrecisionScope scope(nn::Precision::bf16);
+  model.forward(x);
+  CHECK(model.saved_activation_bytes() == size_t(batch * (in * 2 + 30 * 4 + 30 * 2)));
+}
+
+TEST_CASE("Linear under bf16 takes an input already in bf16 as its f32 values rounded, bit for bit; fp32 refuses it") {
+  const int64_t batch = 8, in = 50, out = 6;
+  Generator gen(4);
+  nn::Linear a(in, out, gen);
+  Generator same(4);
+  nn::Linear b(in, out, same);
+  Tensor x = Tensor::empty({batch, in}), dy = Tensor::empty({batch, out});
+  fill_uniform(x, -3.f, 3.f, gen);
+  fill_uniform(dy, -1.f, 1.f, gen);
+  Tensor x_bf16 = Tensor::empty(x.shape(), DType::bf16);
+  kernels::convert(x, x_bf16);
+  Tensor ya, yb;
+  {
+    nn::PrecisionScope scope(nn::Precision::bf16);
+    ya = a.forward(x);
+    yb = b.forward(x_bf16);
+  }
+  CHECK(ya.to_vector<float>() == yb.to_vector<float>());
+  CHECK(a.backward(dy).to_vector<float>() == b.backward(dy).to_vector<float>());
+  CHECK(a.weight().grad.to_vector<float>() == b.weight().grad.to_vector<float>());
+  CHECK(a.bias().grad.to_vector<float>() == b.bias().grad.to_vector<float>());
+  CHECK(b.saved_activation_bytes() == size_t(batch * in * 2));
+  CHECK_THROWS_WITH_AS(b.forward(x_bf16), doctest::Contains("the input is bf16[8, 50] on cpu but must be f32"), Error);
+  nn::PrecisionScope scope(nn::Precision::fp16);
+  CHECK_THROWS_WITH_AS(b.forward(x_bf16), doctest::Contains("but must be f32 or f16"), Error);
 }
 
 // ---- the loss scaler ----------------------------------------------------------------------------------
