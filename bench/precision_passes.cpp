@@ -1,7 +1,7 @@
 // Where a training step's time goes, fp32 beside a mixed precision: each layer's forward and
 // backward timed on its own, in rounds that alternate the two precisions (so a neighbour's load on a
 // shared host falls on both alike), medians over the rounds. Also the bytes each layer keeps for
-// backward.
+// backward, and (bf16) the rounding passes alone beside the forms they replaced.
 //
 //   build/bin/precision_passes                         # 784-1024-1024-10, batch 256, fp32 vs bf16
 //   build/bin/precision_passes --precision fp16 --rounds 50
@@ -12,11 +12,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "tinyddp/core/command_line.h"
+#include "tinyddp/core/half_convert.h"
 #include "tinyddp/kernels/cpu_gemm.h"
 #include "tinyddp/kernels/ops.h"
 #include "tinyddp/nn/activations.h"
@@ -61,11 +63,62 @@ std::map<std::string, double> timed_step(nn::Sequential& model, nn::CrossEntropy
   for (size_t i = model.size(); i-- > 0;) {
     const auto t0 = Clock::now();
     grad = model[i].backward(grad, i > 0);
-    t[std::to_string(i) + " " + model[i].describe().substr(0, model[i].describe().find('(')) + " bwd"] =
-        seconds_since(t0);
+    t[std::to_string(i) + " " + model[i].describe().substr(0, model[i].describe().find('(')) + " bwd"] = seconds_since(
+        t0);
   }
   t["step"] = seconds_since(step0);
   return t;
+}
+
+// The rounding passes alone, on one hidden layer's shapes (weight [hidden, hidden], activations and dy
+// [batch, hidden]), each beside what it replaced, alternating, medians: bf16 only.
+void time_rounding_passes(int64_t batch, int64_t hidden, int64_t rounds) {
+  Generator gen(2);
+  Tensor w = Tensor::empty({hidden, hidden}), x = Tensor::empty({batch, hidden}), dy = Tensor::empty({batch, hidden});
+  fill_uniform(w, -1.f, 1.f, gen);
+  fill_uniform(x, 0.f, 1.f, gen);
+  fill_uniform(dy, -1e-3f, 1e-3f, gen);
+  Tensor w_rounded = Tensor::empty(w.shape()), x_rounded = Tensor::empty(x.shape()),
+         dy_rounded = Tensor::empty(dy.shape());
+  Tensor x_narrow = Tensor::empty(x.shape(), DType::bf16), db = Tensor::empty({hidden});
+  std::vector<bfloat16> block(1024);
+  // round_to as it was: through core/half_convert.h's array conversions, a bf16 block between them.
+  auto through_half_convert = [&](const Tensor& src, Tensor& dst) {
+    const float* in = src.data<float>();
+    float* out = dst.data<float>();
+    for (size_t begin = 0, n = size_t(src.numel()); begin < n; begin += block.size()) {
+      const size_t count = std::min(block.size(), n - begin);
+      round_from_f32(in + begin, block.data(), count);
+      widen_to_f32(block.data(), out + begin, count);
+    }
+  };
+  struct Pass {
+    const char* name;
+    std::function<void()> run;
+    std::vector<double> seconds{};
+  };
+  std::vector<Pass> passes = {
+      {"W: two conversions through a bf16 block", [&] { through_half_convert(w, w_rounded); }},
+      {"W: round_to, f32 to f32", [&] { kernels::round_to(w, DType::bf16, w_rounded); }},
+      {"x: round_to, kept f32", [&] { kernels::round_to(x, DType::bf16, x_rounded); }},
+      {"x: round_to_both, kept bf16", [&] { kernels::round_to_both(x, DType::bf16, x_narrow, x_rounded); }},
+      {"x: widen the kept bf16 (backward)", [&] { kernels::convert(x_narrow, x_rounded); }},
+      {"dy: bias_grad, then round_to",
+       [&] {
+         kernels::bias_grad(dy, db, 0.f);
+         kernels::round_to(dy, DType::bf16, dy_rounded);
+       }},
+      {"dy: bias_grad_and_round", [&] { kernels::bias_grad_and_round(dy, db, 0.f, DType::bf16, dy_rounded); }},
+  };
+  for (int64_t r = 0; r < rounds + 2; ++r)
+    for (Pass& pass : passes) {
+      const auto t0 = Clock::now();
+      pass.run();
+      if (r >= 2) pass.seconds.push_back(seconds_since(t0));
+    }
+  std::printf("  rounding passes, bf16, W [%lld, %lld], x and dy [%lld, %lld]: median us\n", (long long)hidden,
+              (long long)hidden, (long long)batch, (long long)hidden);
+  for (Pass& pass : passes) std::printf("    %-36s %10.1f\n", pass.name, median(pass.seconds) * 1e6);
 }
 
 }  // namespace
@@ -126,6 +179,7 @@ int main(int argc, char** argv) {
     }
     std::printf("  %-16s %12zu %12zu %9.2fx\n", "saved bytes", saved_bytes[0], saved_bytes[1],
                 double(saved_bytes[1]) / double(saved_bytes[0]));
+    if (mixed == nn::Precision::bf16) time_rounding_passes(batch, hidden, rounds);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "precision_passes: %s\n", e.what());

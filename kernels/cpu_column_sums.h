@@ -16,8 +16,8 @@ namespace tinyddp::kernels::detail {
 // block is summed, visit_row(row, i, j0, width) sees the same values while they are still in L1:
 // row points at in[i, j0], width of them.
 template <typename VisitRow>
-inline void cpu_column_sums(const float* __restrict in, float* __restrict out, float beta, int64_t rows,
-                            int64_t cols, VisitRow visit_row) {
+__attribute__((always_inline)) inline void cpu_column_sums(const float* __restrict in, float* __restrict out,
+                                                           float beta, int64_t rows, int64_t cols, VisitRow visit_row) {
   constexpr int64_t kBlock = 512;
   float sums[kBlock];
   for (int64_t j0 = 0; j0 < cols; j0 += kBlock) {

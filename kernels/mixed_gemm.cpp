@@ -19,11 +19,10 @@ const char* narrow_name(DType narrow) { return narrow == DType::bf16 ? "bf16" : 
 // Said plainly, because nothing else would tell a user who chose the mixed precision for speed: on
 // this path it computes the fp32 GEMM's work plus the rounding passes, so it cannot be faster.
 MixedGemmChoice rounded(DType narrow, const std::string& why, const MixedGemmFacts& facts) {
-  return {MixedGemmPath::rounded_f32, why + ": operands rounded to " + narrow_name(narrow) +
-                                          ", their products summed by the f32 GEMM, " + facts.f32_gemm +
-                                          ". On this CPU fp32 is faster: it does the same GEMMs without the " +
-                                          "rounding passes (" + narrow_name(narrow) +
-                                          " here gives the mixed precision's numbers, not speed)"};
+  return {MixedGemmPath::rounded_f32,
+          why + ": operands rounded to " + narrow_name(narrow) + ", their products summed by the f32 GEMM, " +
+              facts.f32_gemm + ". On this CPU fp32 is faster: it does the same GEMMs without the " +
+              "rounding passes (" + narrow_name(narrow) + " here gives the mixed precision's numbers, not speed)"};
 }
 
 MixedGemmFacts gather_facts() {

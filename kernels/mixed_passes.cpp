@@ -57,7 +57,8 @@ void round_through(const float* src, float* dst, size_t n) {
 // bits). Not given an AVX2 clone: bias_grad, whose loop this is, has none either (a clone would not
 // reach the shared loop inside), and one pass over dy is memory-bound at any vector width.
 template <typename Out>
-void bias_grad_round_bf16_loop(const float* in, float* dbias, float beta, Out* rounded, int64_t rows, int64_t cols) {
+TINYDDP_CPU_VECTOR_CLONES void bias_grad_round_bf16_loop(const float* in, float* dbias, float beta, Out* rounded,
+                                                         int64_t rows, int64_t cols) {
   detail::cpu_column_sums(in, dbias, beta, rows, cols,
                           [&](const float* __restrict row, int64_t i, int64_t j0, int64_t width) {
                             Out* __restrict out = rounded + i * cols + j0;
@@ -116,11 +117,10 @@ void round_to_both(const Tensor& src, DType narrow, Tensor& narrow_dst, Tensor& 
   check_rounded_like(op, "narrow_dst", src, narrow, narrow_dst);
   check_rounded_like(op, "f32_dst", src, narrow, f32_dst);
   if (narrow == DType::bf16 && !cuda_kernels_for(src)) {
-    round_bf16_both_loop(src.data<float>(), narrow_dst.data<bfloat16>(), f32_dst.data<float>(),
-                         size_t(src.numel()));
+    round_bf16_both_loop(src.data<float>(), narrow_dst.data<bfloat16>(), f32_dst.data<float>(), size_t(src.numel()));
     return;
   }
-  convert(src, narrow_dst);       // f16 (F16C rounds faster than it could be fused), and GPUs
+  convert(src, narrow_dst);      // f16 (F16C rounds faster than it could be fused), and GPUs
   convert(narrow_dst, f32_dst);  // widening is exact
 }
 

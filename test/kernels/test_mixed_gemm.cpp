@@ -175,7 +175,7 @@ TEST_CASE("the units of the mixed GEMM: oneDNN's bf16 matmul only where bf16 uni
   auto bf16 = [](const kernels::MixedGemmFacts& f) { return kernels::choose_cpu_mixed_gemm(DType::bf16, f); };
   CHECK(bf16(avx2).path == MixedGemmPath::rounded_f32);
   CHECK(bf16(avx2).units.find("no bf16 units on this CPU") != std::string::npos);
-  CHECK(bf16(avx2).units.find("OpenBLAS (Haswell)") != std::string::npos);  // and which f32 GEMM does the work
+  CHECK(bf16(avx2).units.find("OpenBLAS (Haswell)") != std::string::npos);          // and which f32 GEMM does the work
   CHECK(bf16(avx2).units.find("On this CPU fp32 is faster") != std::string::npos);  // and that it is no faster
   CHECK(bf16(bf16_units).units.find("fp32 is faster") == std::string::npos);
   CHECK(bf16(avx512).path == MixedGemmPath::rounded_f32);  // AVX-512 without BF16: emulation loses to f32

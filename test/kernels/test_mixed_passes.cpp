@@ -22,13 +22,13 @@ namespace {
 // Bit patterns that test the rounding's corners, then random patterns over the whole range.
 std::vector<float> corner_and_random_values() {
   std::vector<uint32_t> bits = {
-      0x00000000u, 0x80000000u,              // zeros
-      0x3f808000u, 0x3f818000u,              // ties: to the even 0x3f80, and up to 0x3f82
-      0x3f807fffu, 0x3f808001u,              // just below and above a tie
+      0x00000000u, 0x80000000u,               // zeros
+      0x3f808000u, 0x3f818000u,               // ties: to the even 0x3f80, and up to 0x3f82
+      0x3f807fffu, 0x3f808001u,               // just below and above a tie
       0x00008000u, 0x00018000u, 0x00000001u,  // subnormals: ties and the smallest
-      0x7f7fffffu, 0xff7f8000u,              // the largest finite: rounds to infinity
-      0x7f800000u, 0xff800000u,              // infinities
-      0x7f800001u, 0xffc12345u, 0x7fffffffu  // NaNs: signalling, negative with a payload, all ones
+      0x7f7fffffu, 0xff7f8000u,               // the largest finite: rounds to infinity
+      0x7f800000u, 0xff800000u,               // infinities
+      0x7f800001u, 0xffc12345u, 0x7fffffffu   // NaNs: signalling, negative with a payload, all ones
   };
   Generator gen(11);
   Tensor halves = Tensor::empty({2, 4096});  // the top and the bottom 16 bits of each pattern
@@ -54,7 +54,7 @@ TEST_CASE("round_to_both writes the bf16 rounding twice -- its bits and its f32 
     CAPTURE(u);
     const uint16_t got = narrow.data<bfloat16>()[i].bits;
     const float got_wide = wide.data<float>()[i];
-    CHECK(bits_of(got_wide) == uint32_t(got) << 16);                   // the two forms agree
+    CHECK(bits_of(got_wide) == uint32_t(got) << 16);                      // the two forms agree
     CHECK(bits_of(rounded_alone.data<float>()[i]) == bits_of(got_wide));  // and round_to's
     if ((u & 0x7fffffffu) > 0x7f800000u) {
       CHECK(got == uint16_t((u >> 16) | 0x0040u));  // NaN: its top bits kept, made quiet
