@@ -54,6 +54,11 @@ void bias_grad(const Tensor& dy, Tensor& dbias, float beta = 0.f);
 void relu_forward(const Tensor& x, Tensor& y);
 // dx = dy * (x > 0). dx may alias dy.
 void relu_backward(const Tensor& x, const Tensor& dy, Tensor& dx);
+// CPU: relu_forward that also writes mask (u8, x's shape) = 1 where x > 0, else 0 -- all that backward
+// needs of x, exactly, in a quarter of its bytes -- and the backward that reads it: dx = mask ? dy : 0,
+// bit for bit relu_backward's dx. dx may alias dy.
+void relu_forward_masked(const Tensor& x, Tensor& y, Tensor& mask);
+void relu_backward_masked(const Tensor& mask, const Tensor& dy, Tensor& dx);
 // GELU, exact form x * Phi(x) (PyTorch's default approximate='none').
 void gelu_forward(const Tensor& x, Tensor& y);
 void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx);

@@ -2,6 +2,7 @@
 
 #include "tinyddp/core/error.h"
 #include "tinyddp/kernels/ops.h"
+#include "tinyddp/nn/precision/precision.h"
 
 namespace tinyddp::nn {
 
@@ -18,16 +19,27 @@ void check_backward(const Tensor& saved_input, const Tensor& grad_output, const 
 
 Tensor ReLU::forward(const Tensor& input) {
   Tensor output = Tensor::empty(input.shape(), input.dtype(), input.device());
-  kernels::relu_forward(input, output);
-  input_ = input;
+  if (is_mixed(current_precision()) && input.device().is_cpu()) {
+    positive_ = Tensor::empty(input.shape(), DType::u8, input.device());
+    kernels::relu_forward_masked(input, output, positive_);
+    input_ = Tensor();
+  } else {
+    kernels::relu_forward(input, output);
+    input_ = input;
+    positive_ = Tensor();
+  }
   return output;
 }
 
 Tensor ReLU::backward(const Tensor& grad_output, bool want_input_grad) {
-  check_backward(input_, grad_output, describe());
+  const Tensor& saved = positive_.defined() ? positive_ : input_;
+  check_backward(saved, grad_output, describe());
   if (!want_input_grad) return Tensor();
-  Tensor grad_input = Tensor::empty(input_.shape(), DType::f32, input_.device());
-  kernels::relu_backward(input_, grad_output, grad_input);
+  Tensor grad_input = Tensor::empty(saved.shape(), DType::f32, saved.device());
+  if (positive_.defined())
+    kernels::relu_backward_masked(positive_, grad_output, grad_input);
+  else
+    kernels::relu_backward(input_, grad_output, grad_input);
   return grad_input;
 }
 

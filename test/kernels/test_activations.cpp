@@ -2,6 +2,9 @@
 // that include +-0, tiny values and large |x| (where erf saturates and exp(-x^2/2) underflows).
 #include <doctest/doctest.h>
 
+#include <limits>
+#include <vector>
+
 #include "tinyddp/kernels/ops.h"
 #include "kernel_fixtures.h"
 
@@ -16,6 +19,33 @@ TEST_CASE("relu forward and backward match PyTorch, including x = 0") {
   check_close(y, f.get("relu_y"), 0, 0, "relu(x)");
   kernels::relu_backward(x, f.get("dy"), dx);
   check_close(dx, f.get("relu_dx"), 0, 0, "relu'(x) dy");
+}
+
+TEST_CASE("relu with a u8 mask matches PyTorch too, and the mask is x > 0, in dx bit for bit relu_backward's") {
+  SafetensorsFile f = kernel_fixture("activations");
+  std::vector<float> values = f.get("x").to_vector<float>();
+  const float tiny = std::numeric_limits<float>::denorm_min(), nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> corners = {0.f, -0.f, tiny, -tiny, nan, -nan};
+  const size_t fixture_size = values.size();
+  values.insert(values.end(), corners.begin(), corners.end());
+  const Tensor x = Tensor::from_vector(values);
+  std::vector<float> dyv = f.get("dy").to_vector<float>();
+  dyv.insert(dyv.end(), {1.f, 2.f, 3.f, 4.f, 5.f, 6.f});
+  const Tensor dy = Tensor::from_vector(dyv);
+  Tensor y = Tensor::empty(x.shape()), mask = Tensor::empty(x.shape(), DType::u8);
+  Tensor dx = Tensor::empty(x.shape()), dx_plain = Tensor::empty(x.shape());
+  kernels::relu_forward_masked(x, y, mask);
+  kernels::relu_backward_masked(mask, dy, dx);
+  kernels::relu_backward(x, dy, dx_plain);
+  check_close(y.view(0, {int64_t(fixture_size)}), f.get("relu_y").view(0, {int64_t(fixture_size)}), 0, 0, "relu(x)");
+  check_close(dx.view(0, {int64_t(fixture_size)}), f.get("relu_dx").view(0, {int64_t(fixture_size)}), 0, 0,
+              "relu'(x) dy");
+  CHECK(bitwise_equal(dx, dx_plain));
+  for (size_t i = 0; i < values.size(); ++i) CHECK(mask.data<uint8_t>()[i] == (values[i] > 0.f ? 1 : 0));
+  CHECK(dx.data<float>()[fixture_size + 2] == 3.f);    // the smallest subnormal is > 0: its gradient passes
+  CHECK(mask.data<uint8_t>()[fixture_size + 4] == 0);  // NaN > 0 is false
+  Tensor wrong = Tensor::empty(x.shape());
+  CHECK_THROWS_WITH_AS(kernels::relu_forward_masked(x, y, wrong), doctest::Contains("must be u8"), Error);
 }
 
 TEST_CASE("gelu forward and backward match PyTorch's exact GELU") {

@@ -149,7 +149,8 @@ TEST_CASE("Linear under bf16 and fp16 keeps its input for backward in the narrow
     layer.forward(x);
     CHECK(layer.saved_activation_bytes() == size_t(batch * in * 2));
   }
-  // A model's: the sum over its layers. Linear(40, 30), ReLU (its f32 input), Linear(30, 9).
+  // A model's: the sum over its layers. Linear(40, 30), ReLU (its f32 input; under bf16 on the CPU one
+  // byte per element, whether x > 0), Linear(30, 9).
   nn::Sequential model;
   model.emplace<nn::Linear>(in, 30, gen);
   model.emplace<nn::ReLU>();
@@ -158,7 +159,30 @@ TEST_CASE("Linear under bf16 and fp16 keeps its input for backward in the narrow
   CHECK(model.saved_activation_bytes() == size_t(batch * (in + 30 + 30) * 4));
   nn::PrecisionScope scope(nn::Precision::bf16);
   model.forward(x);
-  CHECK(model.saved_activation_bytes() == size_t(batch * (in * 2 + 30 * 4 + 30 * 2)));
+  CHECK(model.saved_activation_bytes() == size_t(batch * (in * 2 + 30 * 1 + 30 * 2)));
+}
+
+TEST_CASE("ReLU under bf16 keeps a byte per element and gives fp32's gradient bit for bit") {
+  Generator gen(8);
+  Tensor x = Tensor::empty({6, 50}), dy = Tensor::empty({6, 50});
+  fill_uniform(x, -1.f, 1.f, gen);
+  fill_uniform(dy, -1.f, 1.f, gen);
+  x.data<float>()[0] = std::numeric_limits<float>::denorm_min();  // > 0, though bf16 would round it to 0
+  x.data<float>()[1] = -0.f;
+  nn::ReLU plain, mixed;
+  const Tensor y_plain = plain.forward(x);
+  Tensor y_mixed;
+  {
+    nn::PrecisionScope scope(nn::Precision::bf16);
+    y_mixed = mixed.forward(x);
+  }
+  CHECK(plain.saved_activation_bytes() == 6 * 50 * 4);
+  CHECK(mixed.saved_activation_bytes() == 6 * 50);
+  CHECK(bitwise_equal(y_plain, y_mixed));
+  const Tensor dx = mixed.backward(dy);
+  CHECK(bitwise_equal(plain.backward(dy), dx));
+  CHECK(dx.data<float>()[0] == dy.data<float>()[0]);
+  CHECK(dx.data<float>()[1] == 0.f);
 }
 
 TEST_CASE("Linear under bf16 takes an input already in bf16 as its f32 values rounded, bit for bit; fp32 refuses it") {
