@@ -3,9 +3,9 @@
 //
 // Checked against the reference loop and, bit for bit, against the FIFO ring: the same group options
 // with TINYDDP_STAGING=0 (the default, tuning.h) against TINYDDP_STAGING=1, a second implementation
-// whose fold order the staging keeps element by element. The sizes take several rounds of the staging (tuning::kStagingHalfBytes) with slices of
-// unequal size, and the calls follow each other with no barrier between them, so a rank that wrote a
-// staging half its peers still read would show as a wrong result.
+// whose fold order the staging keeps element by element. The sizes take several rounds of the staging
+// (tuning::kStagingHalfBytes) with slices of unequal size, and the calls follow each other with no barrier between
+// them, so a rank that wrote a staging half its peers still read would show as a wrong result.
 #include <doctest/doctest.h>
 
 #include "tinyddp/comm/host_backend.h"
