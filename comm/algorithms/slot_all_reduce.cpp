@@ -21,12 +21,13 @@ void slot_all_reduce(SymmetricBuffer& slots, const std::byte* in, std::byte* out
   const uint64_t step = slots.my_step() + 1;
   const size_t slot = (step & 1) * capacity;
 
-  std::memcpy(slots.data() + slot, in, bytes);
+  if (bytes > 0) std::memcpy(slots.data() + slot, in, bytes);  // an empty tensor's data may be null
   const SymmetricCall call{0, count, uint32_t(ctx.dtype), uint32_t(ctx.op), ctx.sequence};
   slots.publish(step, call);
   symmetric_barrier(slots, step, shm, ctx);
   check_same_call(slots, call, step, ctx, /*same_op=*/false);
 
+  if (bytes == 0) return;
   std::memcpy(out, slots.data_of(0) + slot, bytes);
   for (int p = 1; p < n; ++p) reduce_elements(out, out, slots.data_of(p) + slot, count, ctx.dtype, ctx.op);
   if (ctx.op == ReduceOp::avg) finish_average(out, count, ctx.dtype, ctx.world_size);
