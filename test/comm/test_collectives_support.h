@@ -4,6 +4,7 @@
 
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <functional>
@@ -42,6 +43,26 @@ inline std::vector<std::shared_ptr<comm::ProcessGroup>> make_groups(int world, c
   std::vector<std::shared_ptr<comm::ProcessGroup>> groups(static_cast<size_t>(world));
   run_ranks(world, [&](int r) { groups[size_t(r)] = comm::create_process_group("host", store, r, world, options); });
   return groups;
+}
+
+// A group over shared memory only (every rank on this host), named `name`.
+inline comm::ProcessGroupOptions shm_group(const std::string& name,
+                                           std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+  comm::ProcessGroupOptions options;
+  options.transport = "shm";
+  options.group_name = name;
+  options.timeout = timeout;
+  return options;
+}
+
+// Floats whose sum depends on the order of the additions (ranks differ by 10^7 in scale), different
+// for every `call`: equal results of two implementations mean the same fold order.
+inline Tensor order_sensitive_input(int rank, int64_t count, int call = 0) {
+  Tensor t = Tensor::empty({count});
+  for (int64_t i = 0; i < count; ++i)
+    t.data<float>()[i] = float(1.0 + 1e-7 * double((i * 7919 + rank * 104729 + call * 31) % 1000003)) *
+                         (rank % 2 ? 1e4f : 1e-3f);
+  return t;
 }
 
 // A rank's input value at index i, chosen per op so every result is exact in every dtype:

@@ -18,22 +18,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-ProcessGroupOptions shm_group(const std::string& name) {
-  ProcessGroupOptions options;
-  options.transport = "shm";
-  options.group_name = name;
-  return options;
-}
-
 HostBackend& host(ProcessGroup& pg) { return dynamic_cast<HostBackend&>(pg); }
-
-// Values whose float sum depends on the order of the additions.
-Tensor order_sensitive(int rank, int64_t count) {
-  Tensor t = Tensor::empty({count});
-  for (int64_t i = 0; i < count; ++i)
-    t.data<float>()[i] = float(1.0 + 1e-7 * double((i * 7919 + rank * 104729) % 1000003)) * (rank % 2 ? 1e4f : 1e-3f);
-  return t;
-}
 
 }  // namespace
 
@@ -60,7 +45,7 @@ TEST_CASE("ordinary tensors read with process_vm_readv equal the reference and, 
         CHECK(a.to_vector<float>() == reference_reduce<float>(op, world, count));
         CHECK(bitwise_equal(a, b));
       }
-      Tensor a = order_sensitive(r, count), b = a.clone();
+      Tensor a = order_sensitive_input(r, count), b = a.clone();
       cma[size_t(r)]->all_reduce(a)->wait();
       fifo[size_t(r)]->all_reduce(b)->wait();
       CHECK(bitwise_equal(a, b));
