@@ -2,10 +2,10 @@
 // and weights, f32 destination (products summed in f32 by AVX512-BF16's vdpbf16ps or AMX's tiles).
 //
 // oneDNN 2.6 has no bf16 counterpart of dnnl_sgemm in its C API, so this builds a matmul primitive
-// for each distinct product (shape, strides, alpha, beta) and keeps it per thread: a training step
-// repeats the same few products, and creating one costs far more than running a small one. The
-// transposes are strides, as dnnl_sgemm's 'T' is: no operand is copied. alpha is the primitive's
-// output scale, beta a sum post-op (c = alpha op(a) op(b) + beta c, as BLAS defines it).
+// for each distinct product (shape, strides, alpha, beta) and keeps it per thread until the thread
+// ends: a training step repeats the same few products, and creating one costs far more than running
+// a small one. The transposes are strides, as dnnl_sgemm's 'T' is: no operand is copied. alpha is the
+// primitive's output scale, beta a sum post-op (c = alpha op(a) op(b) + beta c, as BLAS defines it).
 //
 // Looked up, on first use, in the libdnnl that kernels/cpu_gemm_onednn.cpp loaded.
 #ifdef TINYDDP_WITH_ONEDNN
@@ -28,6 +28,7 @@ struct Matmul {
   decltype(&dnnl_engine_create) engine_create = nullptr;
   decltype(&dnnl_stream_create) stream_create = nullptr;
   decltype(&dnnl_stream_wait) stream_wait = nullptr;
+  decltype(&dnnl_stream_destroy) stream_destroy = nullptr;
   decltype(&dnnl_memory_desc_init_by_strides) memory_desc_init_by_strides = nullptr;
   decltype(&dnnl_matmul_desc_init) matmul_desc_init = nullptr;
   decltype(&dnnl_primitive_attr_create) attr_create = nullptr;
@@ -41,6 +42,7 @@ struct Matmul {
   decltype(&dnnl_primitive_desc_destroy) primitive_desc_destroy = nullptr;
   decltype(&dnnl_primitive_create) primitive_create = nullptr;
   decltype(&dnnl_primitive_execute) primitive_execute = nullptr;
+  decltype(&dnnl_primitive_destroy) primitive_destroy = nullptr;
   decltype(&dnnl_memory_create) memory_create = nullptr;
   decltype(&dnnl_memory_destroy) memory_destroy = nullptr;
   dnnl_engine_t engine = nullptr;
@@ -101,6 +103,7 @@ Matmul load() {
   find(library, "dnnl_engine_create", dnnl.engine_create, dnnl.error);
   find(library, "dnnl_stream_create", dnnl.stream_create, dnnl.error);
   find(library, "dnnl_stream_wait", dnnl.stream_wait, dnnl.error);
+  find(library, "dnnl_stream_destroy", dnnl.stream_destroy, dnnl.error);
   find(library, "dnnl_memory_desc_init_by_strides", dnnl.memory_desc_init_by_strides, dnnl.error);
   find(library, "dnnl_matmul_desc_init", dnnl.matmul_desc_init, dnnl.error);
   find(library, "dnnl_primitive_attr_create", dnnl.attr_create, dnnl.error);
@@ -114,6 +117,7 @@ Matmul load() {
   find(library, "dnnl_primitive_desc_destroy", dnnl.primitive_desc_destroy, dnnl.error);
   find(library, "dnnl_primitive_create", dnnl.primitive_create, dnnl.error);
   find(library, "dnnl_primitive_execute", dnnl.primitive_execute, dnnl.error);
+  find(library, "dnnl_primitive_destroy", dnnl.primitive_destroy, dnnl.error);
   find(library, "dnnl_memory_create", dnnl.memory_create, dnnl.error);
   find(library, "dnnl_memory_destroy", dnnl.memory_destroy, dnnl.error);
   if (!dnnl.error.empty()) return dnnl;
@@ -138,6 +142,22 @@ const Matmul& matmul() {
   return loaded;
 }
 
+// A thread's stream and its primitives, one per distinct product, destroyed when the thread ends
+// (for the main thread: at exit, before oneDNN's own statics go).
+struct ThreadProducts {
+  dnnl_stream_t stream = nullptr;
+  std::map<ProductKey, Product> products;
+
+  ThreadProducts() = default;
+  ThreadProducts(const ThreadProducts&) = delete;
+  ThreadProducts& operator=(const ThreadProducts&) = delete;
+  ~ThreadProducts() {
+    const Matmul& dnnl = matmul();
+    for (auto& [key, product] : products) dnnl.primitive_destroy(product.primitive);
+    if (stream) dnnl.stream_destroy(stream);
+  }
+};
+
 }  // namespace
 
 bool onednn_bf16_matmul_available(std::string* why_not) {
@@ -153,8 +173,9 @@ void onednn_bf16_gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, 
   TINYDDP_CHECK(dnnl.error.empty(), "gemm: bf16 operands on oneDNN, but ", dnnl.error,
                 hint("run with --precision fp32, or let the bf16 operands be rounded f32 (kernels/mixed_gemm.h)"));
   onednn_apply_threads();
-  thread_local std::map<ProductKey, Product> products;
-  thread_local dnnl_stream_t stream = nullptr;
+  thread_local ThreadProducts thread;
+  dnnl_stream_t& stream = thread.stream;
+  std::map<ProductKey, Product>& products = thread.products;
   if (!stream)
     TINYDDP_CHECK(dnnl.stream_create(&stream, dnnl.engine, dnnl_stream_default_flags) == dnnl_success,
                   "gemm: oneDNN could not create a CPU stream", hint("run with --precision fp32"));
