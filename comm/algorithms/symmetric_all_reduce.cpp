@@ -18,14 +18,11 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // The steps of one collective on a buffer: its progress counters advance by kSteps per collective.
-constexpr uint64_t kArrived = 1, kReduced = 2, kDone = 3, kSteps = 3;
+constexpr uint64_t kArrived = 1, kDone = 2, kSteps = 2;
 
 const char* step_name(uint64_t step) {
-  switch (step % kSteps) {
-    case kArrived % kSteps: return "to arrive at this collective (their data ready)";
-    case kReduced % kSteps: return "to finish reducing their slices";
-    default: return "to finish reading this rank's part";
-  }
+  return step % kSteps == kArrived % kSteps ? "to arrive at this collective (their data ready)"
+                                            : "to finish reducing their slices into every rank's part";
 }
 
 // The ranks (by position) whose counters have not reached `step`.
@@ -118,15 +115,16 @@ void symmetric_all_reduce(SymmetricBuffer& b, size_t offset, size_t count, ShmTr
   symmetric_barrier(b, base + kArrived, shm, ctx);
   check_same_call(b, call, base + kArrived, ctx);
 
-  std::byte* own = b.data() + offset;
-  const size_t my_begin = chunk_begin(count, n, me) * elem, my_count = chunk_count(count, n, me);
-  reduce_symmetric_slice(b, offset + my_begin, my_count, ctx);
-  if (ctx.op == ReduceOp::avg) finish_average(own + my_begin, my_count, ctx.dtype, ctx.world_size);
-  symmetric_barrier(b, base + kReduced, shm, ctx);
-  for (int step = 1; step < n; ++step) {
-    const int q = (me + step) % n;
-    const size_t at = chunk_begin(count, n, q) * elem;
-    std::memcpy(own + at, b.data_of(q) + offset + at, chunk_count(count, n, q) * elem);
+  // A block of the slice at a time: reduced into this rank's part, then written into every peer's
+  // part while it is still in cache. Nobody else reads or writes slice `me` of any part until the
+  // done barrier (each rank reads only its own slice of the others), so the pushes race with nothing.
+  const size_t my_begin = offset + chunk_begin(count, n, me) * elem, my_count = chunk_count(count, n, me);
+  const size_t block = std::max<size_t>(1, tuning::kSymmetricReduceBlockBytes / elem);
+  for (size_t done = 0; done < my_count; done += block) {
+    const size_t at = my_begin + done * elem, k = std::min(block, my_count - done);
+    reduce_symmetric_slice(b, at, k, ctx);
+    if (ctx.op == ReduceOp::avg) finish_average(b.data() + at, k, ctx.dtype, ctx.world_size);
+    for (int step = 1; step < n; ++step) std::memcpy(b.data_of((me + step) % n) + at, b.data() + at, k * elem);
   }
   symmetric_barrier(b, base + kDone, shm, ctx);
 }

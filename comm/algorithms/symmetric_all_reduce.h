@@ -1,14 +1,18 @@
 // All-reduce on a symmetric buffer (symmetric/symmetric_buffer.h): every rank of the host reads the
 // peers' data where it lies, in their parts of the buffer. No FIFO, no staging copy.
 //
-// Two-shot (reduce-scatter, then all-gather), n ranks, S bytes:
+// Two-shot (reduce-scatter, then all-gather), n ranks, S bytes, two barriers:
 //     1. arrive     every rank publishes its progress counter: its data is ready
 //     2. reduce     rank p reduces slice p (the ring's chunk p, chunks.h) of every rank's part into
-//                   its own part, reading the peers' slices in place: (n-1)S/n read from peers
-//     3. reduced    barrier: every slice is final
-//     4. gather     rank p copies slice q out of rank q's part into its own, for every q != p
-//     5. done       barrier: nobody reads this rank's part any more, so the caller may write it
+//        and push   its own part, reading the peers' slices in place, and writes each reduced block
+//                   into slice p of every peer's part while the block is in cache: (n-1)S/n read
+//                   from peers, (n-1)S/n written to them. No rank reads or writes another's slice p
+//                   but p, so the pushes need no barrier before them
+//     3. done       barrier: every part holds every reduced slice, and nobody touches this rank's
+//                   part any more, so the caller may read and write it
 //   Each rank reads S + (n-1)S/n and writes S: (n-1)S/n bytes reduced as a += b, (n-1)S/n copied.
+//   (Pulling the slices instead, a gather after a "reduced" barrier, moves the same bytes and costs a
+//   third barrier.)
 //   The slices are folded in the ring's order (x_p, then x_(p+1), ...), so the result is bitwise
 //   the FIFO ring's for sum, avg and prod.
 //
