@@ -80,6 +80,7 @@ struct FlagTexts {
   std::string o = "sum", d = "float", r = "0";
   std::string c = "1", z = "0", a = "1", I = "0", K = "0", S = "0", T = "0", u = "0", t = "1", g = "1", R = "0";
   std::string J, csv, backend = "host", transport = "auto", algo = "auto", device, init_method = "env://";
+  std::string rewrite = "0";
   // nccl-tests flags that have no counterpart here: accepted at 0 (off), refused otherwise.
   struct Unsupported {
     const char* names;
@@ -210,6 +211,12 @@ void add_flags(CLI::App& app, FlagTexts& x, const PerfCollective& collective) {
   app.add_option("--device", x.device, "cpu, cuda or cuda:N (default: cpu for host, the local rank's GPU for nccl)")
       ->type_name("DEVICE")
       ->group(ours);
+  app.add_option("--rewrite", x.rewrite,
+                 "1: every rank writes its input before each timed call, as a backward pass writes a bucket's "
+                 "gradients, and the writes' time is left out (needs -z 1; host memory)")
+      ->capture_default_str()
+      ->type_name("0|1")
+      ->group(ours);
   app.add_option("--init-method", x.init_method, "env:// (tinyddp-run, torchrun, srun, mpirun) or tcp://host:port")
       ->capture_default_str()
       ->type_name("URL")
@@ -311,6 +318,12 @@ void check_ours(const FlagTexts& x, PerfOptions& o, const PerfCollective& collec
     throw UsageError(
         "--device cpu with --backend nccl: NCCL moves CUDA tensors only; use --backend host for CPU tensors");
   o.device = x.device;
+  o.rewrite = parse_whole("--rewrite", x.rewrite, 0, 1, "0 leaves the input as the last call left it, 1 rewrites it") ==
+              1;
+  if (o.rewrite && !o.blocking)
+    throw UsageError("--rewrite 1 writes the input before each call, which needs each call done first: add -z 1");
+  if (o.rewrite && (o.backend != "host" || (!x.device.empty() && x.device != "cpu")))
+    throw UsageError("--rewrite 1 writes host memory: use it with --backend host on the cpu device");
   if (x.init_method != "env://" && x.init_method.rfind("tcp://", 0) != 0)
     throw UsageError("--init-method: '" + x.init_method + "' is neither env:// nor tcp://host:port");
   o.init_method = x.init_method;

@@ -64,6 +64,10 @@ struct PerfOptions {
   std::string algo = "auto";
   std::string device;  // "": cpu for host, cuda for nccl
   std::string init_method = "env://";
+  // Every rank writes its whole input before each timed call (the write's own time left out), as a
+  // backward pass writes the gradients of a DDP bucket before its all-reduce: the input's cache lines
+  // are then the writer's, not where the previous call left them. Needs -z 1 and host memory.
+  bool rewrite = false;
 
   std::string program;            // argv[0]'s file name
   std::vector<std::string> argv;  // as given, for the JSON

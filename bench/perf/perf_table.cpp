@@ -83,6 +83,9 @@ void PerfTable::header(const PerfJob& job, const std::string& json_file) const {
                static_cast<long long>(o.unalign));
   if (o.blocking)
     std::fprintf(out_, "# Blocking Enabled: wait after each collective, no barrier (nccl-tests' -z 2) \n");
+  if (o.rewrite)
+    std::fprintf(out_,
+                 "# Input rewritten by its rank before each timed call (--rewrite 1), the writes' time left out\n");
   if (o.per_iter_timing) {
     std::fprintf(
         out_,
