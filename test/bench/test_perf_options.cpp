@@ -124,3 +124,13 @@ TEST_CASE("-R takes nccl-tests' buffer registration: 0 ordinary, 2 symmetric; ot
   CHECK(refusal({"-R", "x"}) == "-R: 'x' is not a whole number");
   CHECK(refusal({"-R", "2", "--device", "cuda"}).find("-R 2: symmetric buffers are host memory") == 0);
 }
+
+TEST_CASE("--rewrite 1 needs each call awaited (-z 1) and host memory, and says so") {
+  CHECK_FALSE(parse({})->rewrite);
+  CHECK(parse({"-z", "1", "--rewrite", "1"})->rewrite);
+  CHECK_FALSE(parse({"--rewrite", "0"})->rewrite);
+  CHECK(refusal({"--rewrite", "1"}) ==
+        "--rewrite 1 writes the input before each call, which needs each call done first: add -z 1");
+  CHECK(refusal({"-z", "1", "--rewrite", "1", "--device", "cuda"}).find("--rewrite 1 writes host memory") == 0);
+  CHECK(refusal({"--rewrite", "2"}).find("--rewrite must be 0 or 1, got 2") == 0);
+}
