@@ -89,6 +89,26 @@ Contender library_contender(kernels::CpuGemm gemm) {
           }};
 }
 
+// tinyddp's own kernels::gemm on bf16 tensors: what Linear calls under --precision bf16 (oneDNN's
+// bf16 matmul where this CPU has bf16 units, else the rounded operands through the f32 GEMM).
+Contender mixed_contender(kernels::CpuGemm chosen) {
+  return {"tinyddp bf16 (kernels::gemm)", [chosen](const Shape3& s) {
+            Generator gen(1);
+            Tensor a32 = Tensor::empty(s.transpose_a ? Shape{s.k, s.m} : Shape{s.m, s.k});
+            Tensor b32 = Tensor::empty(s.transpose_b ? Shape{s.n, s.k} : Shape{s.k, s.n});
+            fill_uniform(a32, -1.f, 1.f, gen);
+            fill_uniform(b32, -1.f, 1.f, gen);
+            Tensor a = Tensor::empty(a32.shape(), DType::bf16), b = Tensor::empty(b32.shape(), DType::bf16);
+            kernels::round_to(a32, DType::bf16, a);
+            kernels::round_to(b32, DType::bf16, b);
+            Tensor c = Tensor::zeros({s.m, s.n});
+            return std::function<void()>([=]() mutable {
+              kernels::set_cpu_gemm(chosen);  // the rounded path's f32 GEMM, where it is taken
+              kernels::gemm(a, s.transpose_a, b, s.transpose_b, c);
+            });
+          }};
+}
+
 #ifdef TINYDDP_WITH_ONEDNN
 // bf16 from f32 by rounding to nearest even (what PyTorch's .to(torch.bfloat16) does).
 uint16_t to_bf16(float value) { return bf16_bits_from_f32(value); }
@@ -96,13 +116,15 @@ uint16_t to_bf16(float value) { return bf16_bits_from_f32(value); }
 // oneDNN's matmul primitive, src and weights of `type`, the output f32 (the bf16 GEMM a bf16 training
 // step would use: products accumulated in f32). Returns an empty function where this CPU has no
 // implementation of it.
-Contender onednn_matmul_contender(dnnl::memory::data_type type, const char* name) {
-  return {name, [type](const Shape3& s) -> std::function<void()> {
+// With `blocked_b`, op(b) is described as format_tag::any and kept in the layout the primitive asks for
+// (what a weight reordered once per step and used by every GEMM of the step would cost).
+Contender onednn_matmul_contender(dnnl::memory::data_type type, const char* name, bool blocked_b = false) {
+  return {name, [type, blocked_b](const Shape3& s) -> std::function<void()> {
             using tag = dnnl::memory::format_tag;
             using dt = dnnl::memory::data_type;
             dnnl::engine engine(dnnl::engine::kind::cpu, 0);
             dnnl::memory::desc a_md({s.m, s.k}, type, s.transpose_a ? tag::ba : tag::ab);
-            dnnl::memory::desc b_md({s.k, s.n}, type, s.transpose_b ? tag::ba : tag::ab);
+            dnnl::memory::desc b_md({s.k, s.n}, type, blocked_b ? tag::any : s.transpose_b ? tag::ba : tag::ab);
             dnnl::memory::desc c_md({s.m, s.n}, dt::f32, tag::ab);
             dnnl::matmul::primitive_desc pd;
             try {
@@ -110,7 +132,8 @@ Contender onednn_matmul_contender(dnnl::memory::data_type type, const char* name
             } catch (const dnnl::error&) {
               return {};
             }
-            auto a = std::make_shared<dnnl::memory>(a_md, engine), b = std::make_shared<dnnl::memory>(b_md, engine);
+            auto a = std::make_shared<dnnl::memory>(a_md, engine);
+            auto b = std::make_shared<dnnl::memory>(pd.weights_desc(), engine);
             auto c = std::make_shared<dnnl::memory>(c_md, engine);
             Generator gen(1);
             for (auto* m : {a.get(), b.get()}) {
@@ -164,7 +187,10 @@ int main(int argc, char** argv) {
     omp_set_num_threads(threads);  // the matmul primitive's threads (kernels::gemm sets its own)
     contenders.push_back(onednn_matmul_contender(dnnl::memory::data_type::f32, "oneDNN fp32 (matmul primitive)"));
     contenders.push_back(onednn_matmul_contender(dnnl::memory::data_type::bf16, "oneDNN bf16 in, fp32 out (matmul)"));
+    contenders.push_back(
+        onednn_matmul_contender(dnnl::memory::data_type::bf16, "oneDNN bf16, b in oneDNN's own layout", true));
 #endif
+    contenders.push_back(mixed_contender(kernels::cpu_gemm()));
     std::printf("tinyddp gemm_bench, %d thread(s); %s\n", threads, kernels::cpu_gemm_kernels().c_str());
     std::printf("tinyddp's choice here: %s\n", kernels::cpu_gemm_description().c_str());
     const kernels::CpuGemm chosen = kernels::cpu_gemm();
