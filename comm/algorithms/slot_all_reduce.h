@@ -2,7 +2,7 @@
 //
 // Below a few tens of KiB an all-reduce costs its synchronisations, not its bytes. The FIFO path's
 // direct exchange sends each rank's input to every peer and waits for theirs; the symmetric
-// buffers' two-shot form needs three barriers. Here every rank of the host has two slots in a
+// buffers' two-shot form needs two barriers. Here every rank of the host has two slots in a
 // symmetric buffer of the group's (symmetric/symmetric_buffer.h), and a call is:
 //
 //   1. stage    copy the input into this rank's slot of the call's parity (calls alternate slots)
