@@ -18,6 +18,9 @@
 #        TINYDDP_BENCH_QUICK=1 runs three small sizes only (a check that the script works)
 #        TINYDDP_BENCH_RT=1 runs every program (ours and Open MPI alike) under `chrt -f 1` (needs root):
 #        on a host shared with builds, so that they do not decide the figures; say so beside them
+#        TINYDDP_BENCH_REWRITE=1 has every program (ours and Open MPI alike) write its input before each
+#        call, the writes' time left out (--rewrite 1), as a backward pass writes a DDP bucket: the
+#        input's lines are then the writer's, not where the previous call left them
 # output: BUILD_DIR/bench-symmetric/ (raw tables, summary_w<N>.txt)
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -37,19 +40,21 @@ mpi=$build/bin/mpi_all_reduce
 sweeps=("-b 1K -e 16K -n 1000 -w 50" "-b 64K -e 16M -n 20 -w 5" "-b 64M -e 256M -n 5 -w 2")
 rt=()
 [ -z "${TINYDDP_BENCH_RT:-}" ] || rt=(chrt -f 1)
+rewrite=()
+[ -z "${TINYDDP_BENCH_REWRITE:-}" ] || rewrite=(--rewrite 1)
 [ -z "${TINYDDP_BENCH_QUICK:-}" ] || sweeps=("-b 1K -e 256K -n 5 -w 1")  # a check that the script runs
 
 ours() {  # WORLD REGISTRATION CROSS_MEMORY STAGING SWEEP: rows "bytes time_us" (in-place columns)
   local n=$1 reg=$2 cma=$3 staging=$4 sweep=$5
   # shellcheck disable=SC2086
-  TINYDDP_CROSS_MEMORY=$cma TINYDDP_STAGING=$staging "${rt[@]}" "$build/bin/tinyddp-run" -n "$n" "$perf" $sweep -f 4 -d float -o sum -c 1 -z 1 -R "$reg" --transport shm |
+  TINYDDP_CROSS_MEMORY=$cma TINYDDP_STAGING=$staging "${rt[@]}" "$build/bin/tinyddp-run" -n "$n" "$perf" $sweep -f 4 -d float -o sum -c 1 -z 1 -R "$reg" --transport shm "${rewrite[@]}" |
     sed -e 's/^\[rank [0-9]*\] //' | awk '$1 ~ /^[0-9]+$/ { if ($13 != 0) print "WRONG", $1; print $1, $10 }'
 }
 peer() {  # WORLD SWEEP
   local n=$1 sweep=$2
   [ -x "$mpi" ] || return 0
   # shellcheck disable=SC2086
-  "${rt[@]}" mpirun --allow-run-as-root --oversubscribe -np "$n" "$mpi" $sweep -f 4 2>/dev/null |
+  "${rt[@]}" mpirun --allow-run-as-root --oversubscribe -np "$n" "$mpi" $sweep -f 4 "${rewrite[@]}" 2>/dev/null |
     awk '$1 ~ /^[0-9]+$/ { if ($5 != 0) print "WRONG", $1; print $1, $2 }'
 }
 
@@ -77,10 +82,11 @@ for n in $worlds; do
       done
     done
   done
-  python3 - "$out/raw_w$n.txt" "$out/limits.txt" "$n" "$cpu" "${TINYDDP_BENCH_RT:-}" <<'EOF' | tee "$out/summary_w$n.txt"
+  python3 - "$out/raw_w$n.txt" "$out/limits.txt" "$n" "$cpu" "${TINYDDP_BENCH_RT:-}" "${TINYDDP_BENCH_REWRITE:-}" <<'EOF' | tee "$out/summary_w$n.txt"
 import statistics, sys
 raw, limits, n, cpu = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 rt = "; every program under chrt -f 1" if sys.argv[5] else ""
+rt += "; inputs rewritten before each call (--rewrite 1)" if sys.argv[6] else ""
 times, loads, wrong = {}, [], []
 for line in open(raw):
     f = line.split()
