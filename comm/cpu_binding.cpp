@@ -8,16 +8,34 @@
 
 namespace tinyddp::comm {
 
-int pick_communication_cpu(int local_index, int local_count) {
+namespace {
+
+// The CPUs this process may use, in order; empty when binding is off (TINYDDP_BIND=none) or they
+// cannot be read.
+std::vector<int> allowed_cpus() {
   enum class Bind { automatic, none };
-  if (env::choice<Bind>("TINYDDP_BIND", {{"auto", Bind::automatic}, {"none", Bind::none}}) == Bind::none) return -1;
+  if (env::choice<Bind>("TINYDDP_BIND", {{"auto", Bind::automatic}, {"none", Bind::none}}) == Bind::none) return {};
   cpu_set_t allowed;
-  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return -1;
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return {};
   std::vector<int> cpus;
   for (int c = 0; c < CPU_SETSIZE; ++c)
     if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+  return cpus;
+}
+
+}  // namespace
+
+int pick_communication_cpu(int local_index, int local_count) {
+  const std::vector<int> cpus = allowed_cpus();
   if (local_count < 2 || int(cpus.size()) < local_count) return -1;
   return cpus[size_t(local_index) % cpus.size()];
+}
+
+std::vector<int> worker_cpus(int local_index, int local_count) {
+  const std::vector<int> cpus = allowed_cpus();
+  const size_t n = size_t(local_count), i = size_t(local_index);
+  if (local_count < 2 || cpus.size() < n || local_index < 0 || i >= n) return {};
+  return {cpus.begin() + long(i * cpus.size() / n), cpus.begin() + long((i + 1) * cpus.size() / n)};
 }
 
 void bind_this_thread(int cpu) {

@@ -1,19 +1,30 @@
-// CPU binding: which core a process group's communication thread runs on.
+// CPU binding: which CPUs each rank of a host runs on, and which core its communication thread takes.
 //
 // Ranks that exchange through memory wake each other constantly, and the scheduler likes to wake a
 // thread on the CPU of the thread that woke it: left alone, two ranks end up taking turns on one
 // core while the other idles. One core each (what mpirun's default binding does) stops that. Only
 // when every rank of the host gets a core of its own; TINYDDP_BIND=none turns it off. The CPUs come
 // from this process's allowed set, so a launcher's own binding is respected.
+//
+// Two levels: tinyddp-run starts each worker on its own share of the node's CPUs (as mpirun binds
+// its ranks), which also keeps a blocking caller -- a rank's own thread running its collectives --
+// off its peers' cores; inside a rank, the communication thread is pinned to one CPU of the rank's.
 #pragma once
 
 #include <sched.h>
+
+#include <vector>
 
 namespace tinyddp::comm {
 
 // The CPU for the communication thread of the local_index-th of local_count ranks on this host, or
 // -1 for none (fewer CPUs than ranks, a single rank, or TINYDDP_BIND=none).
 int pick_communication_cpu(int local_index, int local_count);
+
+// The CPUs a launcher gives the local_index-th of local_count workers it starts on this host: an equal
+// share, in order, of the CPUs this process may use (worker i: the i-th of local_count runs of them).
+// Empty for none: a single worker, more workers than CPUs, or TINYDDP_BIND=none.
+std::vector<int> worker_cpus(int local_index, int local_count);
 
 // Binds the calling thread to `cpu` for good.
 void bind_this_thread(int cpu);

@@ -1,6 +1,7 @@
 #include "tinyddp/core/child_processes.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -44,8 +45,10 @@ void close_from(int first, int keep) {
 
 // The child's side of start(), from fork to exec: only async-signal-safe calls. `report` is the
 // close-on-exec pipe an exec failure's errno goes into.
-[[noreturn]] void become(const ChildCommand& command, char* const* argv, char* const* envp, pid_t parent, int report) {
+[[noreturn]] void become(const ChildCommand& command, char* const* argv, char* const* envp, const cpu_set_t* cpus,
+                         pid_t parent, int report) {
   if (command.own_process_group) setpgid(0, 0);
+  if (cpus) sched_setaffinity(0, sizeof *cpus, cpus);  // should it fail, the child runs where its parent may
   // Die with the parent, even if it is killed with SIGKILL; and if it already died before this line,
   // go now rather than run unsupervised.
   prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -92,6 +95,10 @@ size_t ChildProcesses::start(const ChildCommand& command) {
   // Everything that allocates happens before fork(): this process may have threads, and between fork
   // and exec only async-signal-safe calls are allowed.
   std::vector<char*> argv = pointers(command.argv), envp = pointers(command.environment);
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  for (int cpu : command.cpus)
+    if (cpu >= 0 && cpu < CPU_SETSIZE) CPU_SET(cpu, &cpus);
   int report[2];
   TINYDDP_CHECK(pipe2(report, O_CLOEXEC) == 0, owner_, ": pipe2 failed: ", std::strerror(errno),
                 hint("the process may be out of file descriptors (ulimit -n)"));
@@ -102,7 +109,7 @@ size_t ChildProcesses::start(const ChildCommand& command) {
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &saved);
   pid_t pid = fork();
-  if (pid == 0) become(command, argv.data(), envp.data(), parent, report[1]);
+  if (pid == 0) become(command, argv.data(), envp.data(), command.cpus.empty() ? nullptr : &cpus, parent, report[1]);
   int fork_error = errno;
   pthread_sigmask(SIG_SETMASK, &saved, nullptr);
   close(report[1]);

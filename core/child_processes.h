@@ -42,6 +42,9 @@ struct ChildCommand {
   bool own_process_group = false;
   int stdout_fd = -1;  // where its stdout goes; -1: this process's stdout
   int stderr_fd = -1;  // the same for stderr
+  // The CPUs it may run on, set before exec so that every thread it starts inherits them; empty: the
+  // ones this process may run on.
+  std::vector<int> cpus{};
 };
 
 class ChildProcesses {

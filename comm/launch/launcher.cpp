@@ -16,6 +16,7 @@
 #include <sstream>
 #include <thread>
 
+#include "tinyddp/comm/cpu_binding.h"
 #include "tinyddp/comm/launch/flight_explain.h"
 #include "tinyddp/comm/store/prefix_store.h"
 #include "tinyddp/comm/store/store_server.h"
@@ -287,6 +288,7 @@ struct Launcher::Job {
       w.fds[0] = out[0];
       w.fds[1] = err[0];
       ChildCommand command{program_path, o.program, environment_with(env), true, out[1], err[1]};
+      if (o.bind_cpus) command.cpus = worker_cpus(local, o.nproc_per_node);
       try {
         w.pid = children.pid(children.start(command));
       } catch (...) {

@@ -65,6 +65,9 @@ struct LauncherOptions {
   std::string master_addr = "127.0.0.1";
   int master_port = 0;  // 0: pick a free port (one node only)
   int max_restarts = 0;
+  // Each worker starts on its own share of this node's CPUs, as mpirun binds its ranks
+  // (comm/cpu_binding.h: not when the workers outnumber the CPUs, nor under TINYDDP_BIND=none).
+  bool bind_cpus = true;
   std::vector<std::string> program;                           // argv of each worker; program[0] is searched on PATH
   std::chrono::milliseconds grace = std::chrono::seconds(5);  // between SIGTERM and SIGKILL
   std::chrono::milliseconds rendezvous_timeout = timeout_from_environment();  // for other nodes to join

@@ -82,6 +82,12 @@ int main(int argc, char** argv) {
   app.add_option("--max-restarts", options.max_restarts, "restarts of the whole group after a failure")
       ->check(between(0, 1000000))
       ->capture_default_str();
+  std::string cpu_bind = "auto";
+  app.add_option("--cpu-bind", cpu_bind,
+                 "auto: each worker on its own share of this node's CPUs, as mpirun binds (not when the workers "
+                 "outnumber them, nor under TINYDDP_BIND=none); none: wherever the scheduler puts them")
+      ->check(CLI::IsMember({"auto", "none"}))
+      ->capture_default_str();
   app.add_option("--grace-ms", grace_ms, "time between SIGTERM and SIGKILL when stopping workers")
       ->check(between(0, 3600000))
       ->capture_default_str();
@@ -105,6 +111,7 @@ int main(int argc, char** argv) {
   // Everything from the program's name on belongs to the program, options included.
   app.prefix_command();
   if (auto code = tinyddp::command_line::parse(app, argc, argv)) return *code;
+  options.bind_cpus = cpu_bind == "auto";
   if (!explain_dir.empty()) {
     try {
       std::cout << format_explanation(explain_flight_records(explain_dir));

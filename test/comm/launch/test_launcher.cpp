@@ -2,11 +2,14 @@
 // output prefixes, failure handling, restarts, signals, orphans, and two nodes on one host.
 #include <doctest/doctest.h>
 
+#include <sched.h>
 #include <signal.h>
 #include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 #include <sstream>
 
 #include "tinyddp/comm/launch/launcher.h"
@@ -101,6 +104,69 @@ TEST_CASE("tinyddp-run: 4 workers get their environment and their output comes b
   size_t same = 0;
   for (size_t p = 0; (p = outcome.report.find("port=" + port + "\n", p)) != std::string::npos; ++p) ++same;
   CHECK(same == 4);
+}
+
+namespace {
+
+// The CPUs /proc's "Cpus_allowed_list:\t0-2,5" names, from its text after the tab.
+std::set<int> cpu_list(const std::string& text) {
+  std::set<int> cpus;
+  std::stringstream in(text);
+  std::string range;
+  while (std::getline(in, range, ',')) {
+    const size_t dash = range.find('-');
+    const int first = std::stoi(range.substr(0, dash)),
+              last = dash == std::string::npos ? first : std::stoi(range.substr(dash + 1));
+    for (int c = first; c <= last; ++c) cpus.insert(c);
+  }
+  return cpus;
+}
+
+// Each worker's allowed CPUs, as its own /proc/self/status says, by rank.
+std::map<int, std::set<int>> worker_cpus_under(std::vector<std::string> flags, int n) {
+  flags.insert(flags.begin(), {"-n", std::to_string(n)});
+  for (const char* arg : {"--", "/bin/sh", "-c", "grep Cpus_allowed_list /proc/self/status"}) flags.push_back(arg);
+  auto outcome = run_launcher(flags);
+  REQUIRE_MESSAGE(outcome.ok(), outcome.describe());
+  std::map<int, std::set<int>> cpus;
+  std::stringstream lines(outcome.report);
+  for (std::string line; std::getline(lines, line);) {
+    const size_t tab = line.find("Cpus_allowed_list:\t");
+    if (line.rfind("[rank ", 0) == 0 && tab != std::string::npos)
+      cpus[std::stoi(line.substr(6))] = cpu_list(line.substr(tab + 19));
+  }
+  REQUIRE_MESSAGE(cpus.size() == size_t(n), outcome.report);
+  return cpus;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "tinyddp-run: each worker starts on its own share of the CPUs, as mpirun binds; none and too many workers bind "
+    "nothing") {
+  cpu_set_t mine;
+  REQUIRE(sched_getaffinity(0, sizeof mine, &mine) == 0);
+  std::set<int> allowed;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &mine)) allowed.insert(c);
+  const int count = int(allowed.size());
+  if (count >= 2) {
+    // Shares: not empty, disjoint, in rank order, within one CPU of each other in size, and all of them together.
+    auto shares = worker_cpus_under({}, 2);
+    std::set<int> all;
+    for (auto& [rank, cpus] : shares) {
+      CHECK_FALSE(cpus.empty());
+      all.insert(cpus.begin(), cpus.end());
+    }
+    CHECK(all == allowed);
+    CHECK(*shares[0].rbegin() < *shares[1].begin());
+    CHECK(std::abs(int(shares[0].size()) - int(shares[1].size())) <= 1);
+    for (auto& [rank, cpus] : worker_cpus_under({"--cpu-bind", "none"}, 2)) CHECK(cpus == allowed);
+  }
+  for (auto& [rank, cpus] : worker_cpus_under({}, count + 1)) CHECK(cpus == allowed);  // more workers than CPUs
+  auto refused = run_launcher({"--cpu-bind", "cores", "true"});
+  CHECK(refused.exit_code != 0);
+  CHECK_MESSAGE(contains(refused.report, "--cpu-bind: cores not in {auto,none}"), refused.report);
 }
 
 TEST_CASE("tinyddp-run: 4 workers rendezvous by env:// through the launcher's store") {
