@@ -35,9 +35,10 @@ perf=$build/bin/all_reduce_perf
 mpi=$build/bin/mpi_all_reduce
 [ -x "$mpi" ] || echo "(Open MPI's program is not built: install libopenmpi-dev openmpi-bin and rebuild; ours alone)"
 
-# Three sweeps per program: the small sizes with many iterations (each is a few microseconds), the
-# middle ones with fewer, the largest with few.
-sweeps=("-b 1K -e 16K -n 1000 -w 50" "-b 64K -e 16M -n 20 -w 5" "-b 64M -e 256M -n 5 -w 2")
+# Four sweeps per program, each with enough iterations that one scheduler hiccup (tens of
+# microseconds) does not decide a row: the small sizes (a few microseconds a call), 64 KiB - 1 MiB
+# (a few to a hundred), 4 - 16 MiB, and the largest.
+sweeps=("-b 1K -e 16K -n 1000 -w 50" "-b 64K -e 1M -n 200 -w 20" "-b 4M -e 16M -n 20 -w 5" "-b 64M -e 256M -n 5 -w 2")
 rt=()
 [ -z "${TINYDDP_BENCH_RT:-}" ] || rt=(chrt -f 1)
 rewrite=()
