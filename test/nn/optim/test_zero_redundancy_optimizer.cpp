@@ -163,7 +163,7 @@ TEST_CASE("ZeRO-1's shards and their state follow DDP's bucket rebuild, still bi
   constexpr int kWorld = 3;
   auto groups = ring_groups(kWorld);
   std::vector<std::vector<float>> zero_weights(kWorld), ddp_weights(kWorld);
-  std::vector<bool> rebuilt(kWorld);
+  std::vector<char> rebuilt(kWorld);  // not bool: the rank threads' flags would share a word and race
   run_ranks(kWorld, [&](int rank) {
     for (bool zero : {true, false}) {
       ForwardOrderModule model({7, 5, 9, 4}, rank);
