@@ -181,6 +181,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     kernels::set_cpu_threads(threads);
+    const kernels::CpuGemm chosen = kernels::cpu_gemm();
     std::vector<Contender> contenders;
     for (kernels::CpuGemm gemm : kernels::available_cpu_gemms()) contenders.push_back(library_contender(gemm));
 #ifdef TINYDDP_WITH_ONEDNN
@@ -190,10 +191,9 @@ int main(int argc, char** argv) {
     contenders.push_back(
         onednn_matmul_contender(dnnl::memory::data_type::bf16, "oneDNN bf16, b in oneDNN's own layout", true));
 #endif
-    contenders.push_back(mixed_contender(kernels::cpu_gemm()));
+    contenders.push_back(mixed_contender(chosen));
     std::printf("tinyddp gemm_bench, %d thread(s); %s\n", threads, kernels::cpu_gemm_kernels().c_str());
     std::printf("tinyddp's choice here: %s\n", kernels::cpu_gemm_description().c_str());
-    const kernels::CpuGemm chosen = kernels::cpu_gemm();
 
     for (const Shape3& shape : kShapes) {
       const double flop = 2.0 * double(shape.m) * double(shape.n) * double(shape.k);

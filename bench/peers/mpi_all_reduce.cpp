@@ -67,9 +67,12 @@ int main(int argc, char** argv) {
       iters = std::max(1, std::atoi(argv[i + 1]));
     else if (flag == "-w")
       warmup = std::max(0, std::atoi(argv[i + 1]));
-    else if (flag == "--rewrite")
-      rewrite = std::atoi(argv[i + 1]) == 1;
-    else {
+    else if (flag == "--rewrite" && (std::string(argv[i + 1]) == "0" || std::string(argv[i + 1]) == "1"))
+      rewrite = argv[i + 1][0] == '1';
+    else if (flag == "--rewrite") {
+      if (rank == 0) std::fprintf(stderr, "mpi_all_reduce: --rewrite takes 0 or 1, not '%s'\n", argv[i + 1]);
+      MPI_Abort(MPI_COMM_WORLD, 2);
+    } else {
       if (rank == 0)
         std::fprintf(stderr, "mpi_all_reduce: unknown flag %s; flags: -b -e -f -n -w --rewrite\n", flag.c_str());
       MPI_Abort(MPI_COMM_WORLD, 2);

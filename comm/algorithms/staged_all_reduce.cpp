@@ -53,7 +53,6 @@ void staged_all_reduce(SymmetricBuffer& staging, const std::byte* in, std::byte*
     const auto [my_begin, my_k] = window_of(me);
     const size_t my_at = at + size_t(me) * window * elem;
     reduce_symmetric_slice(staging, my_at, my_k, ctx);
-    if (ctx.op == ReduceOp::avg) finish_average(staging.data() + my_at, my_k, ctx.dtype, ctx.world_size);
     symmetric_barrier(staging, base + kReduced, shm, ctx);
 
     for (int step = 0; step < n; ++step) {

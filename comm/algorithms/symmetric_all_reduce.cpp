@@ -87,17 +87,19 @@ void check_same_call(const SymmetricBuffer& b, const SymmetricCall& mine, uint64
   }
 }
 
-void reduce_symmetric_slice(const SymmetricBuffer& b, size_t at, size_t count, const CollectiveContext& ctx) {
+void reduce_symmetric_slice(const SymmetricBuffer& b, size_t at, size_t count, const CollectiveContext& ctx,
+                            bool push_to_peers) {
   const size_t elem = dtype_size(ctx.dtype);
   const int n = b.parties(), me = b.position();
   const size_t block = std::max<size_t>(1, tuning::kSymmetricReduceBlockBytes / elem);
-  std::byte* own = b.data() + at;
   for (size_t done = 0; done < count; done += block) {
-    const size_t k = std::min(block, count - done);
-    for (int step = 1; step < n; ++step) {
-      const std::byte* theirs = b.data_of((me + step) % n) + at;
-      reduce_elements(own + done * elem, own + done * elem, theirs + done * elem, k, ctx.dtype, ctx.op);
-    }
+    const size_t k = std::min(block, count - done), where = at + done * elem;
+    std::byte* own = b.data() + where;
+    for (int step = 1; step < n; ++step)
+      reduce_elements(own, own, b.data_of((me + step) % n) + where, k, ctx.dtype, ctx.op);
+    if (ctx.op == ReduceOp::avg) finish_average(own, k, ctx.dtype, ctx.world_size);
+    if (push_to_peers)
+      for (int step = 1; step < n; ++step) std::memcpy(b.data_of((me + step) % n) + where, own, k * elem);
   }
 }
 
@@ -115,17 +117,10 @@ void symmetric_all_reduce(SymmetricBuffer& b, size_t offset, size_t count, ShmTr
   symmetric_barrier(b, base + kArrived, shm, ctx);
   check_same_call(b, call, base + kArrived, ctx);
 
-  // A block of the slice at a time: reduced into this rank's part, then written into every peer's
-  // part while it is still in cache. Nobody else reads or writes slice `me` of any part until the
-  // done barrier (each rank reads only its own slice of the others), so the pushes race with nothing.
-  const size_t my_begin = offset + chunk_begin(count, n, me) * elem, my_count = chunk_count(count, n, me);
-  const size_t block = std::max<size_t>(1, tuning::kSymmetricReduceBlockBytes / elem);
-  for (size_t done = 0; done < my_count; done += block) {
-    const size_t at = my_begin + done * elem, k = std::min(block, my_count - done);
-    reduce_symmetric_slice(b, at, k, ctx);
-    if (ctx.op == ReduceOp::avg) finish_average(b.data() + at, k, ctx.dtype, ctx.world_size);
-    for (int step = 1; step < n; ++step) std::memcpy(b.data_of((me + step) % n) + at, b.data() + at, k * elem);
-  }
+  // Nobody else reads or writes slice `me` of any part until the done barrier (each rank reads only
+  // its own slice of the others), so the pushes race with nothing.
+  reduce_symmetric_slice(b, offset + chunk_begin(count, n, me) * elem, chunk_count(count, n, me), ctx,
+                         /*push_to_peers=*/true);
   symmetric_barrier(b, base + kDone, shm, ctx);
 }
 
