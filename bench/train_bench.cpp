@@ -10,7 +10,8 @@
 //
 // With --world-size W > 1 it then trains the same model data-parallel on W CPU workers (the Trainer with
 // its MultiDevice add-on: W processes, DistributedDataParallel, batch --batch-size per rank), and prints the
-// global samples/s and the scaling efficiency: W-rank samples/s / (W x single-process samples/s).
+// global samples/s and the scaling efficiency: W-rank samples/s / (W x one rank's samples/s), one rank
+// being the same Trainer without DDP taking as many steps as each of the W ranks.
 // --torch-anchor runs PyTorch on the same job in the same run, in one process right after ours and
 // with DDP after our data-parallel part, and prints the ratios.
 //
@@ -27,10 +28,13 @@
 // The PyTorch figure for the same job: bench/peers/torch_train.py (its defaults are this job)
 // (bench/run_all.sh runs both in one command).
 #include <CLI/CLI.hpp>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <numeric>
 #include <optional>
 #include <string>
@@ -83,6 +87,24 @@ double median(std::vector<double> values) {
   return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
 }
 
+// The CPU time a hypervisor took from this machine's CPUs, in seconds, all CPUs together: /proc/stat's
+// steal column (0 where there is none to read). On a virtual machine whose host is busy, that time
+// is when a rank could not run at all, and a data-parallel step waits for its slowest rank: the
+// scaling figure means little beside a large one, so it is printed with it.
+double stolen_cpu_seconds() {
+  std::ifstream in("/proc/stat");
+  std::string cpu;
+  unsigned long long user, nice, system, idle, iowait, irq, softirq, steal;
+  if (!(in >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal) || cpu != "cpu") return 0;
+  return double(steal) / double(sysconf(_SC_CLK_TCK));
+}
+
+// What share of the machine's CPU time was stolen between two readings `seconds` apart.
+double stolen_share(double stolen_before, double seconds) {
+  const double cpus = double(std::max(1L, sysconf(_SC_NPROCESSORS_ONLN)));
+  return seconds > 0 ? (stolen_cpu_seconds() - stolen_before) / (seconds * cpus) : 0;
+}
+
 // Only the GEMMs of one training step: for each layer the forward y = x W^T, the weight gradient
 // dW = dy^T x, and the input gradient dx = dy W for every layer but the first (nobody needs the
 // gradient of the data; the training step skips it too). dW is accumulated (beta = 1): BLAS skips the
@@ -130,6 +152,12 @@ class BenchTrainer : public nn::Trainer {
  public:
   using nn::Trainer::Trainer;
   nn::StepOutput train_step(const nn::Batch& batch) override {
+    // The first step pays what a fresh process pays once (oneDNN making its kernels, the pages of
+    // every buffer touched): the rate is timed from the second step on, as nccl-tests times after its
+    // warm-up iterations. Spawned workers are fresh processes; a one-rank run in this one is not.
+    if (steps_ == 1) timed_from_ = Clock::now();
+    if (steps_ >= 1) timed_samples_ += double(batch.inputs.size(0));
+    ++steps_;
     float loss = loss_fn_.forward(forward(batch.inputs), batch.targets);
     return {.loss = loss, .output_grad = loss_fn_.backward()};
   }
@@ -139,9 +167,22 @@ class BenchTrainer : public nn::Trainer {
   // The bytes of this rank's optimizer state as of the last epoch end: the whole Adam state under
   // plain DDP, this rank's shards under ZeRO-1 (the stepping optimizer exists only while run() runs).
   size_t optimizer_state_bytes() const { return optimizer_state_bytes_; }
+  // This rank's samples from its second step to the end of its last epoch, and their seconds (0, 0
+  // after a single step). A spawner gets rank 0's through the final state's extra state.
+  double timed_samples() const { return timed_samples_; }
+  double timed_seconds() const { return timed_seconds_; }
+
+  Metadata get_extra_state() const override {
+    return {{"timed_samples", std::to_string(timed_samples_)}, {"timed_seconds", std::to_string(timed_seconds_)}};
+  }
+  void set_extra_state(const Metadata& state) override {
+    timed_samples_ = std::stod(state.at("timed_samples"));
+    timed_seconds_ = std::stod(state.at("timed_seconds"));
+  }
 
  protected:
   void on_epoch_end(const nn::EpochRecord& record) override {
+    if (steps_ > 1) timed_seconds_ = std::chrono::duration<double>(Clock::now() - timed_from_).count();
     if (auto* zero = dynamic_cast<nn::ZeroRedundancyOptimizer*>(&optimizer())) {
       optimizer_state_bytes_ = zero->state_bytes();
     } else {
@@ -154,6 +195,9 @@ class BenchTrainer : public nn::Trainer {
  private:
   nn::CrossEntropyLoss loss_fn_;
   size_t optimizer_state_bytes_ = 0;
+  int64_t steps_ = 0;
+  Clock::time_point timed_from_;
+  double timed_samples_ = 0, timed_seconds_ = 0;
 };
 
 struct DataParallelResult {
@@ -162,8 +206,9 @@ struct DataParallelResult {
   size_t optimizer_state_bytes = 0;  // this rank's
 };
 
-// Trains on `world` CPU ranks; the time is rank 0's, from the first batch to the end of the last epoch
-// (what the PyTorch anchor times between its barriers): process start-up and joining are not in it.
+// Trains on `world` CPU ranks; the time is rank 0's, from its second step to the end of the last epoch
+// (the first is a warm-up, see BenchTrainer): process start-up and joining are not in it. All of the
+// epochs' time when there was only one step.
 DataParallelResult data_parallel(int world, int64_t in, int64_t hidden, int64_t out, int64_t samples, int64_t batch,
                                  int64_t epochs, int zero_stage, nn::Precision precision) {
   auto dataset = examples::make_dummy_dataset(samples, in, 0);
@@ -179,8 +224,13 @@ DataParallelResult data_parallel(int world, int64_t in, int64_t hidden, int64_t 
   trainer.run(epochs, loader);
   DataParallelResult result;
   result.main_process = trainer.is_main_process();
-  for (const nn::EpochRecord& r : trainer.history()) result.seconds += r.seconds;
-  result.samples_per_second = double(samples * epochs) / result.seconds;
+  if (trainer.timed_seconds() > 0) {
+    result.seconds = trainer.timed_seconds();
+    result.samples_per_second = trainer.timed_samples() * world / result.seconds;  // every rank takes as many steps
+  } else {
+    for (const nn::EpochRecord& r : trainer.history()) result.seconds += r.seconds;
+    result.samples_per_second = double(samples * epochs) / result.seconds;
+  }
   if (!trainer.history().empty()) result.last_loss = trainer.history().back().train.at("loss");
   result.optimizer_state_bytes = trainer.optimizer_state_bytes();
   return result;
@@ -367,14 +417,33 @@ int main(int argc, char** argv) {
     }
 
     if (world_size > 1) {
+      // What the scaling efficiency is held against: the same Trainer on one rank (no DDP), taking as
+      // many steps as each rank of the data-parallel run takes (its share of the data set), right
+      // before it. What a run pays once (the first step's allocations, each epoch's start) then weighs
+      // the same on both sides; against the hand-written loop above, which takes world-size times the
+      // steps, it weighs world-size times as much on the data-parallel side.
+      const int64_t share = samples / world_size;
+      double stolen = stolen_cpu_seconds();
+      auto started = Clock::now();
+      DataParallelResult one = data_parallel(1, in, hidden, out, share, batch, epochs, 0, precision);
+      double one_stolen = stolen_share(stolen, std::chrono::duration<double>(Clock::now() - started).count());
+      std::printf(
+          "  one rank      : %.3f s  %8.0f samples/s  (the same Trainer without DDP on %lld samples: each data-parallel "
+          "rank's steps; from the second step on; CPU time stolen by the hypervisor %.1f%%)\n",
+          one.seconds, one.samples_per_second, (long long)share, 100 * one_stolen);
+      stolen = stolen_cpu_seconds();
+      started = Clock::now();
       DataParallelResult dp = data_parallel(world_size, in, hidden, out, samples, batch, epochs, zero_stage, precision);
+      double dp_stolen = stolen_share(stolen, std::chrono::duration<double>(Clock::now() - started).count());
       std::printf(
-          "  data-parallel : %.3f s  %8.0f samples/s  (%d CPU ranks, batch %lld per rank, last epoch loss %.4f)\n",
-          dp.seconds, dp.samples_per_second, world_size, (long long)batch, dp.last_loss);
+          "  data-parallel : %.3f s  %8.0f samples/s  (%d CPU ranks, batch %lld per rank, from the second step on, last "
+          "epoch loss %.4f; stolen %.1f%%)\n",
+          dp.seconds, dp.samples_per_second, world_size, (long long)batch, dp.last_loss, 100 * dp_stolen);
       std::printf(
-          "  scaling efficiency = %.1f%%  (%d-rank samples/s / (%d x single-process samples/s); speed-up %.2fx)\n",
-          100.0 * dp.samples_per_second / (world_size * train_rate), world_size, world_size,
-          dp.samples_per_second / train_rate);
+          "  scaling efficiency = %.1f%%  (%d-rank samples/s / (%d x one-rank samples/s); speed-up %.2fx; against the "
+          "hand-written loop's samples/s: %.1f%%)\n",
+          100.0 * dp.samples_per_second / (world_size * one.samples_per_second), world_size, world_size,
+          dp.samples_per_second / one.samples_per_second, 100.0 * dp.samples_per_second / (world_size * train_rate));
       if (!anchor.empty()) {
         double torch_rate = torch_anchor(anchor, world_size, in, hidden, out, samples, batch, epochs);
         if (torch_rate > 0)

@@ -334,7 +334,7 @@ std::shared_ptr<const std::string> spawn_workers(const std::vector<Device>& devi
     });
   std::vector<std::string> command = options.worker_command.empty() ? this_program_command() : options.worker_command;
 
-  SpawnedWorkers workers(command, environments);
+  SpawnedWorkers workers(command, environments, options.bind_cpus);
   std::vector<WorkerEnd> failures = workers.wait(options.timeout, options.grace);
   if (!failures.empty()) TINYDDP_FAIL(failure_text(failures, *store, devices));
   TINYDDP_CHECK(checkpoint_exists(*result_dir + "/" + kFinalState),

@@ -84,6 +84,9 @@ struct MultiDeviceOptions {
   std::chrono::milliseconds timeout{0};
   // Between SIGTERM and SIGKILL when workers are stopped.
   std::chrono::milliseconds grace = std::chrono::seconds(5);
+  // Start each spawned worker on its own share of this process's CPUs, as tinyddp-run's --cpu-bind auto
+  // does (nothing is bound when the workers outnumber the CPUs, nor under TINYDDP_BIND=none).
+  bool bind_cpus = true;
   // How a worker is started; empty: this program with this process's own arguments (this_program_command()).
   std::vector<std::string> worker_command;
 };

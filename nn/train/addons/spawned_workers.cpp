@@ -9,6 +9,7 @@
 #include <optional>
 #include <thread>
 
+#include "tinyddp/comm/cpu_binding.h"
 #include "tinyddp/core/error.h"
 #include "tinyddp/nn/train/addons/spawned_workers.h"
 
@@ -63,14 +64,19 @@ std::string WorkerEnd::describe() const {
   return who + " exited with code " + std::to_string(exit_code);
 }
 
-SpawnedWorkers::SpawnedWorkers(const std::vector<std::string>& argv, const std::vector<Environment>& environments) {
+SpawnedWorkers::SpawnedWorkers(const std::vector<std::string>& argv, const std::vector<Environment>& environments,
+                               bool bind_cpus) {
   TINYDDP_CHECK(!argv.empty() && !argv[0].empty(), "MultiDevice: the worker command is empty",
                 hint("give the program to run as argv[0]"));
   TINYDDP_CHECK(!environments.empty(), "MultiDevice: no workers to start", hint("give one environment per rank"));
   try {
     // The workers stay in this process's group: they share its terminal, and Ctrl-C reaches them too.
-    for (const Environment& env : environments)
-      pids_.push_back(children_.pid(children_.start({argv[0], argv, environment_with(env)})));
+    const int count = int(environments.size());
+    for (int rank = 0; rank < count; ++rank) {
+      ChildCommand command{argv[0], argv, environment_with(environments[size_t(rank)])};
+      if (bind_cpus) command.cpus = comm::worker_cpus(rank, count);
+      pids_.push_back(children_.pid(children_.start(command)));
+    }
   } catch (...) {
     stop_running(std::chrono::seconds(1));
     throw;

@@ -74,9 +74,12 @@ class SpawnedWorkers {
 
   // Starts `argv` once per entry of `environments`; worker i (rank i) gets this process's
   // environment with environments[i] added (replacing variables of the same name). argv[0] must be
-  // a path to an executable file. Throws when a worker cannot be started (the ones already started
-  // are stopped first).
-  SpawnedWorkers(const std::vector<std::string>& argv, const std::vector<Environment>& environments);
+  // a path to an executable file. With `bind_cpus`, worker i starts on its own share of this
+  // process's CPUs (comm::worker_cpus), as tinyddp-run starts its workers: two ranks on two cores then
+  // never queue on one core while the other idles. Throws when a worker cannot be started (the ones
+  // already started are stopped first).
+  SpawnedWorkers(const std::vector<std::string>& argv, const std::vector<Environment>& environments,
+                 bool bind_cpus = false);
   // Stops (SIGTERM, grace, SIGKILL) and reaps every worker still running.
   ~SpawnedWorkers();
   SpawnedWorkers(const SpawnedWorkers&) = delete;

@@ -4,6 +4,7 @@
 // SpawnedWorkers on plain shell commands, role detection, loader sharding.
 #include <doctest/doctest.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/socket.h>
@@ -15,6 +16,8 @@
 #include <cmath>
 #include <fstream>
 #include <optional>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -306,6 +309,64 @@ TEST_CASE("SpawnedWorkers: all succeed; a failure stops the rest; signals, timeo
   CHECK_THROWS_WITH(nn::SpawnedWorkers({"/nonexistent/program"}, {Env{}}),
                     doctest::Contains("cannot execute /nonexistent/program: No such file or directory"));
   CHECK(no_child_processes_left() == true);
+}
+
+namespace {
+
+// The CPUs a "Cpus_allowed_list:\t0-2,5" line of /proc/<pid>/status names.
+std::set<int> allowed_cpu_list(const std::string& line) {
+  std::set<int> cpus;
+  std::stringstream in(line.substr(line.find('\t') + 1));
+  std::string range;
+  while (std::getline(in, range, ',')) {
+    const size_t dash = range.find('-');
+    const int first = std::stoi(range.substr(0, dash)),
+              last = dash == std::string::npos ? first : std::stoi(range.substr(dash + 1));
+    for (int c = first; c <= last; ++c) cpus.insert(c);
+  }
+  return cpus;
+}
+
+// Each of `n` spawned workers' allowed CPUs, by rank, as the worker's own /proc/self/status says.
+std::vector<std::set<int>> spawned_cpus(int n, bool bind_cpus) {
+  TempDir dir;
+  const std::vector<std::string> sh = {"/bin/sh", "-c", "grep Cpus_allowed_list /proc/self/status > \"$OUT\""};
+  std::vector<nn::SpawnedWorkers::Environment> environments;
+  for (int rank = 0; rank < n; ++rank)
+    environments.push_back({{"OUT", (dir.path / ("rank" + std::to_string(rank))).string()}});
+  nn::SpawnedWorkers workers(sh, environments, bind_cpus);
+  REQUIRE(workers.wait(20s).empty());
+  std::vector<std::set<int>> cpus;
+  for (int rank = 0; rank < n; ++rank) {
+    std::ifstream in(dir.path / ("rank" + std::to_string(rank)));
+    std::string line;
+    REQUIRE(std::getline(in, line));
+    cpus.push_back(allowed_cpu_list(line));
+  }
+  return cpus;
+}
+
+}  // namespace
+
+TEST_CASE("SpawnedWorkers bind each worker to its own share of the CPUs, as tinyddp-run does; unbound, all of them") {
+  cpu_set_t mine;
+  REQUIRE(sched_getaffinity(0, sizeof mine, &mine) == 0);
+  std::set<int> allowed;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &mine)) allowed.insert(c);
+  for (const std::set<int>& cpus : spawned_cpus(2, false)) CHECK(cpus == allowed);
+  if (allowed.size() < 2) TINYDDP_SKIP("one CPU: nothing to share out");
+  // Shares: not empty, disjoint and in rank order, and all of them together.
+  std::vector<std::set<int>> shares = spawned_cpus(2, true);
+  std::set<int> all;
+  for (const std::set<int>& cpus : shares) {
+    CHECK_FALSE(cpus.empty());
+    all.insert(cpus.begin(), cpus.end());
+  }
+  CHECK(all == allowed);
+  CHECK(*shares[0].rbegin() < *shares[1].begin());
+  // More workers than CPUs: nothing is bound.
+  for (const std::set<int>& cpus : spawned_cpus(int(allowed.size()) + 1, true)) CHECK(cpus == allowed);
 }
 
 TEST_CASE("the process role comes from the environment: spawned, launched, spawner or single") {
