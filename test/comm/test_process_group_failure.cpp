@@ -2,6 +2,7 @@
 // naming it within seconds (socket EOF for tcp, pid checks for shm), far sooner than the
 // collective's timeout. Real processes (fork), a real TcpStore, SIGKILL: nothing can say goodbye.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <csignal>
 #include <regex>
@@ -10,6 +11,7 @@
 
 #include "tinyddp/comm/process_group.h"
 #include "tinyddp/comm/store/tcp_store.h"
+#include "tinyddp/core/process.h"
 #include "test/comm/helpers/forked_ranks.h"
 
 using namespace tinyddp;
@@ -130,4 +132,51 @@ TEST_CASE("the survivors' check: a message that says another rank died too does 
       "tcp transport: connection from rank 3 to rank 2 broke: ...; rank(s) 2 closed their connections"));
   CHECK(names_exactly_the_victim(
       "tcp transport: ...; rank(s) 2 died (the process is gone); rank(s) 2, 0 closed their connections"));
+}
+
+TEST_CASE("a peer that passes a barrier and exits at once is not taken for dead by a rank still waking in it") {
+  TINYDDP_SKIP_UNDER_TSAN();  // forked ranks
+  // Rank 1 goes to sleep in a barrier; rank 0 stops it (SIGSTOP), arrives, passes, and exits at once;
+  // a helper process continues rank 1 only once rank 0 is dead. Rank 1 then wakes to a peer that is
+  // gone but had arrived: its barrier is complete, and nothing failed.
+  const auto outcomes = run_forked_ranks(2, [&](int rank, int port, std::string& report) {
+    ::setenv("TINYDDP_SPIN_US", "0", 1);  // waits sleep at once: rank 1 is asleep in the barrier when stopped
+    TcpStoreOptions store_options;
+    store_options.timeout = 20s;
+    auto store = std::make_shared<TcpStore>("127.0.0.1", port, false, store_options);
+    ProcessGroupOptions options;
+    options.transport = "shm";
+    options.timeout = 30s;
+    options.group_name = "exit-after-barrier";
+    auto pg = create_process_group("host", store, rank, 2, options);
+    Tensor large = Tensor::zeros({1 << 16}), small = Tensor::zeros({16});
+    pg->all_reduce(large)->wait();  // the fifos between the two are open
+    pg->all_reduce(small)->wait();  // and the small messages' slots
+    pg->barrier()->wait();
+    if (rank == 1) {
+      store->set("exit-after-barrier/pid1", std::to_string(::getpid()));
+      try {
+        pg->barrier()->wait();
+      } catch (const std::exception& e) {
+        report = e.what();
+        return 3;
+      }
+      return 0;
+    }
+    const pid_t other = std::stoi(store->get("exit-after-barrier/pid1"));
+    std::this_thread::sleep_for(200ms);  // rank 1 is in the barrier by now, asleep
+    ::kill(other, SIGSTOP);
+    const pid_t me = ::getpid();
+    if (::fork() == 0) {
+      for (auto give_up = std::chrono::steady_clock::now() + 20s;
+           process_alive(me) && std::chrono::steady_clock::now() < give_up;)
+        std::this_thread::sleep_for(1ms);
+      ::kill(other, SIGCONT);
+      ::_exit(0);
+    }
+    pg->barrier()->wait();  // rank 1 arrived before it was stopped: this passes at once
+    ::_exit(0);             // at once, as a program whose last call was a barrier may
+  });
+  CHECK_MESSAGE(outcomes[0].ok(), outcomes[0].describe());
+  CHECK_MESSAGE(outcomes[1].ok(), outcomes[1].describe());
 }
