@@ -7,7 +7,9 @@
 # command, three rounds, the median of the three per size, with ratios; beside them one core's memcpy
 # and a += b rates (bench/peers/memory_limits) and the bound they set for the bytes the symmetric
 # all-reduce moves (each rank reduces (n-1)/n of the buffer as a += b and copies (n-1)/n of it: busbw
-# bound = 2 / (1/R_add + 1/R_copy), whatever n is, while every rank has a core). Up to 32 KiB every
+# bound = 2 / (1/R_add + 1/R_copy), whatever n is, while every rank has a core); for 2 ranks also the
+# same bytes moved by two bare threads on two cores (memory_limits' "2 cores": the lines that cross
+# between the cores, which one core's rates do not count, with no runtime around them). Up to 32 KiB every
 # column but Open MPI's is the slots' one-barrier all-reduce (algorithms/slot_all_reduce.h).
 #
 # Every row: in place, float32 sum, blocking (each call awaited before the next, as MPI_Allreduce is),
@@ -101,7 +103,7 @@ rates = {}
 for line in open(limits):
     f = line.split()
     if f and f[0].isdigit():
-        rates[int(f[0])] = (float(f[1]), float(f[2]))
+        rates[int(f[0])] = (float(f[1]), float(f[2]), float(f[3]) if len(f) > 3 and f[3] != "-" else 0.0)
 factor = 2 * (n - 1) / n
 def busbw(size, t): return size / (t * 1e-6) / 1e9 * factor
 print(f"# all-reduce, {n} ranks on one host, in place, float sum, blocking; {cpu}; "
@@ -110,7 +112,8 @@ print("# busbw GB/s (time in us up to 16 KiB); ratios: ours / Open MPI, ours / b
 print("# fifo, staged, cma: ours on ordinary buffers (-R 0) over the fifos, staged through symmetric memory, and")
 print("# read with process_vm_readv; -R 2: ours on symmetric buffers")
 print(f"{'bytes':>11} {'fifo':>10} {'staged':>10} {'cma':>10} {'-R 2':>10} {'Open MPI':>10} {'fifo/MPI':>8} "
-      f"{'stg/MPI':>8} {'cma/MPI':>8} {'R2/MPI':>7} {'memcpy':>7} {'a+=b':>7} {'bound':>7} {'R2/bound':>8}")
+      f"{'stg/MPI':>8} {'cma/MPI':>8} {'R2/MPI':>7} {'memcpy':>7} {'a+=b':>7} {'bound':>7} {'R2/bound':>8}"
+      + (f" {'2 cores':>7} {'R2/2c':>6}" if n == 2 else ""))
 sizes = sorted({s for (_, s) in times})
 for size in sizes:
     med = {w: statistics.median(times[(w, size)]) for w in ("fifo", "staged", "cma", "r2", "mpi") if (w, size) in times}
@@ -123,10 +126,12 @@ for size in sizes:
     row = (f"{size:>11} {show('fifo')} {show('staged')} {show('cma')} {show('r2')} {show('mpi')} {ratio('fifo', 8)} "
            f"{ratio('staged', 8)} {ratio('cma', 8)} {ratio('r2')}")
     if size in rates and not small:
-        copy, add = rates[size]
+        copy, add, pair = rates[size]
         bound = 2 / (1 / add + 1 / copy)
-        r2 = f"{busbw(size, med['r2']) / bound:>7.0%}" if "r2" in med else f"{'-':>8}"
-        row += f" {copy:>7.2f} {add:>7.2f} {bound:>7.2f} {r2:>8}"
+        r2 = f"{busbw(size, med['r2']) / bound:>8.0%}" if "r2" in med else f"{'-':>8}"
+        row += f" {copy:>7.2f} {add:>7.2f} {bound:>7.2f} {r2}"
+        if n == 2 and pair > 0:
+            row += f" {pair:>7.2f} " + (f"{busbw(size, med['r2']) / pair:>6.0%}" if "r2" in med else f"{'-':>6}")
     print(row)
 for w in wrong:
     print("WRONG RESULTS:", w)

@@ -1,5 +1,6 @@
-// memory_limits: what one core of this host moves through memory, per buffer size: the bounds an
-// all-reduce inside a host is held against (docs/how-ddp-works.md, "Bytes each rank moves").
+// memory_limits: what one core of this host moves through memory, and two cores exchanging, per buffer
+// size: the bounds an all-reduce inside a host is held against (docs/how-ddp-works.md, "Bytes each rank
+// moves").
 //
 //   build/bin/memory_limits [-b 64K] [-e 256M]
 //
@@ -7,16 +8,30 @@
 // stay allocated (so small sizes run from cache, as an all-reduce that reuses its buffer does):
 //   memcpy   dst = src, S bytes (the C library's copy)        GB/s of S
 //   a += b   over S/4 floats, one AVX2 loop                   GB/s of S (of a: reads 2S, writes S)
+// and the same bytes as they cross between two cores:
+//   2 cores  a two-rank two-shot all-reduce of S bytes done by two bare threads, each on a CPU of its
+//            own: each writes its whole buffer (as backward writes a bucket), then, between two spin
+//            barriers, adds the other's half into its own and writes that half back into the
+//            other's, a block at a time. The median such exchange, as busbw GB/s (S / time).
+//            Half of what each core reads was last written by the other core, and every line it
+//            writes into the other's buffer is one that core holds: the one-core columns count
+//            neither, so at cache-resident sizes they bound the all-reduce from far above.
+//            "-" when this process may run on one CPU only.
 // Printed with the CPU model and the load, which every figure needs beside it on a shared host.
+#include <pthread.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 namespace {
 
@@ -61,6 +76,74 @@ double best_rate(size_t bytes, Pass&& pass) {
   return best;
 }
 
+// The first two CPUs this process may run on; fewer when it may run on fewer.
+std::vector<int> two_cpus() {
+  cpu_set_t set;
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return cpus;
+  for (int c = 0; c < CPU_SETSIZE && cpus.size() < 2; ++c)
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  return cpus;
+}
+
+// Two threads meeting: each says it reached `step`, then waits until the other has.
+struct SpinBarrier {
+  alignas(64) std::atomic<long> reached[2] = {};
+  alignas(64) char pad = 0;
+  void arrive_and_wait(int me, long step) {
+    reached[me].store(step, std::memory_order_release);
+    while (reached[1 - me].load(std::memory_order_acquire) < step) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    }
+  }
+};
+
+// The "2 cores" column: busbw GB/s of the median exchange (see the header), or 0 without two CPUs.
+double two_core_rate(size_t bytes) {
+  const std::vector<int> cpus = two_cpus();
+  if (cpus.size() < 2) return 0;
+  const size_t count = bytes / 4, half = count / 2, block = (64 << 10) / 4;
+  float* buffer[2];
+  for (float*& b : buffer) {
+    b = static_cast<float*>(std::aligned_alloc(4096, bytes));
+    std::memset(b, 0, bytes);
+  }
+  const int exchanges = int(std::clamp<size_t>((size_t(256) << 20) / bytes, 5, 2000));
+  std::vector<double> seconds;
+  SpinBarrier barrier;
+  auto rank = [&](int me) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpus[size_t(me)], &set);
+    pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+    float* own = buffer[me];
+    float* other = buffer[1 - me];
+    const size_t first = size_t(me) * half, last = me ? count : half;
+    long step = 0;
+    for (int e = 0; e < exchanges; ++e) {
+      std::fill(own, own + count, float(e + me));
+      barrier.arrive_and_wait(me, ++step);
+      const auto t0 = Clock::now();
+      for (size_t at = first; at < last; at += block) {
+        const size_t n = std::min(block, last - at);
+        add_into(own + at, other + at, n);
+        std::memcpy(other + at, own + at, n * 4);
+      }
+      barrier.arrive_and_wait(me, ++step);
+      if (me == 0) seconds.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+      barrier.arrive_and_wait(me, ++step);  // neither writes its buffer again while the other still copies
+    }
+  };
+  std::thread first(rank, 0), second(rank, 1);  // not this thread: it keeps every CPU for the next size
+  first.join();
+  second.join();
+  for (float* b : buffer) std::free(b);
+  std::sort(seconds.begin(), seconds.end());
+  return double(bytes) / seconds[seconds.size() / 2] / 1e9;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -81,7 +164,7 @@ int main(int argc, char** argv) {
   }
   double load[3] = {};
   if (getloadavg(load, 3) < 0) load[0] = -1;
-  std::printf("# memory_limits: one core, %s, load %.2f\n#       bytes   memcpy GB/s   a+=b GB/s\n",
+  std::printf("# memory_limits: %s, load %.2f\n#       bytes   memcpy GB/s   a+=b GB/s   2 cores GB/s\n",
               cpu_model().c_str(), load[0]);
   for (size_t bytes = from; bytes <= to; bytes *= 4) {
     auto* a = static_cast<float*>(std::aligned_alloc(4096, bytes));
@@ -90,8 +173,12 @@ int main(int argc, char** argv) {
     std::memset(b, 1, bytes);
     const double copy = best_rate(bytes, [&] { std::memcpy(a, b, bytes); });
     const double add = best_rate(bytes, [&] { add_into(a, b, bytes / 4); });
-    std::printf("%13zu %13.2f %11.2f\n", bytes, copy, add);
     std::free(a);
     std::free(b);
+    const double pair = two_core_rate(bytes);
+    if (pair > 0)
+      std::printf("%13zu %13.2f %11.2f %14.2f\n", bytes, copy, add, pair);
+    else
+      std::printf("%13zu %13.2f %11.2f %14s\n", bytes, copy, add, "-");
   }
 }
