@@ -104,6 +104,27 @@ template <typename Half>
   }
 }
 
+// reduce_elements_into_both for the types combined as they are (no widening): each value combined,
+// divided for avg as finish_average divides it (T by T), and stored to both sides.
+template <typename T>
+[[gnu::always_inline]] inline void reduce_typed_into_both(T* __restrict a, T* __restrict b, size_t count, ReduceOp op,
+                                                         int world_size) {
+  using A = Arith<T>;
+  auto both = [&](auto combine) {
+    for (size_t i = 0; i < count; ++i) a[i] = b[i] = combine(a[i], b[i]);
+  };
+  const T world = T(world_size);
+  switch (op) {
+    case ReduceOp::sum: return both([](T x, T y) { return T(A(x) + A(y)); });
+    case ReduceOp::avg:
+      if (world_size == 1) return both([](T x, T y) { return T(A(x) + A(y)); });
+      return both([world](T x, T y) { return T(T(A(x) + A(y)) / world); });
+    case ReduceOp::prod: return both([](T x, T y) { return T(A(x) * A(y)); });
+    case ReduceOp::max: return both([](T x, T y) { return x < y ? y : x; });
+    case ReduceOp::min: return both([](T x, T y) { return y < x ? y : x; });
+  }
+}
+
 }  // namespace
 
 // The library is built for the baseline x86-64 (SSE2); this one hot function also gets an AVX2 and
@@ -126,6 +147,27 @@ void reduce_elements(void* dst, const void* a, const void* b, size_t count, DTyp
   }
   TINYDDP_FAIL("collectives reduce f32, f64, bf16, f16, i32 and i64, not ", dtype_name(dtype),
                hint("convert the tensor to one of those dtypes first"));
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+void reduce_elements_into_both(void* a, void* b, size_t count, DType dtype, ReduceOp op, int world_size) {
+  switch (dtype) {
+    case DType::f32:
+      return reduce_typed_into_both(static_cast<float*>(a), static_cast<float*>(b), count, op, world_size);
+    case DType::f64:
+      return reduce_typed_into_both(static_cast<double*>(a), static_cast<double*>(b), count, op, world_size);
+    case DType::i32:
+      return reduce_typed_into_both(static_cast<int32_t*>(a), static_cast<int32_t*>(b), count, op, world_size);
+    case DType::i64:
+      return reduce_typed_into_both(static_cast<int64_t*>(a), static_cast<int64_t*>(b), count, op, world_size);
+    default: break;
+  }
+  // bf16 and f16 widen a block at a time anyway: the reduction, then the copy.
+  reduce_elements(a, a, b, count, dtype, op);
+  if (op == ReduceOp::avg) finish_average(a, count, dtype, world_size);
+  std::memcpy(b, a, count * dtype_size(dtype));
 }
 
 void finish_average(void* data, size_t count, DType dtype, int world_size) {

@@ -34,4 +34,11 @@ void reduce_elements(void* dst, const void* a, const void* b, size_t count, DTyp
 // divide truncating toward zero.
 void finish_average(void* data, size_t count, DType dtype, int world_size);
 
+// a[i] = b[i] = a[i] (op) b[i], and for avg that divided by world_size as finish_average divides: the
+// same values as reduce_elements(a, a, b), finish_average(a) and a copy of a into b, bitwise. `b` is
+// a peer's memory: one pass that reads and writes each of its lines takes them from the peer's cache
+// once, where the copy after the reduction would take them a second time (a symmetric all-reduce's
+// last peer, algorithms/symmetric_all_reduce.h).
+void reduce_elements_into_both(void* a, void* b, size_t count, DType dtype, ReduceOp op, int world_size);
+
 }  // namespace tinyddp::comm

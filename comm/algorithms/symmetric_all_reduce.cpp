@@ -105,11 +105,18 @@ void reduce_symmetric_slice(const SymmetricBuffer& b, size_t at, size_t count, c
   for (size_t done = 0; done < count; done += block) {
     const size_t k = std::min(block, count - done), where = at + done * elem;
     std::byte* own = b.data() + where;
-    for (int step = 1; step < n; ++step)
+    if (!push_to_peers || n == 1) {
+      for (int step = 1; step < n; ++step)
+        reduce_elements(own, own, b.data_of((me + step) % n) + where, k, ctx.dtype, ctx.op);
+      if (ctx.op == ReduceOp::avg) finish_average(own, k, ctx.dtype, ctx.world_size);
+      continue;
+    }
+    // The last peer's block is added and written back in one pass (its lines come over once, not
+    // once to be read and again to be written); the other peers get a copy of the finished block.
+    for (int step = 1; step < n - 1; ++step)
       reduce_elements(own, own, b.data_of((me + step) % n) + where, k, ctx.dtype, ctx.op);
-    if (ctx.op == ReduceOp::avg) finish_average(own, k, ctx.dtype, ctx.world_size);
-    if (push_to_peers)
-      for (int step = 1; step < n; ++step) std::memcpy(b.data_of((me + step) % n) + where, own, k * elem);
+    reduce_elements_into_both(own, b.data_of((me + n - 1) % n) + where, k, ctx.dtype, ctx.op, ctx.world_size);
+    for (int step = 1; step < n - 1; ++step) std::memcpy(b.data_of((me + step) % n) + where, own, k * elem);
   }
 }
 

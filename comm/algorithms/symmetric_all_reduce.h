@@ -52,8 +52,9 @@ void check_same_call(const SymmetricBuffer& buffer, const SymmetricCall& mine, u
 // the `count` elements at byte `at` of this rank's part op the same window of every peer's part,
 // folded x_me, x_(me+1), ... as the ring folds, a cache-sized block at a time (so that with n > 2
 // ranks the partial sum stays in cache between the peers' passes).
-// Divided by the world size for avg. With `push_to_peers`, each finished block is then written into the
-// same window of every peer's part, while it is in cache.
+// Divided by the world size for avg. With `push_to_peers`, each finished block is also written into the
+// same window of every peer's part while it is in cache: the last peer's in the pass that adds its
+// block (reduce_elements_into_both), the others' by a copy.
 void reduce_symmetric_slice(const SymmetricBuffer& buffer, size_t at, size_t count, const CollectiveContext& ctx,
                             bool push_to_peers = false);
 

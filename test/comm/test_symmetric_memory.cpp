@@ -13,6 +13,7 @@
 #include <fstream>
 #include <functional>
 #include <thread>
+#include <type_traits>
 
 #include "tinyddp/comm/host_backend.h"
 #include "tinyddp/comm/store/tcp_store.h"
@@ -74,9 +75,11 @@ void fill(Tensor& t, ReduceOp op, int rank) {
 }
 
 // Every rank all-reduces `count` elements in symmetric memory and in an ordinary tensor (the FIFO
-// path); both must equal the reference loop, and each other bit for bit.
+// path); both must equal the reference loop (not for the 16-bit floats, which round at every step
+// of the ring: there the FIFO path is the reference), and each other bit for bit.
 template <typename T>
 void check_against_fifo(int world, int64_t count, ReduceOp op) {
+  constexpr bool has_reference = !std::is_same_v<T, bfloat16> && !std::is_same_v<T, float16>;
   auto groups = make_groups(world, shm_options("sym-" + std::to_string(world) + "-" + std::to_string(count)));
   run_ranks(world, [&](int r) {
     ProcessGroup& pg = *groups[size_t(r)];
@@ -89,7 +92,7 @@ void check_against_fifo(int world, int64_t count, ReduceOp op) {
       fill<T>(plain, op, r);
       pg.all_reduce(sym, op)->wait();
       pg.all_reduce(plain, op)->wait();
-      CHECK(sym.to_vector<T>() == reference_reduce<T>(op, world, count));
+      if constexpr (has_reference) CHECK(sym.to_vector<T>() == reference_reduce<T>(op, world, count));
       CHECK(bitwise_equal(sym, plain));
     }
     CHECK(symmetric_collectives(pg) == 2);
@@ -105,7 +108,12 @@ TEST_CASE("an all-reduce on symmetric memory equals the reference and, bit for b
       CAPTURE(count);
       check_against_fifo<float>(world, count, ReduceOp::sum);
     }
-  check_against_fifo<float>(3, 100003, ReduceOp::avg);
+  for (int world : {2, 3, 4}) {
+    CAPTURE(world);
+    check_against_fifo<float>(world, 100003, ReduceOp::avg);
+    check_against_fifo<bfloat16>(world, 100003, ReduceOp::sum);
+    check_against_fifo<float16>(world, 100003, ReduceOp::avg);
+  }
   check_against_fifo<double>(4, 70001, ReduceOp::prod);
   check_against_fifo<int64_t>(3, 50000, ReduceOp::max);
   check_against_fifo<int32_t>(2, 9, ReduceOp::min);
