@@ -45,6 +45,7 @@ const std::vector<Shape3> kShapes = {
     {"sgemm 256x1024x1024, the reference product", 256, 1024, 1024, false, false},
     {"layer 0 forward   y = x W^T", 256, 1024, 784, false, true},
     {"layer 0 weight grad dW = dy^T x", 1024, 784, 256, true, false},
+    {"layer 1 forward   y = x W^T", 256, 1024, 1024, false, true},
     {"layer 1 input grad  dx = dy W", 256, 1024, 1024, false, false},
 };
 
@@ -90,9 +91,12 @@ Contender library_contender(kernels::CpuGemm gemm) {
 }
 
 // tinyddp's own kernels::gemm on bf16 tensors: what Linear calls under --precision bf16 (oneDNN's
-// bf16 matmul where this CPU has bf16 units, else the rounded operands through the f32 GEMM).
-Contender mixed_contender(kernels::CpuGemm chosen) {
-  return {"tinyddp bf16 (kernels::gemm)", [chosen](const Shape3& s) {
+// bf16 matmul where this CPU has bf16 units, else the rounded operands through the f32 GEMM). With
+// `round_b`, each call first rounds b from its f32 copy: the pass Linear makes once a step for its
+// weight, shared by forward and dx.
+Contender mixed_contender(kernels::CpuGemm chosen, bool round_b = false) {
+  return {round_b ? "the same, b rounded from f32 each call" : "tinyddp bf16 (kernels::gemm)", [chosen, round_b](
+                                                                                                 const Shape3& s) {
             Generator gen(1);
             Tensor a32 = Tensor::empty(s.transpose_a ? Shape{s.k, s.m} : Shape{s.m, s.k});
             Tensor b32 = Tensor::empty(s.transpose_b ? Shape{s.n, s.k} : Shape{s.k, s.n});
@@ -104,6 +108,7 @@ Contender mixed_contender(kernels::CpuGemm chosen) {
             Tensor c = Tensor::zeros({s.m, s.n});
             return std::function<void()>([=]() mutable {
               kernels::set_cpu_gemm(chosen);  // the rounded path's f32 GEMM, where it is taken
+              if (round_b) kernels::round_to(b32, DType::bf16, b);
               kernels::gemm(a, s.transpose_a, b, s.transpose_b, c);
             });
           }};
@@ -117,9 +122,14 @@ uint16_t to_bf16(float value) { return bf16_bits_from_f32(value); }
 // step would use: products accumulated in f32). Returns an empty function where this CPU has no
 // implementation of it.
 // With `blocked_b`, op(b) is described as format_tag::any and kept in the layout the primitive asks for
-// (what a weight reordered once per step and used by every GEMM of the step would cost).
-Contender onednn_matmul_contender(dnnl::memory::data_type type, const char* name, bool blocked_b = false) {
-  return {name, [type, blocked_b](const Shape3& s) -> std::function<void()> {
+// (what a weight reordered once per step and used by every GEMM of the step would cost). With
+// `reorder_b` as well, each call first reorders b from a plain f32 copy into that layout: what a
+// training step would pay per product if it kept the weight that way, since the optimizer changes
+// the f32 weight every step and forward (W^T) and dx (W) take it in different layouts, so each product
+// needs its own reorder (the plain bf16 copy Linear makes today, one rounding pass, serves both).
+Contender onednn_matmul_contender(dnnl::memory::data_type type, const char* name, bool blocked_b = false,
+                                  bool reorder_b = false) {
+  return {name, [type, blocked_b, reorder_b](const Shape3& s) -> std::function<void()> {
             using tag = dnnl::memory::format_tag;
             using dt = dnnl::memory::data_type;
             dnnl::engine engine(dnnl::engine::kind::cpu, 0);
@@ -150,6 +160,19 @@ Contender onednn_matmul_contender(dnnl::memory::data_type type, const char* name
             }
             auto stream = std::make_shared<dnnl::stream>(engine);
             auto matmul = std::make_shared<dnnl::matmul>(pd);
+            if (reorder_b) {
+              dnnl::memory::desc plain_md({s.k, s.n}, dt::f32, s.transpose_b ? tag::ba : tag::ab);
+              auto plain = std::make_shared<dnnl::memory>(plain_md, engine);
+              Tensor values = Tensor::empty({s.k * s.n});
+              fill_uniform(values, -1.f, 1.f, gen);
+              std::memcpy(plain->get_data_handle(), values.data<float>(), size_t(s.k * s.n) * 4);
+              auto reorder = std::make_shared<dnnl::reorder>(*plain, *b);
+              return [=] {
+                reorder->execute(*stream, *plain, *b);
+                matmul->execute(*stream, {{DNNL_ARG_SRC, *a}, {DNNL_ARG_WEIGHTS, *b}, {DNNL_ARG_DST, *c}});
+                stream->wait();
+              };
+            }
             return [=] {
               matmul->execute(*stream, {{DNNL_ARG_SRC, *a}, {DNNL_ARG_WEIGHTS, *b}, {DNNL_ARG_DST, *c}});
               stream->wait();
@@ -190,8 +213,11 @@ int main(int argc, char** argv) {
     contenders.push_back(onednn_matmul_contender(dnnl::memory::data_type::bf16, "oneDNN bf16 in, fp32 out (matmul)"));
     contenders.push_back(
         onednn_matmul_contender(dnnl::memory::data_type::bf16, "oneDNN bf16, b in oneDNN's own layout", true));
+    contenders.push_back(onednn_matmul_contender(dnnl::memory::data_type::bf16,
+                                                 "the same, b reordered from f32 each call", true, true));
 #endif
     contenders.push_back(mixed_contender(chosen));
+    contenders.push_back(mixed_contender(chosen, true));
     std::printf("tinyddp gemm_bench, %d thread(s); %s\n", threads, kernels::cpu_gemm_kernels().c_str());
     std::printf("tinyddp's choice here: %s\n", kernels::cpu_gemm_description().c_str());
 
