@@ -95,8 +95,8 @@ Contender library_contender(kernels::CpuGemm gemm) {
 // `round_b`, each call first rounds b from its f32 copy: the pass Linear makes once a step for its
 // weight, shared by forward and dx.
 Contender mixed_contender(kernels::CpuGemm chosen, bool round_b = false) {
-  return {round_b ? "the same, b rounded from f32 each call" : "tinyddp bf16 (kernels::gemm)", [chosen, round_b](
-                                                                                                 const Shape3& s) {
+  return {round_b ? "the same, b rounded from f32 each call" : "tinyddp bf16 (kernels::gemm)",
+          [chosen, round_b](const Shape3& s) {
             Generator gen(1);
             Tensor a32 = Tensor::empty(s.transpose_a ? Shape{s.k, s.m} : Shape{s.m, s.k});
             Tensor b32 = Tensor::empty(s.transpose_b ? Shape{s.n, s.k} : Shape{s.k, s.n});
@@ -213,8 +213,8 @@ int main(int argc, char** argv) {
     contenders.push_back(onednn_matmul_contender(dnnl::memory::data_type::bf16, "oneDNN bf16 in, fp32 out (matmul)"));
     contenders.push_back(
         onednn_matmul_contender(dnnl::memory::data_type::bf16, "oneDNN bf16, b in oneDNN's own layout", true));
-    contenders.push_back(onednn_matmul_contender(dnnl::memory::data_type::bf16,
-                                                 "the same, b reordered from f32 each call", true, true));
+    contenders.push_back(
+        onednn_matmul_contender(dnnl::memory::data_type::bf16, "the same, b reordered from f32 each call", true, true));
 #endif
     contenders.push_back(mixed_contender(chosen));
     contenders.push_back(mixed_contender(chosen, true));

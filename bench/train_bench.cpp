@@ -428,7 +428,8 @@ int main(int argc, char** argv) {
       DataParallelResult one = data_parallel(1, in, hidden, out, share, batch, epochs, 0, precision);
       double one_stolen = stolen_share(stolen, std::chrono::duration<double>(Clock::now() - started).count());
       std::printf(
-          "  one rank      : %.3f s  %8.0f samples/s  (the same Trainer without DDP on %lld samples: each data-parallel "
+          "  one rank      : %.3f s  %8.0f samples/s  (the same Trainer without DDP on %lld samples: each "
+          "data-parallel "
           "rank's steps; from the second step on; CPU time stolen by the hypervisor %.1f%%)\n",
           one.seconds, one.samples_per_second, (long long)share, 100 * one_stolen);
       stolen = stolen_cpu_seconds();
@@ -436,7 +437,8 @@ int main(int argc, char** argv) {
       DataParallelResult dp = data_parallel(world_size, in, hidden, out, samples, batch, epochs, zero_stage, precision);
       double dp_stolen = stolen_share(stolen, std::chrono::duration<double>(Clock::now() - started).count());
       std::printf(
-          "  data-parallel : %.3f s  %8.0f samples/s  (%d CPU ranks, batch %lld per rank, from the second step on, last "
+          "  data-parallel : %.3f s  %8.0f samples/s  (%d CPU ranks, batch %lld per rank, from the second step on, "
+          "last "
           "epoch loss %.4f; stolen %.1f%%)\n",
           dp.seconds, dp.samples_per_second, world_size, (long long)batch, dp.last_loss, 100 * dp_stolen);
       std::printf(

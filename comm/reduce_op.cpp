@@ -108,7 +108,7 @@ template <typename Half>
 // divided for avg as finish_average divides it (T by T), and stored to both sides.
 template <typename T>
 [[gnu::always_inline]] inline void reduce_typed_into_both(T* __restrict a, T* __restrict b, size_t count, ReduceOp op,
-                                                         int world_size) {
+                                                          int world_size) {
   using A = Arith<T>;
   auto both = [&](auto combine) {
     for (size_t i = 0; i < count; ++i) a[i] = b[i] = combine(a[i], b[i]);

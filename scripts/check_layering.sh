@@ -18,11 +18,12 @@ root=$(cd "${1:-$(dirname "$0")/..}" && pwd)
 cd "$root"
 
 # comm's public headers: the process group and its collectives, the store, joining a job
-# (rendezvous) and, from a failing worker, telling the launcher (docs/launchers.md).
+# (rendezvous), from a failing worker, telling the launcher (docs/launchers.md), and which CPUs a
+# launcher starts each worker on (MultiDevice spawns workers as tinyddp-run does).
 comm_public=(
   comm/process_group.h comm/work.h comm/reduce_op.h comm/timeout.h comm/chunks.h
   comm/store/store.h comm/store/tcp_store.h comm/store/prefix_store.h comm/store/barrier.h comm/store/rendezvous.h
-  comm/launch/failure_report.h
+  comm/launch/failure_report.h comm/cpu_binding.h
 )
 
 allowed() {  # allowed FOLDER INCLUDED_PATH

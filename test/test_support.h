@@ -11,6 +11,8 @@
 #include <cstring>
 #include <filesystem>
 #include <optional>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -175,5 +177,19 @@ class CapturedStderr {
   std::FILE* file_;
   int saved_ = -1;
 };
+
+// The CPUs a list as /proc/<pid>/status's Cpus_allowed_list writes it ("0-2,5") names.
+inline std::set<int> cpu_list(const std::string& text) {
+  std::set<int> cpus;
+  std::stringstream in(text);
+  std::string range;
+  while (std::getline(in, range, ',')) {
+    const size_t dash = range.find('-');
+    const int first = std::stoi(range.substr(0, dash)),
+              last = dash == std::string::npos ? first : std::stoi(range.substr(dash + 1));
+    for (int c = first; c <= last; ++c) cpus.insert(c);
+  }
+  return cpus;
+}
 
 }  // namespace tinyddp::testing

@@ -62,6 +62,15 @@ std::vector<pid_t> children_of(pid_t parent) {
   return children;
 }
 
+// The RANK a process was started with (its /proc/<pid>/environ), or -1.
+int rank_of(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
+  std::string entry;
+  while (std::getline(in, entry, '\0'))
+    if (entry.starts_with("RANK=")) return std::atoi(entry.c_str() + 5);
+  return -1;
+}
+
 // The /dev/shm segments a process made: the shm transport names each one "...-<creator pid>".
 std::vector<std::string> shm_segments_of(const std::vector<pid_t>& pids) {
   std::vector<std::string> found;
@@ -233,12 +242,15 @@ TEST_CASE(
     Child spawner = spawn_program({program("sine_fit")}, {"TMPDIR=" + tmp.path.string()});
     ChildGuard guard{spawner};
     // sine_fit trains for a fraction of a second: its workers are frozen (SIGSTOP) as soon as they
-    // appear, so the signal surely comes while the job runs.
+    // appear, so the signal surely comes while the job runs. Only once they run the program (their
+    // environment has RANK): a child frozen between fork and exec would keep the spawner waiting for
+    // that exec, and the second worker would never start.
     std::vector<pid_t> workers;
     REQUIRE(eventually(
         [&] {
           for (pid_t pid : children_of(spawner.pid))
-            if (std::find(workers.begin(), workers.end(), pid) == workers.end() && kill(pid, SIGSTOP) == 0)
+            if (std::find(workers.begin(), workers.end(), pid) == workers.end() && rank_of(pid) >= 0 &&
+                kill(pid, SIGSTOP) == 0)
               workers.push_back(pid);
           return workers.size() == 2;
         },
@@ -259,15 +271,6 @@ TEST_CASE(
 }
 
 namespace {
-// The RANK a process was started with (its /proc/<pid>/environ), or -1.
-int rank_of(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
-  std::string entry;
-  while (std::getline(in, entry, '\0'))
-    if (entry.starts_with("RANK=")) return std::atoi(entry.c_str() + 5);
-  return -1;
-}
-
 std::string host_name() {
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);

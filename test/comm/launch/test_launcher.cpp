@@ -16,6 +16,7 @@
 #include "tinyddp/comm/store/tcp_store.h"
 #include "tinyddp/core/error.h"
 #include "test/comm/helpers/child_process.h"
+#include "test/test_support.h"
 
 using namespace tinyddp;
 using namespace tinyddp::comm;
@@ -107,20 +108,6 @@ TEST_CASE("tinyddp-run: 4 workers get their environment and their output comes b
 }
 
 namespace {
-
-// The CPUs /proc's "Cpus_allowed_list:\t0-2,5" names, from its text after the tab.
-std::set<int> cpu_list(const std::string& text) {
-  std::set<int> cpus;
-  std::stringstream in(text);
-  std::string range;
-  while (std::getline(in, range, ',')) {
-    const size_t dash = range.find('-');
-    const int first = std::stoi(range.substr(0, dash)),
-              last = dash == std::string::npos ? first : std::stoi(range.substr(dash + 1));
-    for (int c = first; c <= last; ++c) cpus.insert(c);
-  }
-  return cpus;
-}
 
 // Each worker's allowed CPUs, as its own /proc/self/status says, by rank.
 std::map<int, std::set<int>> worker_cpus_under(std::vector<std::string> flags, int n) {

@@ -313,20 +313,6 @@ TEST_CASE("SpawnedWorkers: all succeed; a failure stops the rest; signals, timeo
 
 namespace {
 
-// The CPUs a "Cpus_allowed_list:\t0-2,5" line of /proc/<pid>/status names.
-std::set<int> allowed_cpu_list(const std::string& line) {
-  std::set<int> cpus;
-  std::stringstream in(line.substr(line.find('\t') + 1));
-  std::string range;
-  while (std::getline(in, range, ',')) {
-    const size_t dash = range.find('-');
-    const int first = std::stoi(range.substr(0, dash)),
-              last = dash == std::string::npos ? first : std::stoi(range.substr(dash + 1));
-    for (int c = first; c <= last; ++c) cpus.insert(c);
-  }
-  return cpus;
-}
-
 // Each of `n` spawned workers' allowed CPUs, by rank, as the worker's own /proc/self/status says.
 std::vector<std::set<int>> spawned_cpus(int n, bool bind_cpus) {
   TempDir dir;
@@ -341,7 +327,7 @@ std::vector<std::set<int>> spawned_cpus(int n, bool bind_cpus) {
     std::ifstream in(dir.path / ("rank" + std::to_string(rank)));
     std::string line;
     REQUIRE(std::getline(in, line));
-    cpus.push_back(allowed_cpu_list(line));
+    cpus.push_back(cpu_list(line.substr(line.find('\t') + 1)));
   }
   return cpus;
 }
