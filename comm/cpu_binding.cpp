@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "tinyddp/core/env.h"
@@ -36,6 +37,18 @@ std::vector<int> worker_cpus(int local_index, int local_count) {
   const size_t n = size_t(local_count), i = size_t(local_index);
   if (local_count < 2 || cpus.size() < n || local_index < 0 || i >= n) return {};
   return {cpus.begin() + long(i * cpus.size() / n), cpus.begin() + long((i + 1) * cpus.size() / n)};
+}
+
+int compute_threads(int allowed_cpus, int online_cpus, int local_ranks) {
+  const int allowed = std::max(1, allowed_cpus), online = std::max(allowed, online_cpus);
+  if (allowed < online) return allowed;
+  return std::max(1, online / std::max(1, local_ranks));
+}
+
+int allowed_cpu_count() {
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return 1;
+  return std::max(1, CPU_COUNT(&allowed));
 }
 
 void bind_this_thread(int cpu) {

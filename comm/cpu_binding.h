@@ -26,6 +26,15 @@ int pick_communication_cpu(int local_index, int local_count);
 // Empty for none: a single worker, more workers than CPUs, or TINYDDP_BIND=none.
 std::vector<int> worker_cpus(int local_index, int local_count);
 
+// How many threads a rank's own compute (its GEMMs) runs, given how many CPUs it may run on, how many
+// the host has online, and how many ranks share the host: all of its own when it was started on a
+// subset of the host's (a launcher bound it: tinyddp-run, srun --cpu-bind, mpirun), else an even share
+// of the host's, so that the ranks together do not oversubscribe the cores.
+int compute_threads(int allowed_cpus, int online_cpus, int local_ranks);
+
+// How many CPUs this process may run on (its affinity mask, whatever TINYDDP_BIND says); at least 1.
+int allowed_cpu_count();
+
 // Binds the calling thread to `cpu` for good.
 void bind_this_thread(int cpu);
 

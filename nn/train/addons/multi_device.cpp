@@ -14,6 +14,7 @@
 #include <random>
 #include <thread>
 
+#include "tinyddp/comm/cpu_binding.h"
 #include "tinyddp/comm/launch/failure_report.h"
 #include "tinyddp/comm/store/barrier.h"
 #include "tinyddp/comm/store/rendezvous.h"
@@ -271,9 +272,9 @@ JoinedJob join_job(const std::vector<Device>& devices, const MultiDeviceOptions&
 
   if (job.device.is_cpu()) {
     // Data parallelism on CPU cores: each rank gets its share of the cores for its BLAS, so N ranks
-    // do not oversubscribe the machine N times over.
-    unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-    kernels::set_cpu_threads(std::max(1, int(cores) / std::max(1, job.local_world_size)));
+    // do not oversubscribe the machine N times over; a rank a launcher bound to its own CPUs uses those.
+    const int online = int(std::max(1u, std::thread::hardware_concurrency()));
+    kernels::set_cpu_threads(comm::compute_threads(comm::allowed_cpu_count(), online, job.local_world_size));
   }
   // The group is built for this rank's device: NCCL's communicator and its tensors must agree.
   comm::ProcessGroupOptions group_options;

@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 
+#include "tinyddp/comm/cpu_binding.h"
 #include "tinyddp/comm/launch/launcher.h"
 #include "tinyddp/comm/store/tcp_store.h"
 #include "tinyddp/core/error.h"
@@ -371,4 +372,15 @@ TEST_CASE("tinyddp-run: two nodes on one host, as on a cluster") {
     auto o0 = finish_child(n0, 30s);
     CHECK(o0.exit_code == 128 + SIGTERM);
   }
+}
+
+TEST_CASE("a rank's compute threads: its own CPUs when a launcher bound it, else an even share of the host's") {
+  CHECK(comm::compute_threads(1, 2, 2) == 1);    // tinyddp-run -n 2 on 2 CPUs: one each
+  CHECK(comm::compute_threads(8, 16, 2) == 8);   // tinyddp-run -n 2 on 16 CPUs: its 8
+  CHECK(comm::compute_threads(4, 64, 2) == 4);   // srun --cpu-bind, 4 CPUs a task on a 64-CPU node
+  CHECK(comm::compute_threads(16, 16, 2) == 8);  // unbound: half the host each
+  CHECK(comm::compute_threads(2, 2, 4) == 1);    // more ranks than CPUs: one each, never none
+  CHECK(comm::compute_threads(0, 0, 0) == 1);    // nothing known: one
+  CHECK(comm::compute_threads(16, 8, 2) == 8);   // an online count below the mask's: the mask's, shared
+  CHECK(comm::allowed_cpu_count() >= 1);
 }
