@@ -11,17 +11,22 @@ namespace tinyddp::comm {
 
 namespace {
 
-// The CPUs this process may use, in order; empty when binding is off (TINYDDP_BIND=none) or they
-// cannot be read.
-std::vector<int> allowed_cpus() {
-  enum class Bind { automatic, none };
-  if (env::choice<Bind>("TINYDDP_BIND", {{"auto", Bind::automatic}, {"none", Bind::none}}) == Bind::none) return {};
+// The CPUs this process's affinity mask allows, in order; empty when it cannot be read.
+std::vector<int> affinity_cpus() {
   cpu_set_t allowed;
   if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return {};
   std::vector<int> cpus;
   for (int c = 0; c < CPU_SETSIZE; ++c)
     if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
   return cpus;
+}
+
+// The CPUs this process may bind to, in order; empty when binding is off (TINYDDP_BIND=none) or they
+// cannot be read.
+std::vector<int> allowed_cpus() {
+  enum class Bind { automatic, none };
+  if (env::choice<Bind>("TINYDDP_BIND", {{"auto", Bind::automatic}, {"none", Bind::none}}) == Bind::none) return {};
+  return affinity_cpus();
 }
 
 }  // namespace
@@ -45,11 +50,7 @@ int compute_threads(int allowed_cpus, int online_cpus, int local_ranks) {
   return std::max(1, online / std::max(1, local_ranks));
 }
 
-int allowed_cpu_count() {
-  cpu_set_t allowed;
-  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return 1;
-  return std::max(1, CPU_COUNT(&allowed));
-}
+int allowed_cpu_count() { return std::max(1, int(affinity_cpus().size())); }
 
 void bind_this_thread(int cpu) {
   cpu_set_t set;

@@ -116,9 +116,7 @@ template <typename T>
   const T world = T(world_size);
   switch (op) {
     case ReduceOp::sum: return both([](T x, T y) { return T(A(x) + A(y)); });
-    case ReduceOp::avg:
-      if (world_size == 1) return both([](T x, T y) { return T(A(x) + A(y)); });
-      return both([world](T x, T y) { return T(T(A(x) + A(y)) / world); });
+    case ReduceOp::avg: return both([world](T x, T y) { return T(T(A(x) + A(y)) / world); });  // x / 1 is x
     case ReduceOp::prod: return both([](T x, T y) { return T(A(x) * A(y)); });
     case ReduceOp::max: return both([](T x, T y) { return x < y ? y : x; });
     case ReduceOp::min: return both([](T x, T y) { return y < x ? y : x; });
