@@ -23,7 +23,7 @@ LocalTiming time_placement(comm::ProcessGroup& group, const PerfCollective& coll
   const size_t per_iteration = size_t(options.agg_iters);
   const bool await_iterations = options.per_iter_timing && !options.blocking;
   std::vector<comm::WorkPtr> works;
-  works.reserve(size_t(options.iters) * per_iteration);
+  if (!options.blocking) works.reserve(size_t(options.iters) * per_iteration);
   std::vector<Clock::time_point> ends;  // -I 1: when each iteration completed
   // --rewrite 1: the input written from this copy before each call; the copies' time is subtracted.
   Tensor input = placement.input;
@@ -38,19 +38,24 @@ LocalTiming time_placement(comm::ProcessGroup& group, const PerfCollective& coll
   for (int i = 0; i < options.iters; ++i) {
     for (size_t a = 0; a < per_iteration; ++a) {
       if (options.rewrite) rewrite();
+      if (options.blocking) {
+        // Each call awaited and let go, as an MPI-style loop does: keeping every Work would grow the
+        // heap by a page every few calls, and the page faults would be timed as the collective's.
+        launch()->synchronize();
+        continue;
+      }
       works.push_back(launch());
-      if (options.blocking) works.back()->synchronize();
     }
     if (await_iterations) works.back()->synchronize();  // in call order: the last done means all done
     if (options.per_iter_timing) ends.push_back(Clock::now() - rewriting);  // each iteration without its rewrite
   }
   // Launched back to back, they run in call order: the last done means all done.
-  works.back()->synchronize();
+  if (!works.empty()) works.back()->synchronize();
   for (auto& w : works) w->synchronize();  // rethrows the first failure
   const auto end = Clock::now() - rewriting;
 
   LocalTiming t;
-  t.seconds = std::chrono::duration<double>(end - start).count() / double(works.size());
+  t.seconds = std::chrono::duration<double>(end - start).count() / double(size_t(options.iters) * per_iteration);
   auto before = start;
   for (auto at : ends) {
     t.iteration_seconds.push_back(std::chrono::duration<double>(at - before).count() / double(per_iteration));
