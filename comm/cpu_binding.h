@@ -13,6 +13,7 @@
 
 #include <sched.h>
 
+#include <string>
 #include <vector>
 
 namespace tinyddp::comm {
@@ -34,6 +35,16 @@ int compute_threads(int allowed_cpus, int online_cpus, int local_ranks);
 
 // How many CPUs this process may run on (its affinity mask, whatever TINYDDP_BIND says); at least 1.
 int allowed_cpu_count();
+
+// A list of CPUs as Linux writes one (Cpus_allowed_list in /proc/<pid>/status, taskset -c): "0-3,8".
+std::string cpu_list_text(const std::vector<int>& cpus);
+// The CPUs such a list names, in order; throws on anything else.
+std::vector<int> parse_cpu_list(const std::string& text);
+// The CPUs this process may run on (its affinity mask) as such a list; "" when they cannot be read.
+std::string own_cpu_list();
+// Whether a rank that runs on the CPUs `mine` names may share one with a rank on any of `others`
+// (lists as above; an empty list means unknown, and may).
+bool may_share_cpus(const std::string& mine, const std::vector<std::string>& others);
 
 // Binds the calling thread to `cpu` for good.
 void bind_this_thread(int cpu);

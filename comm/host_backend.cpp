@@ -295,7 +295,9 @@ void HostBackend::run_task(const Executor::Task& task) {
     ctx.timeout = task.timeout;
     ctx.deadline = deadline;
     ctx.wait = wait_;
-    if (Executor::running_as_unbound_caller()) ctx.wait.yield_while_spinning = true;
+    // A caller running its own collective leaves no thread of its rank waiting for the core, so it
+    // yields only to a peer that may share it.
+    if (Executor::running_as_unbound_caller()) ctx.wait.yield_while_spinning = shares_cpus_with_peers_;
     ctx.transports = transports_;
     if (debug_detail_ && size() > 1) check_fingerprints(task.fingerprint, ctx);
     task.body(ctx);
@@ -437,10 +439,11 @@ std::span<Connection* const> HostBackend::all_peers() {
 
 // Where every rank runs: its host identity and pid, and which ranks share this rank's host.
 struct HostBackend::Hosts {
-  std::vector<std::string> ids;  // by rank
-  std::vector<int> pids;         // by rank
-  std::vector<int> local;        // the ranks on this host, this one included, in rank order
-  std::vector<int> remote;       // the others
+  std::vector<std::string> ids;   // by rank
+  std::vector<int> pids;          // by rank
+  std::vector<std::string> cpus;  // by rank: the CPUs it may run on (cpu_binding.h's lists; "" unknown)
+  std::vector<int> local;         // the ranks on this host, this one included, in rank order
+  std::vector<int> remote;        // the others
 };
 
 HostBackend::HostBackend(std::shared_ptr<Store> store, int rank, int size, const ProcessGroupOptions& options)
@@ -521,19 +524,24 @@ std::string HostBackend::transport_to(int peer) const {
   return routes_.at(size_t(peer))->name();
 }
 
-// Every rank publishes "pid host-identity" and reads everyone's.
+// Every rank publishes "pid cpus host-identity" (cpus "-" when unknown) and reads everyone's.
 HostBackend::Hosts HostBackend::meet_hosts(const std::string& prefix) {
-  store_->set(prefix + "host/" + std::to_string(rank()), std::to_string(::getpid()) + " " + host_identity());
+  const std::string cpus = own_cpu_list();
+  store_->set(prefix + "host/" + std::to_string(rank()),
+              std::to_string(::getpid()) + " " + (cpus.empty() ? "-" : cpus) + " " + host_identity());
   std::vector<std::string> keys;
   for (int r = 0; r < size(); ++r) keys.push_back(prefix + "host/" + std::to_string(r));
   store_->wait(keys, options_.timeout);
   Hosts hosts;
   hosts.ids = store_->multi_get(keys);
   hosts.pids.resize(size_t(size()));
+  hosts.cpus.resize(size_t(size()));
   for (int r = 0; r < size(); ++r) {
-    auto space = hosts.ids[r].find(' ');
-    hosts.pids[r] = std::stoi(hosts.ids[r].substr(0, space));
-    hosts.ids[r] = hosts.ids[r].substr(space + 1);
+    const auto first = hosts.ids[r].find(' '), second = hosts.ids[r].find(' ', first + 1);
+    hosts.pids[r] = std::stoi(hosts.ids[r].substr(0, first));
+    hosts.cpus[r] = hosts.ids[r].substr(first + 1, second - first - 1);
+    if (hosts.cpus[r] == "-") hosts.cpus[r].clear();
+    hosts.ids[r] = hosts.ids[r].substr(second + 1);
   }
   for (int r = 0; r < size(); ++r) (hosts.ids[r] == hosts.ids[rank()] ? hosts.local : hosts.remote).push_back(r);
   return hosts;
@@ -660,6 +668,10 @@ void HostBackend::choose_waiting(const Hosts& hosts) {
   const int local_index = int(std::find(hosts.local.begin(), hosts.local.end(), rank()) - hosts.local.begin());
   cpu_ = pick_communication_cpu(local_index, int(hosts.local.size()));
   wait_.yield_while_spinning = cpu_ < 0;
+  std::vector<std::string> peer_cpus;
+  for (int r : hosts.local)
+    if (r != rank()) peer_cpus.push_back(hosts.cpus[size_t(r)]);
+  shares_cpus_with_peers_ = may_share_cpus(hosts.cpus[size_t(rank())], peer_cpus);
 }
 
 }  // namespace tinyddp::comm

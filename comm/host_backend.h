@@ -71,6 +71,10 @@ class HostBackend : public ProcessGroup {
   std::string transport_to(int peer) const;
   size_t small_message_bytes() const { return small_message_bytes_; }
   const WaitPolicy& wait_policy() const { return wait_; }
+  // Whether a rank of this host may run on one of this rank's CPUs (the ranks publish their affinity
+  // masks when the group is made): a caller running its own collective yields the core between its
+  // looks at the peers only then.
+  bool shares_cpus_with_peers() const { return shares_cpus_with_peers_; }
   // How many collectives ran on the communication thread, and how many on a waiting caller's
   // thread (a blocking caller runs its small collectives itself; see executor.h).
   using RunCounts = Executor::RunCounts;
@@ -130,6 +134,7 @@ class HostBackend : public ProcessGroup {
   size_t blocking_caller_bytes_ = 0;  // the largest collective a blocking caller runs itself (executor.h)
   WaitPolicy wait_;
   int cpu_ = -1;                                   // the communication thread's CPU (-1: unbound)
+  bool shares_cpus_with_peers_ = true;             // some local peer may run on one of this rank's CPUs
   std::unique_ptr<AllReduceSelector> all_reduce_;  // which all-reduce algorithm runs
   std::unique_ptr<ShmTransport> shm_;
   std::unique_ptr<TcpTransport> tcp_;

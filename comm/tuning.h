@@ -66,8 +66,10 @@ inline constexpr auto kSpinBudget = 50us;
 // The spin when ranks outnumber cores: every retry then yields the core, so the rank being waited
 // for gets to run, and spinning on costs less than a futex wake-up per hand-off.
 inline constexpr auto kSpinBudgetOversubscribed = 500us;
-// Retries that spin without yielding before the spin starts to yield (about a microsecond).
-inline constexpr int kPureSpins = 32;
+// How long a wait spins without yielding before, where a peer may share the core, it starts to
+// yield between looks: a peer on a core of its own usually answers within it, and 4 ranks on 2 cores
+// need the core handed over soon.
+inline constexpr auto kPureSpin = 1us;
 // The longest sleep, and so the cadence of the liveness checks and of retries: loopback TCP now
 // and then stalls until a retransmission timer fires (~10 ms), and a retry ends that stall sooner.
 inline constexpr auto kSleepSlice = 1000us;

@@ -27,24 +27,43 @@ struct WaitPolicy {
   bool yield_while_spinning = true;
 };
 
-// One wait: spin while the budget lasts (keep_spinning), then the caller sleeps.
+// One wait: look, pause, look again while the spin budget lasts (keep_spinning), then the caller
+// sleeps. A look is one `pause` instruction long: its latency differs tenfold between CPUs (a few
+// cycles to ~140), so the phases of a wait are measured in time, never counted in looks. The clock
+// is read only every kLooksPerClockRead looks: a read costs about as much as a pause, and the
+// budgets are tens of microseconds.
 class SpinThenSleep {
  public:
-  explicit SpinThenSleep(std::chrono::nanoseconds budget) : start_(std::chrono::steady_clock::now()), budget_(budget) {}
+  explicit SpinThenSleep(std::chrono::nanoseconds budget) : start_(Clock::now()), budget_(budget) {}
   // True while the spin budget lasts; after it, callers sleep.
-  bool keep_spinning() const { return std::chrono::steady_clock::now() - start_ < budget_; }
+  bool keep_spinning() {
+    if (looks_++ % kLooksPerClockRead == 0) spent_ = Clock::now() - start_;
+    return spent_ < budget_;
+  }
+  // Whether the spin went on past its first tuning::kPureSpin: from then on a thread that shares
+  // its core with a rank it waits for yields the core between looks (as of the last clock read).
+  bool past_pure_spin() const { return spent_ >= tuning::kPureSpin; }
   // Progress was made: the next wait starts a fresh spin.
-  void reset() { start_ = std::chrono::steady_clock::now(); }
-  // One look's worth of backing off, leaving the core's pipeline to the other hyper-thread.
+  void reset(std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now()) {
+    start_ = now;
+    spent_ = {};
+    looks_ = 0;
+  }
+  // One look's worth of backing off: the loop does not flood the memory system with loads of a line
+  // that another core is about to write, and leaves the pipeline to the core's other hyper-thread.
   static void pause() {
 #if defined(__x86_64__) || defined(__i386__)
-    for (int i = 0; i < 16; ++i) _mm_pause();
+    _mm_pause();
 #endif
   }
 
  private:
-  std::chrono::steady_clock::time_point start_;
+  using Clock = std::chrono::steady_clock;
+  static constexpr unsigned kLooksPerClockRead = 16;
+  Clock::time_point start_;
   std::chrono::nanoseconds budget_;
+  Clock::duration spent_{};
+  unsigned looks_ = 0;
 };
 
 }  // namespace tinyddp::comm

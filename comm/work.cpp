@@ -51,8 +51,8 @@ bool Work::block_until_done(std::chrono::steady_clock::time_point deadline) {
   // A short spin first (tuning::kWorkWaitSpin at most): a collective that is nearly done finishes
   // sooner than a sleeping thread wakes up. Then sleep, so a waiting caller leaves the core to the
   // ranks that do the work (4 ranks on 2 cores).
-  auto spin_until = std::chrono::steady_clock::now() + spin_;
-  while (!is_completed() && std::chrono::steady_clock::now() < spin_until) SpinThenSleep::pause();
+  SpinThenSleep spin(spin_);
+  while (!is_completed() && spin.keep_spinning()) SpinThenSleep::pause();
   std::unique_lock<std::mutex> lock(mutex_);
   if (deadline == std::chrono::steady_clock::time_point::max()) {
     done_.wait(lock, [&] { return is_completed(); });

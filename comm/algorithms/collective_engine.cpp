@@ -37,16 +37,15 @@ CollectiveWaiter::CollectiveWaiter(const CollectiveContext& ctx)
     : ctx_(ctx), spin_(ctx.wait.spin), last_progress_(Clock::now()) {}
 
 void CollectiveWaiter::progressed() {
-  spin_.reset();
-  spins_ = 0;
   last_progress_ = Clock::now();
+  spin_.reset(last_progress_);
 }
 
 void CollectiveWaiter::wait(const std::vector<WaitFor>& waits) {
   if (spin_.keep_spinning()) {
     // The first microseconds spin on the CPU; after that, unless this rank has a core of its
     // own, each retry yields the core first, so a peer that shares it gets to run and answer.
-    if (++spins_ > tuning::kPureSpins && ctx_.wait.yield_while_spinning) std::this_thread::yield();
+    if (spin_.past_pure_spin() && ctx_.wait.yield_while_spinning) std::this_thread::yield();
     SpinThenSleep::pause();
     return;
   }

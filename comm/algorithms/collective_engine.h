@@ -65,7 +65,6 @@ class CollectiveWaiter {
 
   const CollectiveContext& ctx_;
   SpinThenSleep spin_;
-  int spins_ = 0;
   std::chrono::steady_clock::time_point last_progress_;
 };
 

@@ -46,11 +46,10 @@ void symmetric_barrier(SymmetricBuffer& b, uint64_t step, ShmTransport& shm, con
   shm.wake_local_peers();
   if (all_reached(b, step)) return;
   SpinThenSleep spin(ctx.wait.spin);
-  int spins = 0;
   const auto start = Clock::now();
   while (!all_reached(b, step)) {
     if (spin.keep_spinning()) {
-      if (++spins > tuning::kPureSpins && ctx.wait.yield_while_spinning) std::this_thread::yield();
+      if (spin.past_pure_spin() && ctx.wait.yield_while_spinning) std::this_thread::yield();
       SpinThenSleep::pause();
       continue;
     }

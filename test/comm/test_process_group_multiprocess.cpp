@@ -2,6 +2,9 @@
 // under tinyddp-run are tested in test/bench.
 #include <doctest/doctest.h>
 
+#include <sched.h>
+
+#include "tinyddp/comm/host_backend.h"
 #include "tinyddp/comm/process_group.h"
 #include "test/comm/helpers/child_process.h"
 
@@ -32,6 +35,51 @@ TEST_CASE("init_process_group over tcp:// joins 3 processes that then all-reduce
     }
     auto deadline = Clock::now() + 60s;
     for (int r = 0; r < world; ++r) {
+      auto outcome = finish_child(children[size_t(r)], deadline);
+      CHECK_MESSAGE(outcome.ok(), "rank ", r, ": ", outcome.describe());
+    }
+  }
+}
+
+TEST_CASE("ranks bound to CPUs of their own know no peer shares them; ranks on one CPU know they do") {
+  // A rank running its own collective yields its core between looks at its peers only when a peer
+  // may run on it: yielding costs a system call, and spinning against a peer on one's own CPU stops it.
+  cpu_set_t allowed;
+  REQUIRE(sched_getaffinity(0, sizeof allowed, &allowed) == 0);
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+  if (cpus.size() < 2) TINYDDP_SKIP("needs two CPUs to bind two ranks apart");
+  TINYDDP_SKIP_UNDER_TSAN();
+  for (bool apart : {true, false}) {
+    CAPTURE(apart);
+    const int port = free_loopback_port();
+    std::vector<Child> children;
+    for (int r = 0; r < 2; ++r) {
+      const int cpu = apart ? cpus[size_t(r)] : cpus[0];
+      children.push_back(spawn_child([&, r, cpu](std::string& report) {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(cpu, &one);
+        if (sched_setaffinity(0, sizeof one, &one) != 0) return 2;
+        ProcessGroupOptions options;
+        options.transport = "shm";
+        options.timeout = 30s;
+        auto pg = init_process_group("host", "tcp://127.0.0.1:" + std::to_string(port), r, 2, options);
+        const Tensor mine = Tensor::from_vector(std::vector<float>(256, float(r + 1)));
+        Tensor t = Tensor::empty({256});
+        for (int i = 0; i < 100; ++i) pg->all_reduce_into(t, mine)->wait();  // a blocking caller's loop
+        pg->barrier()->wait();
+        const bool shares = dynamic_cast<HostBackend&>(*pg).shares_cpus_with_peers();
+        const bool ok = shares == !apart && t.to_vector<float>().front() == 3.0f;
+        if (!ok)
+          report = "rank " + std::to_string(r) + ": shares " + std::to_string(shares) + ", sum " +
+                   std::to_string(t.to_vector<float>().front());
+        return ok ? 0 : 1;
+      }));
+    }
+    auto deadline = Clock::now() + 60s;
+    for (int r = 0; r < 2; ++r) {
       auto outcome = finish_child(children[size_t(r)], deadline);
       CHECK_MESSAGE(outcome.ok(), "rank ", r, ": ", outcome.describe());
     }

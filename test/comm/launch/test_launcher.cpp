@@ -384,3 +384,26 @@ TEST_CASE("a rank's compute threads: its own CPUs when a launcher bound it, else
   CHECK(comm::compute_threads(16, 8, 2) == 8);   // an online count below the mask's: the mask's, shared
   CHECK(comm::allowed_cpu_count() >= 1);
 }
+
+TEST_CASE("CPU lists as Linux writes them: written in runs, read back, and compared between ranks") {
+  CHECK(comm::cpu_list_text({}) == "");
+  CHECK(comm::cpu_list_text({5}) == "5");
+  CHECK(comm::cpu_list_text({0, 1, 2, 3, 8, 10, 11}) == "0-3,8,10-11");
+  CHECK(comm::parse_cpu_list("0-3,8,10-11") == std::vector<int>{0, 1, 2, 3, 8, 10, 11});
+  CHECK(comm::parse_cpu_list("") == std::vector<int>{});
+  for (const char* bad : {"a", "1,", "3-1", "1--2", ",2", "1 2"})
+    CHECK_THROWS_WITH_AS(comm::parse_cpu_list(bad), doctest::Contains("CPU list"), Error);
+  // This process's own list is the one the kernel shows in /proc/self/status.
+  std::ifstream status("/proc/self/status");
+  std::string line, kernel;
+  while (std::getline(status, line))
+    if (line.rfind("Cpus_allowed_list:", 0) == 0) kernel = line.substr(line.find('\t') + 1);
+  CHECK(comm::own_cpu_list() == kernel);
+  // Sharing: any common CPU, or a rank whose CPUs are unknown.
+  CHECK_FALSE(comm::may_share_cpus("0", {"1"}));
+  CHECK_FALSE(comm::may_share_cpus("0-3", {"4-7", "8-11"}));
+  CHECK(comm::may_share_cpus("0-3", {"4-7", "3"}));
+  CHECK(comm::may_share_cpus("0-1", {"0-1"}));
+  CHECK(comm::may_share_cpus("", {"1"}));
+  CHECK(comm::may_share_cpus("0", {""}));
+}

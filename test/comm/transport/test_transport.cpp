@@ -14,6 +14,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "tinyddp/comm/cpu_binding.h"
 #include "tinyddp/comm/store/tcp_store.h"
 #include "tinyddp/comm/transport/shm_transport.h"
 #include "tinyddp/comm/transport/tcp_transport.h"
@@ -223,7 +224,8 @@ TEST_CASE("tcp: a stranger knocking on a rank's port is refused and the group st
   std::shared_ptr<ProcessGroup> rank0, rank1;
   std::thread first([&] { rank0 = create_process_group("host", store, 0, 2, tcp_options("strangers")); });
   // Play rank 1's first step (publishing its host) so rank 0 starts listening before rank 1 exists.
-  store->set("tinyddp/pg/strangers/1/host/1", std::to_string(::getpid()) + " " + host_identity());
+  store->set("tinyddp/pg/strangers/1/host/1",
+             std::to_string(::getpid()) + " " + own_cpu_list() + " " + host_identity());
   const std::string key = "tinyddp/pg/strangers/1/tcp/0";
   store->wait({key}, 20s);
   std::string where = store->get(key);
@@ -369,7 +371,7 @@ TEST_CASE("shm: no segment is left in /dev/shm once the group is up") {
 namespace {
 
 // A store through which rank `elsewhere` reports a host identity of its own, as a rank on another
-// host would (the host backend publishes "<pid> <host identity>" under .../host/<rank>).
+// host would (the host backend publishes "<pid> <cpus> <host identity>" under .../host/<rank>).
 class ElsewhereStore : public HashStore {
  public:
   explicit ElsewhereStore(int elsewhere) : suffix_("host/" + std::to_string(elsewhere)) {}
