@@ -66,6 +66,7 @@ inline constexpr auto kSpinBudget = 50us;
 // The spin when ranks outnumber cores: every retry then yields the core, so the rank being waited
 // for gets to run, and spinning on costs less than a futex wake-up per hand-off.
 inline constexpr auto kSpinBudgetOversubscribed = 500us;
+// ../docs/results.md#waits-that-look-once-per-pause-and-yield-only-to-a-peer-that-may-share-the-cpu
 // How long a wait spins without yielding before, where a peer may share the core, it starts to
 // yield between looks: a peer on a core of its own usually answers within it, and 4 ranks on 2 cores
 // need the core handed over soon.
