@@ -659,7 +659,10 @@ void HostBackend::open_cross_memory(const std::string& prefix, const Hosts& host
 // the ranks of this host outnumber its cores.
 void HostBackend::choose_waiting(const Hosts& hosts) {
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  if (hosts.local.size() > cores) wait_.spin = tuning::kSpinBudgetOversubscribed;
+  if (hosts.local.size() > cores) {
+    wait_.spin = tuning::kSpinBudgetOversubscribed;
+    wait_.pure_spin = tuning::kPureSpinOversubscribed;
+  }
   if (auto spin_us = env::unsigned_integer("TINYDDP_SPIN_US"))  // for tuning on a new host
     wait_.spin = std::chrono::microseconds(*spin_us);
   blocking_caller_bytes_ = std::min(small_message_bytes_, tuning::kBlockingCallerBytes);

@@ -22,6 +22,9 @@ namespace tinyddp::comm {
 struct WaitPolicy {
   // How long to spin before sleeping.
   std::chrono::nanoseconds spin = tuning::kSpinBudget;
+  // How long a wait spins before it starts to yield (when it yields at all): short when the ranks of
+  // the host outnumber its cores, so that the rank being waited for, which shares this core, gets it.
+  std::chrono::nanoseconds pure_spin = tuning::kPureSpin;
   // Whether a spinning thread yields its core between looks: yes unless every rank of the host has a
   // core of its own (then the peer being waited for is running elsewhere already).
   bool yield_while_spinning = true;
@@ -40,9 +43,9 @@ class SpinThenSleep {
     if (looks_++ % kLooksPerClockRead == 0) spent_ = Clock::now() - start_;
     return spent_ < budget_;
   }
-  // Whether the spin went on past its first tuning::kPureSpin: from then on a thread that shares
-  // its core with a rank it waits for yields the core between looks (as of the last clock read).
-  bool past_pure_spin() const { return spent_ >= tuning::kPureSpin; }
+  // Whether the spin has gone on for `pure_spin` (WaitPolicy::pure_spin), as of the last clock read:
+  // from then on a thread that may share its core with a rank it waits for yields between looks.
+  bool past(std::chrono::nanoseconds pure_spin) const { return spent_ >= pure_spin; }
   // Progress was made: the next wait starts a fresh spin.
   void reset(std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now()) {
     start_ = now;

@@ -45,7 +45,7 @@ void CollectiveWaiter::wait(const std::vector<WaitFor>& waits) {
   if (spin_.keep_spinning()) {
     // The first microseconds spin on the CPU; after that, unless this rank has a core of its
     // own, each retry yields the core first, so a peer that shares it gets to run and answer.
-    if (spin_.past_pure_spin() && ctx_.wait.yield_while_spinning) std::this_thread::yield();
+    if (ctx_.wait.yield_while_spinning && spin_.past(ctx_.wait.pure_spin)) std::this_thread::yield();
     SpinThenSleep::pause();
     return;
   }

@@ -49,7 +49,7 @@ void symmetric_barrier(SymmetricBuffer& b, uint64_t step, ShmTransport& shm, con
   const auto start = Clock::now();
   while (!all_reached(b, step)) {
     if (spin.keep_spinning()) {
-      if (spin.past_pure_spin() && ctx.wait.yield_while_spinning) std::this_thread::yield();
+      if (ctx.wait.yield_while_spinning && spin.past(ctx.wait.pure_spin)) std::this_thread::yield();
       SpinThenSleep::pause();
       continue;
     }

@@ -342,6 +342,16 @@ TEST_CASE("each group waits by its own policy: the spin follows its own ranks pe
   };
   for (auto& g : pair) CHECK(spin_of(g) == expected(2));
   for (auto& g : quad) CHECK(spin_of(g) == expected(4));
+  // So does the time a wait spins before it starts to yield.
+  auto pure_spin_of = [](const std::shared_ptr<ProcessGroup>& g) {
+    return dynamic_cast<HostBackend&>(*g).wait_policy().pure_spin;
+  };
+  auto expected_pure_spin = [&](unsigned ranks) {
+    return ranks > cores ? std::chrono::nanoseconds(tuning::kPureSpinOversubscribed)
+                         : std::chrono::nanoseconds(tuning::kPureSpin);
+  };
+  for (auto& g : pair) CHECK(pure_spin_of(g) == expected_pure_spin(2));
+  for (auto& g : quad) CHECK(pure_spin_of(g) == expected_pure_spin(4));
   // Both still work side by side.
   run_ranks(4, [&](int r) {
     Tensor t = Tensor::from_vector(std::vector<int32_t>{r + 1});
