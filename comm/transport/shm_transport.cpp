@@ -16,11 +16,13 @@
 #include <cstring>
 #include <fstream>
 #include <new>
+#include <optional>
 
 #include "tinyddp/comm/transport/shm_budget.h"
 #include "tinyddp/core/error.h"
 #include "tinyddp/core/hash.h"
 #include "tinyddp/core/process.h"
+#include "tinyddp/core/remove_on_stop_signal.h"
 
 namespace tinyddp::comm {
 
@@ -373,8 +375,13 @@ void ShmTransport::map_control_table(Store& store, const std::string& prefix, st
   const size_t bytes = round_up(size_t(n) * sizeof(ControlBlock), kPage);
   const std::string host_key = prefix + "shm/host-" + std::to_string(local_ranks_.front()) + "/";
   const std::string first = "rank " + std::to_string(local_ranks_.front());
+  // The table's name lives in /dev/shm until every local rank has mapped it, which may take as long as
+  // the slowest rank's start. A launcher's SIGTERM or a Ctrl-C meanwhile (a peer died before it
+  // mapped the table) would end this process without unwinding: the guard unlinks the name first.
+  std::optional<RemoveOnStopSignal> remove_if_stopped;
   if (position_ == 0) {
     table_ = Segment::create(name_stem_ + "-table-" + std::to_string(rank_) + "-" + std::to_string(::getpid()), bytes);
+    remove_if_stopped.emplace("/dev/shm" + table_->name);
     for (int i = 0; i < n; ++i) new (table_->control(i)) ControlBlock{};
     store.set(host_key + "table", table_->name);
   } else {

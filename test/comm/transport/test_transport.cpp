@@ -7,6 +7,8 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <netinet/in.h>
+#include <signal.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -27,7 +29,10 @@ using namespace tinyddp::comm;
 using namespace std::chrono_literals;
 using tinyddp::testing::Child;
 using tinyddp::testing::ChildGuard;
+using tinyddp::testing::ChildOutcome;
+using tinyddp::testing::eventually;
 using tinyddp::testing::finish_child;
+using tinyddp::testing::free_loopback_port;
 using tinyddp::testing::make_input;
 using tinyddp::testing::reference_reduce;
 using tinyddp::testing::run_ranks;
@@ -347,6 +352,24 @@ TEST_CASE("shm: ranks whose fifos differ in size still read each other's bytes i
   for (auto& f : failures) CHECK_MESSAGE(f.empty(), f);
 }
 
+namespace {
+// The segments in /dev/shm that process `pid` named (the shm transport ends every name in "-<pid>").
+std::vector<std::string> segments_of(pid_t pid) {
+  const std::string mine = "-" + std::to_string(pid);
+  std::vector<std::string> found;
+  if (DIR* dir = ::opendir("/dev/shm")) {
+    while (dirent* entry = ::readdir(dir)) {
+      std::string name = entry->d_name;
+      if (name.rfind("tinyddp-", 0) == 0 && name.size() > mine.size() &&
+          name.compare(name.size() - mine.size(), mine.size(), mine) == 0)
+        found.push_back(name);
+    }
+    ::closedir(dir);
+  }
+  return found;
+}
+}  // namespace
+
 TEST_CASE("shm: no segment is left in /dev/shm once the group is up") {
   auto groups = tinyddp::testing::make_groups(2, [] {
     ProcessGroupOptions o;
@@ -354,17 +377,47 @@ TEST_CASE("shm: no segment is left in /dev/shm once the group is up") {
     o.group_name = "unlinked";
     return o;
   }());
-  std::string mine = "-" + std::to_string(::getpid());
-  std::vector<std::string> left;
-  if (DIR* dir = ::opendir("/dev/shm")) {
-    while (dirent* entry = ::readdir(dir)) {
-      std::string name = entry->d_name;
-      if (name.rfind("tinyddp-", 0) == 0 && name.size() > mine.size() &&
-          name.compare(name.size() - mine.size(), mine.size(), mine) == 0)
-        left.push_back(name);
-    }
-    ::closedir(dir);
-  }
+  const std::vector<std::string> left = segments_of(::getpid());
+  CHECK_MESSAGE(left.empty(), "left behind: ", left.size(), " segment(s), e.g. ", left.empty() ? "" : left[0]);
+}
+
+TEST_CASE("shm: a rank stopped by SIGTERM while its peer has not mapped the control table leaves nothing behind") {
+  // The lowest rank of a host names the control table in /dev/shm and waits, as long as the group's
+  // timeout, for every local rank to map it. A peer that died first (before it mapped the table)
+  // leaves it waiting, and the launcher then stops it with SIGTERM, which unwinds nothing.
+  TINYDDP_SKIP_UNDER_TSAN();
+  const int port = free_loopback_port();
+  TcpStoreOptions store_options;
+  store_options.timeout = 30s;
+  auto store = std::make_shared<TcpStore>("127.0.0.1", port, true, store_options);
+  Child rank0 = spawn_child([&](std::string&) {
+    for (int s : {SIGINT, SIGTERM, SIGHUP}) signal(s, SIG_DFL);  // as a program starts (the runner catches them)
+    auto client = std::make_shared<TcpStore>("127.0.0.1", port, false, store_options);
+    ProcessGroupOptions o;
+    o.transport = "shm";
+    o.group_name = "table-wait";
+    o.timeout = 60s;
+    create_process_group("host", client, 0, 2, o);
+    return 5;  // not reached: rank 1 never maps the table
+  });
+  ChildGuard guard{rank0};
+  // Rank 1 says it is on this host, and then never comes (as a rank killed right after would).
+  store->set("tinyddp/pg/table-wait/1/host/1",
+             std::to_string(::getpid()) + " " + own_cpu_list() + " " + host_identity());
+  const std::string table = "-table-0-" + std::to_string(rank0.pid);
+  REQUIRE(eventually(
+      [&] {
+        for (const std::string& name : segments_of(rank0.pid))
+          if (name.find(table) != std::string::npos) return true;
+        return false;
+      },
+      std::chrono::seconds(30)));
+  const pid_t pid = rank0.pid;  // finish_child forgets it
+  REQUIRE(::kill(pid, SIGTERM) == 0);
+  ChildOutcome out = finish_child(rank0, std::chrono::seconds(30));
+  CHECK_MESSAGE(out.signal == SIGTERM, out.describe());
+  const std::vector<std::string> left = segments_of(pid);
+  for (const std::string& name : left) ::shm_unlink(("/" + name).c_str());  // not left to the next run
   CHECK_MESSAGE(left.empty(), "left behind: ", left.size(), " segment(s), e.g. ", left.empty() ? "" : left[0]);
 }
 
