@@ -21,7 +21,7 @@ Executor::Executor(Runner run, int cpu, WaitPolicy wait)
 
 Executor::~Executor() { shutdown(); }
 
-void Executor::submit(Task task) {
+std::optional<Executor::Claimed> Executor::submit(Task task) {
   task.work->set_helper(weak_from_this(), wait_.spin);
   bool wake;
   {
@@ -34,6 +34,15 @@ void Executor::submit(Task task) {
     last_work_ = task.work.get();
     if (task.queued_at == std::chrono::steady_clock::time_point{}) task.queued_at = std::chrono::steady_clock::now();
     last_submit_ = task.queued_at;
+    // A blocking call with nothing before it: its caller runs it now instead of queueing it and then
+    // taking it back at its wait. As in help, not while a bound thread is awake: that takes it on its
+    // own core within microseconds.
+    if (task.blocking && !running_ && queue_.empty() && !stopping_ && !(spin_for_work_ && !sleeping_)) {
+      running_ = true;
+      last_awaited_ = true;
+      ++counts_.by_caller;
+      return Claimed{std::move(task), cpu_ >= 0 && !blocking_caller_};
+    }
     queue_.push_back(std::move(task));
     queued_.store(queue_.size(), std::memory_order_release);
     // A runner drains what is queued behind it, and a poller sees it. A thread in its timed sleep
@@ -41,6 +50,28 @@ void Executor::submit(Task task) {
     // start the collective if this caller does not wait after all.
     wake = !running_ && sleeping_ && !(blocking_caller_ && timed_sleep_);
   }
+  if (wake) changed_.notify_one();
+  return std::nullopt;
+}
+
+void Executor::run_claimed(Claimed claimed) {
+  {
+    // As in help: standing in for the sleeping thread, on its core.
+    std::optional<ScopedCpuBinding> standing_in;
+    if (claimed.stand_in) standing_in.emplace(cpu_);
+    tl_unbound_caller = !standing_in;
+    try {
+      run_(claimed.task);
+      claimed.task.work->mark_succeeded();
+    } catch (...) {
+      claimed.task.work->mark_failed(std::current_exception());
+    }
+    tl_unbound_caller = false;
+  }
+  std::unique_lock<std::mutex> lock(mutex_);
+  running_ = false;
+  const bool wake = !queue_.empty() || stopping_;  // what other callers queued meanwhile goes to the thread
+  lock.unlock();
   if (wake) changed_.notify_one();
 }
 

@@ -27,6 +27,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "tinyddp/comm/fingerprint.h"
@@ -48,7 +49,8 @@ class Executor : public Work::Helper, public std::enable_shared_from_this<Execut
     Fingerprint fingerprint;
     std::chrono::milliseconds timeout{0};
     Body body;
-    bool small = false;  // few enough bytes that the blocking caller's way may apply
+    bool small = false;     // few enough bytes that the blocking caller's way may apply
+    bool blocking = false;  // its caller returns only once it is done (CallOptions::blocking)
     std::chrono::steady_clock::time_point queued_at{};
   };
   // Runs one task on the calling thread; a collective's failure is thrown.
@@ -66,8 +68,17 @@ class Executor : public Work::Helper, public std::enable_shared_from_this<Execut
   Executor(Runner run, int cpu, WaitPolicy wait);
   ~Executor() override;  // shutdown()
 
-  // Queues `task` (queued_at is set here unless the caller set it) and makes this executor its Work's helper.
-  void submit(Task task);
+  // Queues `task` (queued_at is set here unless the caller set it) and makes this executor its Work's
+  // helper. A blocking call's task (Task::blocking) when nothing is queued or running is handed back
+  // instead, with the executor claimed for it: the caller runs it at once (run_claimed), past the queue
+  // its wait would take. The caller must not then hold a lock that another caller's submit takes.
+  struct Claimed {
+    Task task;
+    bool stand_in = false;  // run it on the communication thread's CPU (see help)
+  };
+  std::optional<Claimed> submit(Task task);
+  // Runs a task submit() handed back on the calling thread, completes its Work, and releases the claim.
+  void run_claimed(Claimed claimed);
   // Work::wait() calls this first; see the header comment.
   void help(Work& target) override;
   RunCounts counts();

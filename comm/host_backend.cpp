@@ -263,16 +263,25 @@ WorkPtr HostBackend::barrier(const CallOptions& call) {
 
 WorkPtr HostBackend::submit(Fingerprint fingerprint, const CallOptions& call, Executor::Body body,
                             bool in_symmetric_memory) {
-  std::lock_guard<std::mutex> lock(submit_mutex_);  // numbers and queue order agree
-  fingerprint.sequence = next_sequence_++;
-  auto work = std::make_shared<Work>(fingerprint);
-  auto timeout = call.timeout.count() > 0 ? call.timeout : options_.timeout;
-  const size_t bytes = size_t(fingerprint.count) * dtype_size(DType(fingerprint.dtype));  // per rank; a barrier's is 0
-  const bool symmetric_path = in_symmetric_memory && all_local_;
-  const bool small = bytes <= (symmetric_path ? tuning::kBlockingCallerSymmetricBytes : blocking_caller_bytes_);
-  const auto now = std::chrono::steady_clock::now();  // one reading for the recorder and the executor
-  recorder_->queued(fingerprint, call.bucket, now);
-  executor_->submit({work, fingerprint, timeout, std::move(body), small, now});
+  WorkPtr work;
+  std::optional<Executor::Claimed> run_here;
+  {
+    std::lock_guard<std::mutex> lock(submit_mutex_);  // numbers and queue order agree
+    fingerprint.sequence = next_sequence_++;
+    work = std::make_shared<Work>(fingerprint);
+    auto timeout = call.timeout.count() > 0 ? call.timeout : options_.timeout;
+    const size_t bytes = size_t(fingerprint.count) *
+                         dtype_size(DType(fingerprint.dtype));  // per rank; a barrier's is 0
+    const bool symmetric_path = in_symmetric_memory && all_local_;
+    const bool small = bytes <= (symmetric_path ? tuning::kBlockingCallerSymmetricBytes : blocking_caller_bytes_);
+    const auto now = std::chrono::steady_clock::now();  // one reading for the recorder and the executor
+    recorder_->queued(fingerprint, call.bucket, now);
+    run_here = executor_->submit({work, fingerprint, timeout, std::move(body), small, call.blocking, now});
+  }
+  // A blocking call with nothing queued before it runs here and now, outside the lock: another thread's
+  // call queues behind it meanwhile. One with collectives before it waits for them, then runs.
+  if (run_here) executor_->run_claimed(std::move(*run_here));
+  if (call.blocking) work->wait();
   return work;
 }
 

@@ -12,7 +12,8 @@
 //   nccl  NVIDIA's library (comm/nccl/): CUDA tensors; built only when NCCL is found.
 //
 // Every collective returns at once with a Work (work.h) and runs on the group's communication
-// thread, in call order; every rank must make the same calls in the same order. Each call is
+// thread, in call order; every rank must make the same calls in the same order. A call made with
+// CallOptions::blocking returns only once its collective is done, as MPI's calls do. Each call is
 // bounded by a timeout (the group's, or the call's own): a peer that never answers, or dies, ends
 // the call with an error that names it instead of a hang. After such a failure the group is
 // aborted: later calls fail at once, and the peers are told so they fail too.
@@ -62,6 +63,11 @@ struct ProcessGroupOptions {
 struct CallOptions {
   std::chrono::milliseconds timeout{0};  // 0: the group's timeout
   int bucket = -1;                       // DDP's gradient bucket this call reduces, for the flight recorder; -1: none
+  // The call returns once the collective is done, as MPI_Allreduce does (PyTorch's async_op=False), and
+  // throws its error: the Work it returns is complete (on a device: the caller's stream is ordered
+  // after it, as wait() does). On the host backend such a call runs the collective on the calling
+  // thread when nothing is queued before it, past the queue a later wait() would take.
+  bool blocking = false;
 };
 
 class ProcessGroup {

@@ -28,8 +28,9 @@ class AllGather : public PerfCollective {
     return {in, out, in_place};
   }
 
-  comm::WorkPtr launch(comm::ProcessGroup& pg, const Placement& p, comm::ReduceOp, int) const override {
-    return pg.all_gather(p.output, p.input);
+  comm::WorkPtr launch(comm::ProcessGroup& pg, const Placement& p, comm::ReduceOp, int,
+                       const comm::CallOptions& call) const override {
+    return pg.all_gather(p.output, p.input, call);
   }
 
   double input_value(const TestValues& v, int rank, int, size_t j) const override { return v.input(rank, j); }

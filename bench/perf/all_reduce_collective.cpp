@@ -22,8 +22,9 @@ class AllReduce : public PerfCollective {
     return {in_place ? out : send.view(0, {int64_t(c.send)}), out, in_place};
   }
 
-  comm::WorkPtr launch(comm::ProcessGroup& pg, const Placement& p, comm::ReduceOp op, int) const override {
-    return p.in_place ? pg.all_reduce(p.output, op) : pg.all_reduce_into(p.output, p.input, op);
+  comm::WorkPtr launch(comm::ProcessGroup& pg, const Placement& p, comm::ReduceOp op, int,
+                       const comm::CallOptions& call) const override {
+    return p.in_place ? pg.all_reduce(p.output, op, call) : pg.all_reduce_into(p.output, p.input, op, call);
   }
 
   double input_value(const TestValues& v, int rank, int, size_t j) const override { return v.input(rank, j); }

@@ -26,8 +26,9 @@ class Broadcast : public PerfCollective {
     return {buffer, buffer, true};
   }
 
-  comm::WorkPtr launch(comm::ProcessGroup& pg, const Placement& p, comm::ReduceOp, int root) const override {
-    return pg.broadcast(p.output, root);
+  comm::WorkPtr launch(comm::ProcessGroup& pg, const Placement& p, comm::ReduceOp, int root,
+                       const comm::CallOptions& call) const override {
+    return pg.broadcast(p.output, root, call);
   }
 
   bool has_input(int rank, int root) const override { return rank == root; }

@@ -62,7 +62,9 @@ class PerfCollective {
   // counts.recv elements long).
   virtual Placement place(const Tensor& send, const Tensor& recv, const CollectiveCounts& counts, bool in_place,
                           int rank) const = 0;
-  virtual comm::WorkPtr launch(comm::ProcessGroup& pg, const Placement& p, comm::ReduceOp op, int root) const = 0;
+  // `call`: blocking for -z 1 (the call returns once the collective is done, as MPI's do).
+  virtual comm::WorkPtr launch(comm::ProcessGroup& pg, const Placement& p, comm::ReduceOp op, int root,
+                               const comm::CallOptions& call = {}) const = 0;
 
   // Rank `rank`'s input element j, and its output element i once the collective has run.
   virtual double input_value(const TestValues& v, int rank, int root, size_t j) const = 0;

@@ -160,7 +160,9 @@ void add_flags(CLI::App& app, FlagTexts& x, const PerfCollective& collective) {
       ->capture_default_str()
       ->type_name("0|1")
       ->group(test);
-  app.add_option("-z,--blocking", x.z, "0: launch the iterations back to back and wait for the last; 1: wait for each")
+  app.add_option("-z,--blocking", x.z,
+                 "0: launch the iterations back to back and wait for the last; 1: blocking calls (each returns once "
+                 "its collective is done, as MPI's)")
       ->capture_default_str()
       ->type_name("0|1")
       ->group(test);

@@ -11,6 +11,9 @@ LocalTiming time_placement(comm::ProcessGroup& group, const PerfCollective& coll
                            comm::ReduceOp op, int root, const PerfOptions& options) {
   using Clock = std::chrono::steady_clock;
   auto launch = [&] { return collective.launch(group, placement, op, root); };
+  // -z 1: each call returns once its collective is done, as MPI_Allreduce does (CallOptions::blocking).
+  comm::CallOptions blocking_call;
+  blocking_call.blocking = true;
   // synchronize(), not wait(): on a GPU wait() only orders the caller's stream, and the clock must
   // see the collective end, as nccl-tests' cudaStreamSynchronize does.
   for (int i = 0; i < options.warmup_iters; ++i) launch()->synchronize();
@@ -41,7 +44,7 @@ LocalTiming time_placement(comm::ProcessGroup& group, const PerfCollective& coll
       if (options.blocking) {
         // Each call awaited and let go, as an MPI-style loop does: keeping every Work would grow the
         // heap by a page every few calls, and the page faults would be timed as the collective's.
-        launch()->synchronize();
+        collective.launch(group, placement, op, root, blocking_call)->synchronize();
         continue;
       }
       works.push_back(launch());

@@ -29,8 +29,9 @@ class ReduceScatter : public PerfCollective {
     return {in, out, in_place};
   }
 
-  comm::WorkPtr launch(comm::ProcessGroup& pg, const Placement& p, comm::ReduceOp op, int) const override {
-    return pg.reduce_scatter(p.output, p.input, op);
+  comm::WorkPtr launch(comm::ProcessGroup& pg, const Placement& p, comm::ReduceOp op, int,
+                       const comm::CallOptions& call) const override {
+    return pg.reduce_scatter(p.output, p.input, op, call);
   }
 
   double input_value(const TestValues& v, int rank, int, size_t j) const override { return v.input(rank, j); }

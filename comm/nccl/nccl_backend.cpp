@@ -352,7 +352,7 @@ WorkPtr NcclBackend::launch(Fingerprint f, const CallOptions& call, std::vector<
                             bool blocks_host) {
   const char* name = collective_kind_name(CollectiveKind(f.kind));
   for (const Tensor& t : tensors) check_device(t, name);
-  std::lock_guard<std::mutex> launching(launch_mutex_);
+  std::unique_lock<std::mutex> launching(launch_mutex_);
   {
     std::lock_guard<std::mutex> state(state_mutex_);
     TINYDDP_CHECK(aborted_.empty(), "nccl backend: rank ", rank(), " cannot launch ", name,
@@ -399,6 +399,8 @@ WorkPtr NcclBackend::launch(Fingerprint f, const CallOptions& call, std::vector<
     pending_.push_back({work, f.sequence, done, deadline, timeout, std::move(tensors), blocks_host});
   }
   wake_.notify_all();
+  launching.unlock();
+  if (call.blocking) work->wait();
   return work;
 }
 

@@ -145,6 +145,51 @@ TEST_CASE("a caller that waits for each small collective runs it itself; one it 
   }
 }
 
+TEST_CASE(
+    "a blocking call returns once its collective is done, after the ones queued before it, and throws its error") {
+  for (const std::string transport : {"shm", "tcp"}) {
+    CAPTURE(transport);
+    auto groups = make_groups(2, options("blocking-call-" + transport, false, transport));
+    CallOptions blocking;
+    blocking.blocking = true;
+    run_ranks(2, [&](int r) {
+      auto& group = dynamic_cast<HostBackend&>(*groups[size_t(r)]);
+      const auto before = group.collectives_run();
+      for (int i = 0; i < 50; ++i) {
+        Tensor t = Tensor::from_vector(std::vector<float>{float(r + i), 1.f});
+        WorkPtr work = group.all_reduce(t, ReduceOp::sum, blocking);
+        CHECK(work->is_success());  // done when the call returns, with no wait
+        CHECK(t.to_vector<float>() == std::vector<float>{float(2 * i + 1), 2.f});
+      }
+      // Nothing was queued before them: they ran on the caller's thread, but for the first few, which a
+      // communication thread still polling after the group's setup may take.
+      CHECK(group.collectives_run().by_caller - before.by_caller >= 40);
+      // Behind collectives that were not waited for, it runs after them, in call order.
+      std::vector<Tensor> queued;
+      std::vector<WorkPtr> works;
+      for (int i = 0; i < 5; ++i) {
+        queued.push_back(Tensor::from_vector(std::vector<int64_t>(5000, (r + 1) * (i + 1))));
+        works.push_back(group.all_reduce(queued.back()));
+      }
+      Tensor last = Tensor::from_vector(std::vector<int64_t>{r + 10});
+      group.all_reduce(last, ReduceOp::max, blocking);
+      CHECK(last.item<int64_t>(0) == 11);
+      for (int i = 0; i < 5; ++i) {
+        CHECK(works[size_t(i)]->is_success());
+        CHECK(queued[size_t(i)].item<int64_t>(4999) == 3 * (i + 1));
+      }
+    });
+  }
+  // Its error comes from the call itself: here a peer that never makes it.
+  auto groups = make_groups(2, options("blocking-call-error", false, "shm"));
+  CallOptions blocking;
+  blocking.blocking = true;
+  blocking.timeout = 300ms;
+  Tensor t = Tensor::zeros({16});
+  CHECK_THROWS_WITH_AS(groups[0]->all_reduce(t, ReduceOp::sum, blocking), doctest::Contains("timed out after 300 ms"),
+                       Error);
+}
+
 TEST_CASE("a rank that never calls makes the others time out with an error naming it") {
   for (std::string transport : {"shm", "tcp"}) {
     CAPTURE(transport);
