@@ -60,12 +60,7 @@ void Executor::run_claimed(Claimed claimed) {
     std::optional<ScopedCpuBinding> standing_in;
     if (claimed.stand_in) standing_in.emplace(cpu_);
     tl_unbound_caller = !standing_in;
-    try {
-      run_(claimed.task);
-      claimed.task.work->mark_succeeded();
-    } catch (...) {
-      claimed.task.work->mark_failed(std::current_exception());
-    }
+    run_and_complete(claimed.task);
     tl_unbound_caller = false;
   }
   std::unique_lock<std::mutex> lock(mutex_);
@@ -122,13 +117,17 @@ void Executor::run_front(std::unique_lock<std::mutex>& lock, uint64_t* counter) 
   queue_.pop_front();
   queued_.store(queue_.size(), std::memory_order_release);
   lock.unlock();
+  run_and_complete(task);
+  lock.lock();
+}
+
+void Executor::run_and_complete(const Task& task) {
   try {
     run_(task);
     task.work->mark_succeeded();
   } catch (...) {
     task.work->mark_failed(std::current_exception());
   }
-  lock.lock();
 }
 
 void Executor::loop() {

@@ -90,6 +90,8 @@ class Executor : public Work::Helper, public std::enable_shared_from_this<Execut
 
  private:
   void run_front(std::unique_lock<std::mutex>& lock, uint64_t* counter);
+  // Runs `task` on the calling thread and completes its Work with the outcome.
+  void run_and_complete(const Task& task);
   void loop();
   void poll_for_work(std::unique_lock<std::mutex>& lock);
   bool sleep_until_work(std::unique_lock<std::mutex>& lock);

@@ -270,8 +270,8 @@ WorkPtr HostBackend::submit(Fingerprint fingerprint, const CallOptions& call, Ex
     fingerprint.sequence = next_sequence_++;
     work = std::make_shared<Work>(fingerprint);
     auto timeout = call.timeout.count() > 0 ? call.timeout : options_.timeout;
-    const size_t bytes = size_t(fingerprint.count) *
-                         dtype_size(DType(fingerprint.dtype));  // per rank; a barrier's is 0
+    // Per rank; a barrier's is 0.
+    const size_t bytes = size_t(fingerprint.count) * dtype_size(DType(fingerprint.dtype));
     const bool symmetric_path = in_symmetric_memory && all_local_;
     const bool small = bytes <= (symmetric_path ? tuning::kBlockingCallerSymmetricBytes : blocking_caller_bytes_);
     const auto now = std::chrono::steady_clock::now();  // one reading for the recorder and the executor
@@ -280,8 +280,12 @@ WorkPtr HostBackend::submit(Fingerprint fingerprint, const CallOptions& call, Ex
   }
   // A blocking call with nothing queued before it runs here and now, outside the lock: another thread's
   // call queues behind it meanwhile. One with collectives before it waits for them, then runs.
-  if (run_here) executor_->run_claimed(std::move(*run_here));
-  if (call.blocking) work->wait();
+  if (run_here) {
+    executor_->run_claimed(std::move(*run_here));
+    if (auto error = work->exception()) std::rethrow_exception(error);
+  } else if (call.blocking) {
+    work->wait();
+  }
   return work;
 }
 

@@ -523,14 +523,29 @@ void ShmTransport::wake_local_peers() {
     if (i != position_) wake(table_->control(i));
 }
 
+namespace {
+
+// The verdict on local peer `peer` (control block `c`), found gone and/or closed, read in that order:
+// a rank closes its group before it exits, so a peer found gone and then read as closed ended cleanly
+// (its program was done) and is held to the closed peer's grace; one gone without closing died.
+void fail_if_ended(int peer, const ControlBlock* c, bool gone, bool closed, int me,
+                   std::chrono::milliseconds stalled_for) {
+  if (gone && !closed)
+    TINYDDP_FAIL("shm transport: rank ", peer, " (pid ", c->pid, ") died while rank ", me,
+                 " was in a collective with it",
+                 hint("look at rank ", peer, "'s output and exit status (killed by a signal? out of memory?)"));
+  if (closed && stalled_for >= kClosedGrace)
+    TINYDDP_FAIL("shm transport: rank ", peer, " closed its process group while rank ", me, " still waits for it",
+                 hint("every rank must make the same collective calls before shutting down"));
+}
+
+}  // namespace
+
 void ShmTransport::check_peer(int peer, std::chrono::milliseconds stalled_for) {
   const int position = position_of(local_ranks_, peer);
   TINYDDP_CHECK(position < int(local_ranks_.size()), "shm transport: rank ", peer, " is not on rank ", rank_, "'s host",
                 hint("this is a bug in the caller"));
   ControlBlock* c = table_->control(position);
-  // Whether it is gone first, its state after: a rank closes its group before it exits, so a peer
-  // found gone and then read as closed ended cleanly (its program was done), and is held to the
-  // closed peer's grace, not called dead.
   const bool gone = c->pid != ::getpid() && !process_alive(c->pid);
   const uint32_t state = c->state.load(std::memory_order_acquire);
   if (state == kAborted) {
@@ -538,13 +553,7 @@ void ShmTransport::check_peer(int peer, std::chrono::milliseconds stalled_for) {
     TINYDDP_FAIL("shm transport: rank ", peer, " aborted: ", reason,
                  hint("look at rank ", peer, "'s own output for the first error"));
   }
-  if (gone && state != kClosed)
-    TINYDDP_FAIL("shm transport: rank ", peer, " (pid ", c->pid, ") died while rank ", rank_,
-                 " was in a collective with it",
-                 hint("look at rank ", peer, "'s output and exit status (killed by a signal? out of memory?)"));
-  if (state == kClosed && stalled_for >= kClosedGrace)
-    TINYDDP_FAIL("shm transport: rank ", peer, " closed its process group while rank ", rank_, " still waits for it",
-                 hint("every rank must make the same collective calls before shutting down"));
+  fail_if_ended(peer, c, gone, state == kClosed, rank_, stalled_for);
 }
 
 void ShmTransport::check_peers(std::chrono::milliseconds stalled_for) {
@@ -567,9 +576,8 @@ void ShmTransport::check_peers(std::chrono::milliseconds stalled_for) {
   // rank may send its last bytes and exit at once, and those bytes stay in its fifo, readable,
   // after the process has left. The order matters: whether it is gone first, the unread bytes
   // after; every byte it wrote before it went is visible by then, so none is missed in between.
-  // A peer that closed its group before it went ended cleanly: its part of the collective may be
-  // done while this rank still waits for others (a barrier's exchange), so it is held to the closed
-  // peer's grace, not called dead.
+  // A peer that closed its group before it went ended cleanly (fail_if_ended): its part of the
+  // collective may be done while this rank still waits for others (a barrier's exchange).
   for (ShmConnection* peer : peers) {
     const int r = peer->peer();
     ControlBlock* c = peer->peer_control();
@@ -577,13 +585,7 @@ void ShmTransport::check_peers(std::chrono::milliseconds stalled_for) {
     const bool closed = c->state.load(std::memory_order_acquire) == kClosed;
     if (!gone && !closed) continue;
     if (peer->recv_available() > 0) continue;  // still ours to read: the caller makes progress first
-    if (gone && !closed)
-      TINYDDP_FAIL("shm transport: rank ", r, " (pid ", c->pid, ") died while rank ", rank_,
-                   " was in a collective with it",
-                   hint("look at rank ", r, "'s output and exit status (killed by a signal? out of memory?)"));
-    if (stalled_for >= kClosedGrace)
-      TINYDDP_FAIL("shm transport: rank ", r, " closed its process group while rank ", rank_, " still waits for it",
-                   hint("every rank must make the same collective calls before shutting down"));
+    fail_if_ended(r, c, gone, closed, rank_, stalled_for);
   }
 }
 
