@@ -22,7 +22,6 @@ Executor::Executor(Runner run, int cpu, WaitPolicy wait)
 Executor::~Executor() { shutdown(); }
 
 std::optional<Executor::Claimed> Executor::submit(Task task) {
-  task.work->set_helper(weak_from_this(), wait_.spin);
   bool wake;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -41,8 +40,12 @@ std::optional<Executor::Claimed> Executor::submit(Task task) {
       running_ = true;
       last_awaited_ = true;
       ++counts_.by_caller;
+      task.started_at = task.queued_at;
+      // Its Work gets no helper: it is done before its caller sees it.
       return Claimed{std::move(task), cpu_ >= 0 && !blocking_caller_};
     }
+    // Whoever waits for a queued task is offered the queue (help).
+    task.work->set_helper(weak_from_this(), wait_.spin);
     queue_.push_back(std::move(task));
     queued_.store(queue_.size(), std::memory_order_release);
     // A runner drains what is queued behind it, and a poller sees it. A thread in its timed sleep

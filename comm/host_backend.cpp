@@ -291,7 +291,8 @@ WorkPtr HostBackend::submit(Fingerprint fingerprint, const CallOptions& call, Ex
 
 // Runs on whichever thread the Executor picked; a failure is thrown to it, which fails the Work.
 void HostBackend::run_task(const Executor::Task& task) {
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = task.started_at != std::chrono::steady_clock::time_point{} ? task.started_at
+                                                                                : std::chrono::steady_clock::now();
   const auto deadline = start + task.timeout;
   recorder_->started(task.fingerprint.sequence, start);
   try {

@@ -28,8 +28,12 @@ void slot_all_reduce(SymmetricBuffer& slots, const std::byte* in, std::byte* out
   check_same_call(slots, call, step, ctx, /*same_op=*/false);
 
   if (bytes == 0) return;
-  std::memcpy(out, slots.data_of(0) + slot, bytes);
-  for (int p = 1; p < n; ++p) reduce_elements(out, out, slots.data_of(p) + slot, count, ctx.dtype, ctx.op);
+  // In rank order, every rank alike: the first two slots are combined straight into `out`, with no copy first.
+  if (n == 1)
+    std::memcpy(out, slots.data_of(0) + slot, bytes);
+  else
+    reduce_elements(out, slots.data_of(0) + slot, slots.data_of(1) + slot, count, ctx.dtype, ctx.op);
+  for (int p = 2; p < n; ++p) reduce_elements(out, out, slots.data_of(p) + slot, count, ctx.dtype, ctx.op);
   if (ctx.op == ReduceOp::avg) finish_average(out, count, ctx.dtype, ctx.world_size);
 }
 

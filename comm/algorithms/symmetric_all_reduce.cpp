@@ -29,13 +29,13 @@ const char* step_name(uint64_t step) {
 std::vector<int> behind(const SymmetricBuffer& b, uint64_t step) {
   std::vector<int> late;
   for (int p = 0; p < b.parties(); ++p)
-    if (p != b.position() && b.step_of(p) < step) late.push_back(p);
+    if (p != b.position() && !b.reached(p, step)) late.push_back(p);
   return late;
 }
 
 bool all_reached(const SymmetricBuffer& b, uint64_t step) {
   for (int p = 0; p < b.parties(); ++p)
-    if (p != b.position() && b.step_of(p) < step) return false;
+    if (p != b.position() && !b.reached(p, step)) return false;
   return true;
 }
 
@@ -43,10 +43,12 @@ bool all_reached(const SymmetricBuffer& b, uint64_t step) {
 
 void symmetric_barrier(SymmetricBuffer& b, uint64_t step, ShmTransport& shm, const CollectiveContext& ctx) {
   b.publish(step);
+  // The first look at the peers goes before the wake-up: its loads then travel while this rank's step
+  // does, where after the wake's fence they would wait for it.
+  const bool reached = all_reached(b, step);
   shm.wake_local_peers();
-  if (all_reached(b, step)) return;
+  if (reached) return;
   SpinThenSleep spin(ctx.wait.spin);
-  const auto start = Clock::now();
   while (!all_reached(b, step)) {
     if (spin.keep_spinning()) {
       if (ctx.wait.yield_while_spinning && spin.past(ctx.wait.pure_spin)) std::this_thread::yield();
@@ -60,7 +62,7 @@ void symmetric_barrier(SymmetricBuffer& b, uint64_t step, ShmTransport& shm, con
     // passes before every rank has arrived, so all having arrived settles it.
     if (all_reached(b, step)) return;
     const auto now = Clock::now();
-    const auto stalled = std::chrono::duration_cast<std::chrono::milliseconds>(now - start);
+    const auto stalled = std::chrono::duration_cast<std::chrono::milliseconds>(now - spin.started_at());
     const std::vector<int> late = behind(b, step);
     try {
       for (Transport* t : ctx.transports) t->check_peers(stalled);

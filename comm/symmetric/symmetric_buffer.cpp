@@ -21,7 +21,7 @@ namespace tinyddp::comm {
 namespace {
 
 constexpr uint64_t kMagic = 0x4d4d5953444454ull;  // "TDDSYMM"
-constexpr uint32_t kVersion = 2;
+constexpr uint32_t kVersion = 3;
 constexpr size_t kPage = 4096;
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
@@ -32,11 +32,17 @@ struct PartHeader {
   uint32_t version;
   int32_t rank;
   uint64_t bytes;
-  alignas(64) std::atomic<uint64_t> step;  // the owner's progress counter
-  // The call a step announces, written before the step, in the entry of the step's parity: a peer
-  // one step ahead writes the other entry, so the one being read is never changed under the reader.
-  alignas(64) SymmetricCall calls[2];
+  // The owner's progress, in the entry of each step's parity: the step and the call it announces,
+  // written call first, on one cache line, so that a peer waiting for the step takes the call with
+  // it. A peer one step ahead writes the other entry, so the one being read never changes under the
+  // reader.
+  struct alignas(64) Announcement {
+    SymmetricCall call;
+    std::atomic<uint64_t> step;
+  };
+  Announcement announced[2];
 };
+static_assert(sizeof(PartHeader::Announcement) == 64, "a step and its call share one cache line");
 static_assert(sizeof(PartHeader) <= kPage);
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared-memory atomics must be lock-free across processes");
 
@@ -207,20 +213,20 @@ void SymmetricBuffer::release_peers() {
 
 void SymmetricBuffer::publish(uint64_t step) {
   my_step_ = step;
-  parts_[size_t(position_)]->header()->step.store(step, std::memory_order_release);
+  parts_[size_t(position_)]->header()->announced[step & 1].step.store(step, std::memory_order_release);
 }
 
 void SymmetricBuffer::publish(uint64_t step, const SymmetricCall& call) {
-  parts_[size_t(position_)]->header()->calls[step & 1] = call;
+  parts_[size_t(position_)]->header()->announced[step & 1].call = call;
   publish(step);
 }
 
-uint64_t SymmetricBuffer::step_of(int p) const {
-  return parts_[size_t(p)]->header()->step.load(std::memory_order_acquire);
+bool SymmetricBuffer::reached(int p, uint64_t step) const {
+  return parts_[size_t(p)]->header()->announced[step & 1].step.load(std::memory_order_acquire) >= step;
 }
 
 SymmetricCall SymmetricBuffer::call_of(int p, uint64_t step) const {
-  return parts_[size_t(p)]->header()->calls[step & 1];
+  return parts_[size_t(p)]->header()->announced[step & 1].call;
 }
 
 }  // namespace tinyddp::comm

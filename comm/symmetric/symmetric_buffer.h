@@ -16,10 +16,13 @@
 // dead peer never makes the others fault; they notice it through the transport's liveness checks
 // and fail naming it.
 //
-// The progress counter is each rank's: written by it alone (release), read by the peers (acquire),
-// alone on its cache line. An algorithm moves it forward through the steps of every collective on
-// the buffer (symmetric_all_reduce.h) and waits until every peer's counter has reached a step: a
-// barrier that is one store and n-1 loads of lines that are in cache unless they changed.
+// The progress counter is each rank's: written by it alone (release), read by the peers (acquire).
+// An algorithm moves it forward through the steps of every collective on the buffer
+// (symmetric_all_reduce.h) and waits until every peer's counter has reached a step: a barrier that
+// is one store and n-1 loads of lines that are in cache unless they changed. Every step is such a
+// barrier, so while a rank waits for a step it published, no peer is more than one step ahead: the
+// counter is kept in two entries, one per parity, each on its own cache line beside the call that
+// step announces, and a waiter reads the one line of the step it waits for.
 //
 // Lifetime: the buffer belongs to the tensors over it (Storage keeps it alive). The process group
 // releases the peers' parts when it ends or aborts (release_peers): from then on the buffer is
@@ -92,9 +95,10 @@ class SymmetricBuffer {
   // Publishes that this rank finished `step` (steps only grow), with `call` as the call it is in.
   void publish(uint64_t step);
   void publish(uint64_t step, const SymmetricCall& call);
-  // Rank ranks()[p]'s counter, and the call it published with `step`: readable from the moment its
-  // counter reached `step` until it publishes step + 2 (each rank keeps the calls of two steps).
-  uint64_t step_of(int p) const;
+  // Whether rank ranks()[p]'s counter has reached `step`, asked while this rank waits for a step it
+  // published (then no peer is two steps ahead; see the header comment). And the call it published
+  // with `step`: readable from the moment its counter reached `step` until it publishes step + 2.
+  bool reached(int p, uint64_t step) const;
   SymmetricCall call_of(int p, uint64_t step) const;
 
  private:
