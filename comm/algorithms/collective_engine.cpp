@@ -55,7 +55,9 @@ void CollectiveWaiter::wait(const std::vector<WaitFor>& waits) {
   for (auto& [transport, list] : by_transport) transport->sleep_once(list, slice);
   auto now = Clock::now();
   auto stalled = std::chrono::duration_cast<std::chrono::milliseconds>(now - last_progress_);
-  for (Transport* t : ctx_.transports) t->check_peers(stalled);
+  std::vector<int> awaited;
+  for (const WaitFor& w : waits) awaited.push_back(w.connection->peer());
+  for (Transport* t : ctx_.transports) t->check_peers(stalled, awaited);
   if (now > ctx_.deadline) fail_timeout(waits);
 }
 

@@ -25,11 +25,11 @@ const char* step_name(uint64_t step) {
                                             : "to finish reducing their slices into every rank's part";
 }
 
-// The ranks (by position) whose counters have not reached `step`.
+// The ranks whose counters have not reached `step`.
 std::vector<int> behind(const SymmetricBuffer& b, uint64_t step) {
   std::vector<int> late;
   for (int p = 0; p < b.parties(); ++p)
-    if (p != b.position() && !b.reached(p, step)) late.push_back(p);
+    if (p != b.position() && !b.reached(p, step)) late.push_back(b.ranks()[size_t(p)]);
   return late;
 }
 
@@ -65,16 +65,16 @@ void symmetric_barrier(SymmetricBuffer& b, uint64_t step, ShmTransport& shm, con
     const auto stalled = std::chrono::duration_cast<std::chrono::milliseconds>(now - spin.started_at());
     const std::vector<int> late = behind(b, step);
     try {
-      for (Transport* t : ctx.transports) t->check_peers(stalled);
-      for (int p : late) shm.check_peer(b.ranks()[size_t(p)], stalled);
+      for (Transport* t : ctx.transports) t->check_peers(stalled, late);
+      for (int r : late) shm.check_peer(r, stalled);
     } catch (const Error&) {
       if (all_reached(b, step)) return;
       throw;
     }
     if (now > ctx.deadline && !late.empty())
       TINYDDP_FAIL(ctx.what(), ": timed out after ", ctx.timeout.count(), " ms waiting for rank(s) ",
-                   short_list(late, 8, [&](int p) { return std::to_string(b.ranks()[size_t(p)]); }), " ",
-                   step_name(step), " on symmetric buffer #", b.index(),
+                   short_list(late, 8, [](int r) { return std::to_string(r); }), " ", step_name(step),
+                   " on symmetric buffer #", b.index(),
                    hint("those ranks did not make the same collective call (every rank must call the collectives "
                         "on its tensor of the symmetric allocation, in the same order), are stuck elsewhere, or need a "
                         "longer timeout"));

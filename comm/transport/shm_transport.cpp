@@ -556,7 +556,7 @@ void ShmTransport::check_peer(int peer, std::chrono::milliseconds stalled_for) {
   fail_if_ended(peer, c, gone, state == kClosed, rank_, stalled_for);
 }
 
-void ShmTransport::check_peers(std::chrono::milliseconds stalled_for) {
+void ShmTransport::check_peers(std::chrono::milliseconds stalled_for, std::span<const int> awaited) {
   // Aborted peers first: their reason names the rank that failed first.
   for (int i = 0; i < int(local_ranks_.size()); ++i) {
     ControlBlock* c = table_->control(i);
@@ -577,13 +577,14 @@ void ShmTransport::check_peers(std::chrono::milliseconds stalled_for) {
   // after the process has left. The order matters: whether it is gone first, the unread bytes
   // after; every byte it wrote before it went is visible by then, so none is missed in between.
   // A peer that closed its group before it went ended cleanly (fail_if_ended): its part of the
-  // collective may be done while this rank still waits for others (a barrier's exchange).
+  // collective may be done while this rank still waits for others, so only an awaited one counts.
   for (ShmConnection* peer : peers) {
     const int r = peer->peer();
     ControlBlock* c = peer->peer_control();
     const bool gone = c->pid != ::getpid() && !process_alive(c->pid);
     const bool closed = c->state.load(std::memory_order_acquire) == kClosed;
     if (!gone && !closed) continue;
+    if (closed && std::find(awaited.begin(), awaited.end(), r) == awaited.end()) continue;
     if (peer->recv_available() > 0) continue;  // still ours to read: the caller makes progress first
     fail_if_ended(r, c, gone, closed, rank_, stalled_for);
   }

@@ -73,7 +73,7 @@ class ShmTransport : public Transport {
   // Any local peer, from any thread; its fifos are set up on first use (see above).
   Connection* connection(int peer) override;
   void sleep_once(std::span<const WaitFor> waits, std::chrono::microseconds max_sleep) override;
-  void check_peers(std::chrono::milliseconds stalled_for) override;
+  void check_peers(std::chrono::milliseconds stalled_for, std::span<const int> awaited) override;
   void abort(const std::string& reason) override;
 
   // For algorithms that synchronise through counters of their own in shared memory (symmetric

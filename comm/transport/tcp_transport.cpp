@@ -333,10 +333,10 @@ std::string TcpTransport::hangup_summary() const {
   return text;
 }
 
-std::string TcpTransport::dead_local_peers(bool skip_unread) const {
+std::string TcpTransport::dead_local_peers(bool skip_unread, const std::function<bool(int)>& among) const {
   std::string dead;
   for (size_t r = 0; r < local_pids_.size(); ++r) {
-    if (local_pids_[r] <= 0 || process_alive(local_pids_[r])) continue;
+    if (local_pids_[r] <= 0 || (among && !among(int(r))) || process_alive(local_pids_[r])) continue;
     // Gone, but what it sent before it went is still in our inbox: not a failure while it lasts
     // (the pid is looked at first, so bytes that arrive in between are seen).
     if (skip_unread && connections_[r] && connections_[r]->has_unread()) continue;
@@ -345,13 +345,15 @@ std::string TcpTransport::dead_local_peers(bool skip_unread) const {
   return dead;
 }
 
-void TcpTransport::check_peers(std::chrono::milliseconds stalled_for) {
+void TcpTransport::check_peers(std::chrono::milliseconds stalled_for, std::span<const int> awaited) {
   if (stalled_for < kHangupGrace) return;
-  // A peer process that is gone and a rank that made no progress since: it died mid-collective
-  // (a clean exit after the last collective leaves nothing waiting on it). A peer that sent its
-  // last bytes and exited at once is no failure until those bytes are read: its receiver thread
-  // drains the socket before it reports the hang-up, and peers with unread bytes are skipped.
-  std::string dead = dead_local_peers(/*skip_unread=*/true);
+  // An awaited peer process that is gone and a rank that made no progress since: it died
+  // mid-collective (a clean exit after its last collective leaves nothing waiting on it). A peer
+  // that sent its last bytes and exited at once is no failure until those bytes are read: its
+  // receiver thread drains the socket before it reports the hang-up, and peers with unread bytes
+  // are skipped. Peers not awaited may have ended cleanly (see Transport::check_peers).
+  auto is_awaited = [&](int r) { return std::find(awaited.begin(), awaited.end(), r) != awaited.end(); };
+  std::string dead = dead_local_peers(/*skip_unread=*/true, is_awaited);
   if (!dead.empty())
     TINYDDP_FAIL("tcp transport: rank(s) ", dead, " died (the process is gone) while rank ", rank_,
                  " waited in a collective with them",
@@ -360,7 +362,7 @@ void TcpTransport::check_peers(std::chrono::milliseconds stalled_for) {
   std::lock_guard<std::mutex> lock(hangups_mutex_);
   const HangUp* first = nullptr;
   for (const HangUp& h : hangups_)
-    if (!connections_[h.rank] || !connections_[h.rank]->has_unread()) {
+    if (is_awaited(h.rank) && (!connections_[h.rank] || !connections_[h.rank]->has_unread())) {
       first = &h;
       break;
     }

@@ -22,6 +22,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -61,7 +62,7 @@ class TcpTransport : public Transport {
   const char* name() const override { return "tcp"; }
   Connection* connection(int peer) override;
   void sleep_once(std::span<const WaitFor> waits, std::chrono::microseconds max_sleep) override;
-  void check_peers(std::chrono::milliseconds stalled_for) override;
+  void check_peers(std::chrono::milliseconds stalled_for, std::span<const int> awaited) override;
   void abort(const std::string& reason) override;
 
   // Throws the error for a broken connection to `peer`, naming any rank that hung up before it.
@@ -78,8 +79,8 @@ class TcpTransport : public Transport {
   void wake();                   // from a receiver thread: bytes arrived
   std::string hangup_summary() const;
   // Peers on this host whose process is gone, as "2, 3" ("" when none); with `skip_unread`, not
-  // those whose bytes are still waiting to be read.
-  std::string dead_local_peers(bool skip_unread) const;
+  // those whose bytes are still waiting to be read; with `among`, only the peers it accepts.
+  std::string dead_local_peers(bool skip_unread, const std::function<bool(int)>& among = {}) const;
 
   int rank_;
   std::vector<int> local_pids_;  // by rank; 0 for this rank and for peers on other hosts

@@ -99,7 +99,10 @@ class Transport {
   virtual void sleep_once(std::span<const WaitFor> waits, std::chrono::microseconds max_sleep) = 0;
   // Throws an error naming a peer this transport knows to be dead or aborted. `stalled_for` is how
   // long the caller has made no progress: a hint that a hang-up seen earlier was no clean exit.
-  virtual void check_peers(std::chrono::milliseconds stalled_for) = 0;
+  // `awaited`: the ranks the caller waits for now. A peer that closed its group or hung up counts
+  // only among them: a rank that finished its part of the last collective may close and exit while
+  // the others still wait for each other.
+  virtual void check_peers(std::chrono::milliseconds stalled_for, std::span<const int> awaited) = 0;
   // Marks this rank failed so that every peer's next wait ends with an error naming `reason`.
   virtual void abort(const std::string& reason) = 0;
 };

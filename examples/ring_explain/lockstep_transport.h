@@ -103,7 +103,8 @@ class LockstepTransport : public comm::Transport {
   void sleep_once(std::span<const comm::WaitFor>, std::chrono::microseconds max_sleep) override {
     network_.sleep_once(max_sleep);
   }
-  void check_peers(std::chrono::milliseconds) override {}  // threads of one process: none can die alone
+  // Threads of one process: none can die alone.
+  void check_peers(std::chrono::milliseconds, std::span<const int>) override {}
   void abort(const std::string&) override {}
 
  private:

@@ -36,7 +36,7 @@ class MemoryTransport : public Transport {
   const char* name() const override { return "memory"; }
   Connection* connection(int) override { return nullptr; }
   void sleep_once(std::span<const WaitFor>, std::chrono::microseconds) override { std::this_thread::yield(); }
-  void check_peers(std::chrono::milliseconds) override {}
+  void check_peers(std::chrono::milliseconds, std::span<const int>) override {}
   void abort(const std::string&) override {}
 };
 
