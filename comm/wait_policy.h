@@ -34,21 +34,17 @@ struct WaitPolicy {
 // sleeps. A look is one `pause` instruction long: its latency differs tenfold between CPUs (a few
 // cycles to ~140), so the phases of a wait are measured in time, never counted in looks. The clock
 // is read only every kLooksPerClockRead looks: a read costs about as much as a pause, and the
-// budgets are tens of microseconds. The first read, at the kLooksPerClockRead-th look, starts the
-// count: most waits of a small collective end sooner and never read the clock at all.
+// budgets are tens of microseconds. A wait is begun only once a look found nothing, so the reading
+// that starts it is taken while there is nothing to do but wait.
 class SpinThenSleep {
  public:
-  explicit SpinThenSleep(std::chrono::nanoseconds budget) : budget_(budget) {}
+  explicit SpinThenSleep(std::chrono::nanoseconds budget) : start_(Clock::now()), budget_(budget) {}
   // True while the spin budget lasts; after it, callers sleep.
   bool keep_spinning() {
-    if (++looks_ % kLooksPerClockRead == 0) {
-      const auto now = Clock::now();
-      if (start_ == Clock::time_point{}) start_ = now;
-      spent_ = now - start_;
-    }
+    if (++looks_ % kLooksPerClockRead == 0) spent_ = Clock::now() - start_;
     return spent_ < budget_;
   }
-  // When the count started (see above); the epoch before the first clock read.
+  // When the wait began.
   std::chrono::steady_clock::time_point started_at() const { return start_; }
   // Whether the spin has gone on for `pure_spin` (WaitPolicy::pure_spin), as of the last clock read:
   // from then on a thread that may share its core with a rank it waits for yields between looks.

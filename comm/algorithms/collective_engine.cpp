@@ -34,7 +34,7 @@ struct Progress {
 }  // namespace
 
 CollectiveWaiter::CollectiveWaiter(const CollectiveContext& ctx)
-    : ctx_(ctx), spin_(ctx.wait.spin), last_progress_(Clock::now()) {}
+    : ctx_(ctx), spin_(ctx.wait.spin), last_progress_(spin_.started_at()) {}
 
 void CollectiveWaiter::progressed() {
   last_progress_ = Clock::now();
