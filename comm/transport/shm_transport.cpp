@@ -224,7 +224,10 @@ class ShmTransport::ShmConnection : public Connection {
     if (!out_) create_outgoing();
     // The peer's read counter is looked at only when the room last seen is too small: a small
     // message then costs no cache miss on that line.
-    if (capacity_ - (written_ - their_read_) < send_pad_ + n) their_read_ = out_->read.load(std::memory_order_acquire);
+    if (capacity_ - (written_ - their_read_) < send_pad_ + n) {
+      their_read_ = out_->read.load(std::memory_order_acquire);
+      if (their_read_ > 0) remove_if_stopped_.reset();  // the peer read, so it has opened (and unlinked) the fifo
+    }
     size_t room = capacity_ - (written_ - their_read_);
     if (room <= send_pad_) return 0;
     n = std::min(n, room - send_pad_);
@@ -292,8 +295,12 @@ class ShmTransport::ShmConnection : public Connection {
  private:
   ShmTransport& shm() const { return static_cast<ShmTransport&>(transport()); }
 
+  // The fifo's name stays in /dev/shm until the peer opens it. A stop signal meanwhile (the launcher
+  // stops the ranks when one fails) unwinds nothing, so a guard unlinks the name first; it goes
+  // once the peer is seen to have read (and so opened) the fifo, or with the connection.
   void create_outgoing() {
     out_fifo_ = shm().create_fifo(peer());
+    remove_if_stopped_.emplace("/dev/shm" + out_fifo_->name);
     out_ = out_fifo_->fifo();
     out_data_ = out_fifo_->data();
   }
@@ -323,8 +330,9 @@ class ShmTransport::ShmConnection : public Connection {
     if (written_ == 0 || peer_done) ::shm_unlink(out_fifo_->name.c_str());
   }
 
-  std::unique_ptr<Segment> out_fifo_;  // ours to the peer, once created
-  std::unique_ptr<Segment> in_fifo_;   // the peer's to us, once mapped
+  std::unique_ptr<Segment> out_fifo_;                    // ours to the peer, once created
+  std::optional<RemoveOnStopSignal> remove_if_stopped_;  // out_fifo_'s name, until the peer has opened it
+  std::unique_ptr<Segment> in_fifo_;                     // the peer's to us, once mapped
   FifoHeader* out_ = nullptr;
   std::byte* out_data_ = nullptr;
   FifoHeader* in_ = nullptr;

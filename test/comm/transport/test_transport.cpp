@@ -15,6 +15,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "tinyddp/comm/cpu_binding.h"
 #include "tinyddp/comm/store/tcp_store.h"
@@ -427,6 +428,44 @@ TEST_CASE("shm: a rank stopped by SIGTERM while its peer has not mapped the cont
   const pid_t pid = rank0.pid;  // finish_child forgets it
   REQUIRE(::kill(pid, SIGTERM) == 0);
   ChildOutcome out = finish_child(rank0, std::chrono::seconds(30));
+  CHECK_MESSAGE(out.signal == SIGTERM, out.describe());
+  const std::vector<std::string> left = segments_of(pid);
+  for (const std::string& name : left) ::shm_unlink(("/" + name).c_str());  // not left to the next run
+  CHECK_MESSAGE(left.empty(), "left behind: ", left.size(), " segment(s), e.g. ", left.empty() ? "" : left[0]);
+}
+
+TEST_CASE("shm: a rank stopped by SIGTERM after it sent into a fifo its peer never opened leaves nothing behind") {
+  // A fifo's name stays in /dev/shm until its receiver opens it (then the receiver unlinks it). A
+  // sender stopped by SIGTERM before that unwinds nothing, so its stop must take the name.
+  TINYDDP_SKIP_UNDER_TSAN();
+  TcpStoreOptions store_options;
+  store_options.timeout = 20s;
+  TcpStore store("127.0.0.1", 0, true, store_options);
+  const int port = store.port();
+  Child sender = spawn_child([&](std::string& report) {
+    for (int s : {SIGINT, SIGTERM, SIGHUP}) signal(s, SIG_DFL);  // as a program starts (the runner catches them)
+    TcpStore client("127.0.0.1", port, false, store_options);
+    ShmTransport transport(client, "unopened-fifo/", 0, {0, 1}, 20s);
+    if (!send_all(*transport.connection(1), pattern(4096), 10s)) {
+      report = "could not send";
+      return 1;
+    }
+    std::this_thread::sleep_for(60s);  // stopped before this ends
+    return 5;
+  });
+  ChildGuard guard{sender};
+  ShmTransport receiver(store, "unopened-fifo/", 1, {0, 1}, 20s);  // maps the table; never reads
+  const std::string fifo = "-0to1-" + std::to_string(sender.pid);
+  REQUIRE(eventually(
+      [&] {
+        for (const std::string& name : segments_of(sender.pid))
+          if (name.find(fifo) != std::string::npos) return true;
+        return false;
+      },
+      std::chrono::seconds(20)));
+  const pid_t pid = sender.pid;  // finish_child forgets it
+  REQUIRE(::kill(pid, SIGTERM) == 0);
+  ChildOutcome out = finish_child(sender, std::chrono::seconds(30));
   CHECK_MESSAGE(out.signal == SIGTERM, out.describe());
   const std::vector<std::string> left = segments_of(pid);
   for (const std::string& name : left) ::shm_unlink(("/" + name).c_str());  // not left to the next run
