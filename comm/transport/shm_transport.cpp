@@ -135,6 +135,10 @@ struct ShmTransport::Segment {
   std::string name;
   void* base = nullptr;
   size_t bytes = 0;
+  // A created segment's name stays in /dev/shm until its peers have opened it and someone unlinked it.
+  // A stop signal meanwhile (a launcher stops the ranks when one fails; Ctrl-C) unwinds nothing, so
+  // from before the name exists this guard unlinks it first; the owner lets it go once the name is gone.
+  std::optional<RemoveOnStopSignal> remove_if_stopped;
 
   ~Segment() {
     if (base) ::munmap(base, bytes);
@@ -149,6 +153,7 @@ struct ShmTransport::Segment {
     auto segment = std::make_unique<Segment>();
     segment->name = name;
     segment->bytes = bytes;
+    segment->remove_if_stopped.emplace("/dev/shm" + name);
     int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
     TINYDDP_CHECK(
         fd >= 0, "shm transport: shm_open(", name, ") failed: ", std::strerror(errno),
@@ -226,7 +231,7 @@ class ShmTransport::ShmConnection : public Connection {
     // message then costs no cache miss on that line.
     if (capacity_ - (written_ - their_read_) < send_pad_ + n) {
       their_read_ = out_->read.load(std::memory_order_acquire);
-      if (their_read_ > 0) remove_if_stopped_.reset();  // the peer read, so it has opened (and unlinked) the fifo
+      if (their_read_ > 0) out_fifo_->remove_if_stopped.reset();  // the peer read: it opened and unlinked the fifo
     }
     size_t room = capacity_ - (written_ - their_read_);
     if (room <= send_pad_) return 0;
@@ -295,12 +300,10 @@ class ShmTransport::ShmConnection : public Connection {
  private:
   ShmTransport& shm() const { return static_cast<ShmTransport&>(transport()); }
 
-  // The fifo's name stays in /dev/shm until the peer opens it. A stop signal meanwhile (the launcher
-  // stops the ranks when one fails) unwinds nothing, so a guard unlinks the name first; it goes
-  // once the peer is seen to have read (and so opened) the fifo, or with the connection.
+  // The fifo's name stays in /dev/shm until the peer opens it: the segment's stop-signal guard goes
+  // once the peer is seen to have read (so opened) the fifo, or with the connection.
   void create_outgoing() {
     out_fifo_ = shm().create_fifo(peer());
-    remove_if_stopped_.emplace("/dev/shm" + out_fifo_->name);
     out_ = out_fifo_->fifo();
     out_data_ = out_fifo_->data();
   }
@@ -330,9 +333,8 @@ class ShmTransport::ShmConnection : public Connection {
     if (written_ == 0 || peer_done) ::shm_unlink(out_fifo_->name.c_str());
   }
 
-  std::unique_ptr<Segment> out_fifo_;                    // ours to the peer, once created
-  std::optional<RemoveOnStopSignal> remove_if_stopped_;  // out_fifo_'s name, until the peer has opened it
-  std::unique_ptr<Segment> in_fifo_;                     // the peer's to us, once mapped
+  std::unique_ptr<Segment> out_fifo_;  // ours to the peer, once created
+  std::unique_ptr<Segment> in_fifo_;   // the peer's to us, once mapped
   FifoHeader* out_ = nullptr;
   std::byte* out_data_ = nullptr;
   FifoHeader* in_ = nullptr;
@@ -384,12 +386,10 @@ void ShmTransport::map_control_table(Store& store, const std::string& prefix, st
   const std::string host_key = prefix + "shm/host-" + std::to_string(local_ranks_.front()) + "/";
   const std::string first = "rank " + std::to_string(local_ranks_.front());
   // The table's name lives in /dev/shm until every local rank has mapped it, which may take as long as
-  // the slowest rank's start. A launcher's SIGTERM or a Ctrl-C meanwhile (a peer died before it
-  // mapped the table) would end this process without unwinding: the guard unlinks the name first.
-  std::optional<RemoveOnStopSignal> remove_if_stopped;
+  // the slowest rank's start (a peer that died before it mapped the table leaves this rank waiting
+  // for the launcher's SIGTERM): the segment's guard holds it until it is unlinked below.
   if (position_ == 0) {
     table_ = Segment::create(name_stem_ + "-table-" + std::to_string(rank_) + "-" + std::to_string(::getpid()), bytes);
-    remove_if_stopped.emplace("/dev/shm" + table_->name);
     for (int i = 0; i < n; ++i) new (table_->control(i)) ControlBlock{};
     store.set(host_key + "table", table_->name);
   } else {
@@ -412,7 +412,10 @@ void ShmTransport::map_control_table(Store& store, const std::string& prefix, st
     if (position_ == 0) ::shm_unlink(table_->name.c_str());
     throw;
   }
-  if (position_ == 0) ::shm_unlink(table_->name.c_str());
+  if (position_ == 0) {
+    ::shm_unlink(table_->name.c_str());
+    table_->remove_if_stopped.reset();
+  }
   for (int i = 0; i < n; ++i) {
     const ControlBlock* c = table_->control(i);
     TINYDDP_CHECK(c->magic.load(std::memory_order_acquire) == kMagic && c->version == kVersion &&
