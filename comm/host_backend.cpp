@@ -16,6 +16,7 @@
 #include "tinyddp/comm/algorithms/small_message_allreduce.h"
 #include "tinyddp/comm/algorithms/staged_all_reduce.h"
 #include "tinyddp/comm/algorithms/symmetric_all_reduce.h"
+#include "tinyddp/comm/algorithms/symmetric_hierarchical_all_reduce.h"
 #include "tinyddp/comm/cpu_binding.h"
 #include "tinyddp/comm/store/prefix_store.h"
 #include "tinyddp/comm/store/tcp_store.h"
@@ -378,14 +379,27 @@ void HostBackend::check_fingerprints(const Fingerprint& mine, const CollectiveCo
 // ---- the algorithm ----------------------------------------------------------------------------------
 
 bool HostBackend::symmetric_all_reduce_bytes(std::byte* data, size_t count, const CollectiveContext& ctx) {
-  if (!symmetric_ || !all_local_ || symmetric_->empty()) return false;
+  if (!symmetric_ || symmetric_->empty()) return false;
   const size_t bytes = count * dtype_size(ctx.dtype);
+  // Across hosts only where the FIFO path would take the hierarchical algorithm, whose in-host phases
+  // this replaces (every rank chooses alike, so every host takes its part of the same algorithm).
+  // A layout with unequal hosts is left to the FIFO version, which refuses it with its reason.
+  if (!all_local_ && (bytes == 0 || all_reduce_->choose(bytes) != AllReduceAlgorithm::hierarchical ||
+                      !all_reduce_->layout().is_uniform()))
+    return false;
   auto found = symmetric_->find(data, bytes);
   if (!found) return false;
-  // The slots where the FIFO path would take the direct exchange, two-shot where it would take the
-  // ring: the same fold order, so the same bits.
-  if (!slot_all_reduce_bytes(data, data, count, ctx))
+  if (!all_local_) {
+    const HostLayout& layout = all_reduce_->layout();
+    symmetric_hierarchical_all_reduce(*found->buffer, found->offset, count, *shm_,
+                                      cross_host_group(
+                                          layout, [this](int r) { return peer(r); }, rank()),
+                                      flat_algorithm(all_reduce_->choose_across_hosts(bytes)), ctx);
+  } else if (!slot_all_reduce_bytes(data, data, count, ctx)) {
+    // The slots where the FIFO path would take the direct exchange, two-shot where it would take the
+    // ring: the same fold order, so the same bits.
     symmetric_all_reduce(*found->buffer, found->offset, count, *shm_, ctx);
+  }
   symmetric_collectives_.fetch_add(1, std::memory_order_relaxed);
   return true;
 }

@@ -110,8 +110,10 @@ class HostBackend : public ProcessGroup {
   void explain_timeout(const Executor::Task& task, std::string& problem, std::string& advice);
   void check_fingerprints(const Fingerprint& mine, const CollectiveContext& ctx);
   void all_reduce_bytes(const std::byte* in, std::byte* out, size_t count, const CollectiveContext& ctx);
-  // The symmetric path (algorithms/symmetric_all_reduce.h) for `count` elements at `data`, in place,
-  // when they lie in a symmetric buffer and every rank is on this host; false: not taken.
+  // The symmetric path for `count` elements at `data`, in place, when they lie in a symmetric buffer:
+  // algorithms/symmetric_all_reduce.h when every rank is on this host, and
+  // algorithms/symmetric_hierarchical_all_reduce.h where the ranks span hosts and the selector takes
+  // the hierarchical algorithm; false: not taken.
   bool symmetric_all_reduce_bytes(std::byte* data, size_t count, const CollectiveContext& ctx);
   // The slot path (algorithms/slot_all_reduce.h) for a small all-reduce of any CPU memory, when every
   // rank is on this host and the FIFO path would take the direct exchange; false: not taken.

@@ -170,7 +170,8 @@ with() {
   up "$name" "$count" "${rate_args[@]}"
   # A watcher removes the cluster if this script dies without running its trap (SIGKILL).
   ( trap '' INT TERM; while kill -0 $$ 2>/dev/null; do sleep 1; done; "$0" down "$name" ) </dev/null >/dev/null 2>&1 &
-  trap 'down "$name"' EXIT
+  # The name is written into the trap now: the trap runs after this function returns, when its locals are gone.
+  trap "down $name" EXIT
   trap 'exit 130' INT
   trap 'exit 143' TERM
   SIM_CLUSTER=$name SIM_HOSTS=$count "$@"

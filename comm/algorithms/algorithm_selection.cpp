@@ -40,6 +40,8 @@ AllReduceAlgorithm fastest(const CostModel& model, const HostLayout& layout, dou
   return best;
 }
 
+}  // namespace
+
 GroupAllReduce flat_algorithm(AllReduceAlgorithm a) {
   switch (a) {
     case AllReduceAlgorithm::recursive_doubling: return recursive_doubling_all_reduce;
@@ -47,8 +49,6 @@ GroupAllReduce flat_algorithm(AllReduceAlgorithm a) {
     default: return ring_group_all_reduce;
   }
 }
-
-}  // namespace
 
 AllReduceSelector::AllReduceSelector(AllReduceAlgorithm forced, CostModel model, HostLayout layout,
                                      size_t small_message_bytes)

@@ -20,6 +20,7 @@
 
 #include "tinyddp/comm/algorithms/collective_engine.h"
 #include "tinyddp/comm/algorithms/cost_model.h"
+#include "tinyddp/comm/algorithms/hierarchical_allreduce.h"
 #include "tinyddp/comm/algorithms/host_layout.h"
 #include "tinyddp/comm/algorithms/peer_group.h"
 
@@ -46,6 +47,10 @@ class AllReduceSelector {
   HostLayout layout_;
   size_t small_message_bytes_;
 };
+
+// The flat all-reduce over a PeerGroup that runs `algorithm` (recursive doubling, Rabenseifner; the
+// ring for any other): how the hierarchical algorithm runs the cross-host step the selector chose.
+GroupAllReduce flat_algorithm(AllReduceAlgorithm algorithm);
 
 // The algorithm named by `option` (ProcessGroupOptions::algorithm; empty: TINYDDP_ALGO, else auto).
 AllReduceAlgorithm algorithm_from_options(const std::string& option);

@@ -4,6 +4,8 @@
 // it is made for, which one host cannot show. Skips with sim_cluster.sh's reason without root.
 #include <doctest/doctest.h>
 
+#include <utility>
+
 #include "test/cluster/cluster_support.h"
 #include "test/test_skip.h"
 #include "test/test_support.h"
@@ -16,13 +18,16 @@ TEST_CASE("cluster: every all-reduce algorithm is exact on 2 hosts x 2 ranks") {
   if (!cluster.ready()) {
     TINYDDP_SKIP("simulated hosts are not available here (", cluster.why_not(), ")");
   }
-  for (const char* algo : {"hier", "rd", "rabenseifner", "auto"}) {
-    INFO("--algo ", algo);
+  // -R 2: the buffers in each host's symmetric memory, where the hierarchical algorithm's in-host phases
+  // read the peers' parts in place (algorithms/symmetric_hierarchical_all_reduce.h).
+  for (auto [algo, registration] : {std::pair{"hier", "0"}, std::pair{"hier", "2"}, std::pair{"rd", "0"},
+                                    std::pair{"rabenseifner", "0"}, std::pair{"auto", "0"}}) {
+    INFO("--algo ", algo, " -R ", registration);
     // 1 KiB + 4 bytes ... : odd counts (257, 2053, 16421 floats) as well as the usual ones.
     // auto chooses with the model the link probe measures (every rank must agree on it).
     ClusterJob job = run_on_cluster(cluster, 2,
                                     {bin("all_reduce_perf"), "-b", "1028", "-e", "70000", "-f", "8", "-n", "2", "-w",
-                                     "1", "-o", "all", "--algo", algo},
+                                     "1", "-o", "all", "--algo", algo, "-R", registration},
                                     {}, {"TINYDDP_COST_MODEL=probe"});
     REQUIRE_MESSAGE(job.ok(), job.describe(), job.nodes[0].report);
     CHECK_MESSAGE(contains(job.nodes[0].report, "# Out of bounds values : 0 OK"), job.nodes[0].report);

@@ -138,6 +138,77 @@ TEST_CASE("float sums of many ranks on symmetric memory fold in the ring's order
   });
 }
 
+namespace {
+
+// A store through which ranks report the host identity of host r / per_host: threads of one process
+// then form a group of several hosts, shared memory inside each and TCP across, as on a cluster.
+class HostsStore : public HashStore {
+ public:
+  explicit HostsStore(int per_host) : per_host_(per_host) { set_timeout(30s); }
+  void set(const std::string& key, const std::string& value) override {
+    const size_t at = key.rfind("/host/");
+    const bool identity = at != std::string::npos && key.find('/', at + 6) == std::string::npos;
+    HashStore::set(key,
+                   identity ? value + "-host-" + std::to_string(std::stoi(key.substr(at + 6)) / per_host_) : value);
+  }
+
+ private:
+  int per_host_;
+};
+
+}  // namespace
+
+TEST_CASE("across hosts, the hierarchical all-reduce on symmetric memory equals, bit for bit, its FIFO version") {
+  // Its in-host phases read and write the peers' parts in place; the FIFO version (ordinary tensors)
+  // runs a ring reduce-scatter and all-gather over the fifos. The same parts, folded in the same order,
+  // and the same cross-host step: the same bits, with floats whose sum depends on the order.
+  for (auto [hosts, per_host] : {std::pair{2, 2}, std::pair{2, 3}}) {
+    const int world = hosts * per_host;
+    CAPTURE(hosts);
+    CAPTURE(per_host);
+    auto store = std::make_shared<HostsStore>(per_host);
+    ProcessGroupOptions options;
+    options.transport = "auto";
+    options.algorithm = "hier";
+    options.group_name = "sym-hier-" + std::to_string(per_host);
+    std::vector<std::shared_ptr<ProcessGroup>> groups(static_cast<size_t>(world));
+    run_ranks(world, [&](int r) { groups[size_t(r)] = create_process_group("host", store, r, world, options); });
+    run_ranks(world, [&](int r) {
+      ProcessGroup& pg = *groups[size_t(r)];
+      uint64_t calls = 0;
+      // 1 and 5 elements: parts of padding only; 100003: several blocks, the last part short.
+      for (int64_t count : {int64_t(1), int64_t(5), int64_t(1000), int64_t(100003)}) {
+        CAPTURE(count);
+        Tensor sym = pg.allocate_symmetric({count});
+        REQUIRE(pg.is_symmetric(sym));
+        for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::max}) {
+          CAPTURE(reduce_op_name(op));
+          fill<float>(sym, op, r);
+          Tensor plain = sym.clone();
+          pg.all_reduce(sym, op)->wait();
+          pg.all_reduce(plain, op)->wait();
+          ++calls;
+          CHECK(sym.to_vector<float>() == reference_reduce<float>(op, world, count));
+          CHECK(bitwise_equal(sym, plain));
+        }
+        Tensor plain = order_sensitive_input(r, count);
+        sym.copy_from(plain);
+        pg.all_reduce(sym)->wait();
+        pg.all_reduce(plain)->wait();
+        ++calls;
+        CHECK(bitwise_equal(sym, plain));
+      }
+      Tensor half = pg.allocate_symmetric({4097}, DType::bf16);
+      fill<bfloat16>(half, ReduceOp::sum, r);
+      Tensor plain = half.clone();
+      pg.all_reduce(half)->wait();
+      pg.all_reduce(plain)->wait();
+      CHECK(bitwise_equal(half, plain));
+      CHECK(symmetric_collectives(pg) == calls + 1);
+    });
+  }
+}
+
 TEST_CASE("a view into symmetric memory, all_reduce_into and all_reduce_coalesced take the symmetric path") {
   const int world = 2;
   auto groups = make_groups(world, shm_options("sym-views"));

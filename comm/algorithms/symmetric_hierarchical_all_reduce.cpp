@@ -1,0 +1,86 @@
+#include "tinyddp/comm/algorithms/symmetric_hierarchical_all_reduce.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "tinyddp/comm/algorithms/symmetric_all_reduce.h"
+#include "tinyddp/comm/reduce_op.h"
+#include "tinyddp/comm/symmetric/symmetric_buffer.h"
+#include "tinyddp/comm/tuning.h"
+#include "tinyddp/core/error.h"
+
+namespace tinyddp::comm {
+
+namespace {
+
+// Two steps a collective on the buffer's progress counters, as symmetric_all_reduce takes.
+constexpr uint64_t kArrived = 1, kDone = 2;
+
+// Part `at` (count elements at byte `at` of every local part) folded into this rank's own, in the
+// ring reduce-scatter's order: x_(me+1), x_(me+2), ..., and this rank's own x_me last. A cache-sized
+// block at a time, through `partial` when more than one peer comes before x_me.
+void fold_part_as_the_ring(const SymmetricBuffer& b, size_t at, size_t count, const CollectiveContext& ctx) {
+  const size_t elem = dtype_size(ctx.dtype);
+  const int n = b.parties(), me = b.position();
+  const size_t block = std::max<size_t>(1, tuning::kSymmetricReduceBlockBytes / elem);
+  thread_local std::vector<std::byte> partial;
+  if (n > 2 && partial.size() < block * elem) partial.resize(block * elem);
+  for (size_t done = 0; done < count; done += block) {
+    const size_t k = std::min(block, count - done), where = at + done * elem;
+    std::byte* own = b.data() + where;
+    const std::byte* first = b.data_of((me + 1) % n) + where;
+    if (n == 2) {  // x_(me+1) op x_me: the same bits as x_me op x_(me+1), in place
+      reduce_elements(own, own, first, k, ctx.dtype, ctx.op);
+      continue;
+    }
+    reduce_elements(partial.data(), first, b.data_of((me + 2) % n) + where, k, ctx.dtype, ctx.op);
+    for (int step = 3; step < n; ++step)
+      reduce_elements(partial.data(), partial.data(), b.data_of((me + step) % n) + where, k, ctx.dtype, ctx.op);
+    reduce_elements(own, partial.data(), own, k, ctx.dtype, ctx.op);
+  }
+}
+
+}  // namespace
+
+void symmetric_hierarchical_all_reduce(SymmetricBuffer& b, size_t offset, size_t count, ShmTransport& shm,
+                                       const PeerGroup& across, GroupAllReduce across_hosts,
+                                       const CollectiveContext& ctx) {
+  TINYDDP_CHECK(b.peers_mapped(), ctx.what(), ": symmetric buffer #", b.index(),
+                " no longer maps its peers' parts (its process group ended)",
+                hint("use the group it was allocated from"));
+  const int L = b.parties(), me = b.position();
+  const size_t elem = dtype_size(ctx.dtype);
+  // The FIFO version's parts: count rounded up to a multiple of L, part j the j-th L-th of it. Past
+  // `count` a part is padding, which only the cross-host step sees.
+  const size_t part = (count + size_t(L) - 1) / size_t(L);
+  const size_t mine_begin = std::min(count, size_t(me) * part);
+  const size_t mine = std::min(count, mine_begin + part) - mine_begin;
+  std::byte* my_part = b.data() + offset + mine_begin * elem;
+  // The parts are summed; an average divides once, after the cross-host step.
+  CollectiveContext summing = ctx;
+  if (ctx.op == ReduceOp::avg) summing.op = ReduceOp::sum;
+
+  const uint64_t base = b.my_step();
+  const SymmetricCall call{offset, count, uint32_t(ctx.dtype), uint32_t(ctx.op), ctx.sequence};
+  b.publish(base + kArrived, call);
+  symmetric_barrier(b, base + kArrived, shm, ctx);
+  check_same_call(b, call, base + kArrived, ctx);
+
+  fold_part_as_the_ring(b, offset + mine_begin * elem, mine, summing);
+  if (mine == part) {
+    across_hosts(across, my_part, my_part, part, summing);
+  } else {
+    thread_local std::vector<std::byte> padded;
+    padded.assign(part * elem, std::byte{0});
+    if (mine > 0) std::memcpy(padded.data(), my_part, mine * elem);
+    across_hosts(across, padded.data(), padded.data(), part, summing);
+    if (mine > 0) std::memcpy(my_part, padded.data(), mine * elem);
+  }
+  if (ctx.op == ReduceOp::avg) finish_average(my_part, mine, ctx.dtype, ctx.world_size);
+  for (int step = 1; step < L; ++step)
+    if (mine > 0) std::memcpy(b.data_of((me + step) % L) + offset + mine_begin * elem, my_part, mine * elem);
+  symmetric_barrier(b, base + kDone, shm, ctx);
+}
+
+}  // namespace tinyddp::comm
