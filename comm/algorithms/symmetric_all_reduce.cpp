@@ -121,25 +121,34 @@ void reduce_symmetric_slice(const SymmetricBuffer& b, size_t at, size_t count, c
   }
 }
 
-void symmetric_all_reduce(SymmetricBuffer& b, size_t offset, size_t count, ShmTransport& shm,
-                          const CollectiveContext& ctx) {
+uint64_t arrive_at_call(SymmetricBuffer& b, const SymmetricCall& call, ShmTransport& shm,
+                        const CollectiveContext& ctx) {
   TINYDDP_CHECK(b.peers_mapped(), ctx.what(), ": symmetric buffer #", b.index(),
                 " no longer maps its peers' parts (its process group ended)",
                 hint("use the group it was allocated from"));
-  const int n = b.parties(), me = b.position();
-  const size_t elem = dtype_size(ctx.dtype);
   const uint64_t base = b.my_step();
-  SymmetricCall call{offset, count, uint32_t(ctx.dtype), uint32_t(ctx.op), ctx.sequence};
-
   b.publish(base + kArrived, call);
   symmetric_barrier(b, base + kArrived, shm, ctx);
   check_same_call(b, call, base + kArrived, ctx);
+  return base;
+}
+
+void depart_from_call(SymmetricBuffer& b, uint64_t base, ShmTransport& shm, const CollectiveContext& ctx) {
+  symmetric_barrier(b, base + kDone, shm, ctx);
+}
+
+void symmetric_all_reduce(SymmetricBuffer& b, size_t offset, size_t count, ShmTransport& shm,
+                          const CollectiveContext& ctx) {
+  const int n = b.parties(), me = b.position();
+  const size_t elem = dtype_size(ctx.dtype);
+  const uint64_t base =
+      arrive_at_call(b, SymmetricCall{offset, count, uint32_t(ctx.dtype), uint32_t(ctx.op), ctx.sequence}, shm, ctx);
 
   // Nobody else reads or writes slice `me` of any part until the done barrier (each rank reads only
   // its own slice of the others), so the pushes race with nothing.
   reduce_symmetric_slice(b, offset + chunk_begin(count, n, me) * elem, chunk_count(count, n, me), ctx,
                          /*push_to_peers=*/true);
-  symmetric_barrier(b, base + kDone, shm, ctx);
+  depart_from_call(b, base, shm, ctx);
 }
 
 }  // namespace tinyddp::comm

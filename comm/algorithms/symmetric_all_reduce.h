@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "tinyddp/comm/algorithms/collective_engine.h"
 
@@ -41,7 +42,15 @@ struct SymmetricCall;
 void symmetric_all_reduce(SymmetricBuffer& buffer, size_t offset, size_t count, ShmTransport& shm,
                           const CollectiveContext& ctx);
 
-// The pieces it is made of, and slot_all_reduce.h and cross_memory_all_reduce.h too:
+// The pieces it is made of, and slot_all_reduce.h, cross_memory_all_reduce.h and
+// symmetric_hierarchical_all_reduce.h too:
+// the two barriers of a collective in two steps (arrive, done). arrive_at_call throws if the buffer no
+// longer maps its peers' parts, publishes `call` with this rank's arrival, waits for every peer's and
+// checks that all make the same call; it returns the collective's base step, which depart_from_call
+// takes for the done barrier;
+uint64_t arrive_at_call(SymmetricBuffer& buffer, const SymmetricCall& call, ShmTransport& shm,
+                        const CollectiveContext& ctx);
+void depart_from_call(SymmetricBuffer& buffer, uint64_t base, ShmTransport& shm, const CollectiveContext& ctx);
 // publishes `step` as this rank's progress on `buffer`, then waits until every peer has reached it;
 void symmetric_barrier(SymmetricBuffer& buffer, uint64_t step, ShmTransport& shm, const CollectiveContext& ctx);
 // after the arrival step `step`, throws naming the first peer whose call published with it differs

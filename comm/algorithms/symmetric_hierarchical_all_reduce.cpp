@@ -14,9 +14,6 @@ namespace tinyddp::comm {
 
 namespace {
 
-// Two steps a collective on the buffer's progress counters, as symmetric_all_reduce takes.
-constexpr uint64_t kArrived = 1, kDone = 2;
-
 // Part `at` (count elements at byte `at` of every local part) folded into this rank's own, in the
 // ring reduce-scatter's order: x_(me+1), x_(me+2), ..., and this rank's own x_me last. A cache-sized
 // block at a time, through `partial` when more than one peer comes before x_me.
@@ -46,9 +43,6 @@ void fold_part_as_the_ring(const SymmetricBuffer& b, size_t at, size_t count, co
 void symmetric_hierarchical_all_reduce(SymmetricBuffer& b, size_t offset, size_t count, ShmTransport& shm,
                                        const PeerGroup& across, GroupAllReduce across_hosts,
                                        const CollectiveContext& ctx) {
-  TINYDDP_CHECK(b.peers_mapped(), ctx.what(), ": symmetric buffer #", b.index(),
-                " no longer maps its peers' parts (its process group ended)",
-                hint("use the group it was allocated from"));
   const int L = b.parties(), me = b.position();
   const size_t elem = dtype_size(ctx.dtype);
   // The FIFO version's parts: count rounded up to a multiple of L, part j the j-th L-th of it. Past
@@ -61,11 +55,8 @@ void symmetric_hierarchical_all_reduce(SymmetricBuffer& b, size_t offset, size_t
   CollectiveContext summing = ctx;
   if (ctx.op == ReduceOp::avg) summing.op = ReduceOp::sum;
 
-  const uint64_t base = b.my_step();
-  const SymmetricCall call{offset, count, uint32_t(ctx.dtype), uint32_t(ctx.op), ctx.sequence};
-  b.publish(base + kArrived, call);
-  symmetric_barrier(b, base + kArrived, shm, ctx);
-  check_same_call(b, call, base + kArrived, ctx);
+  const uint64_t base =
+      arrive_at_call(b, SymmetricCall{offset, count, uint32_t(ctx.dtype), uint32_t(ctx.op), ctx.sequence}, shm, ctx);
 
   fold_part_as_the_ring(b, offset + mine_begin * elem, mine, summing);
   if (mine == part) {
@@ -80,7 +71,7 @@ void symmetric_hierarchical_all_reduce(SymmetricBuffer& b, size_t offset, size_t
   if (ctx.op == ReduceOp::avg) finish_average(my_part, mine, ctx.dtype, ctx.world_size);
   for (int step = 1; step < L; ++step)
     if (mine > 0) std::memcpy(b.data_of((me + step) % L) + offset + mine_begin * elem, my_part, mine * elem);
-  symmetric_barrier(b, base + kDone, shm, ctx);
+  depart_from_call(b, base, shm, ctx);
 }
 
 }  // namespace tinyddp::comm

@@ -394,6 +394,29 @@ TEST_CASE("shm: no segment is left in /dev/shm once the group is up") {
   CHECK_MESSAGE(left.empty(), "left behind: ", left.size(), " segment(s), e.g. ", left.empty() ? "" : left[0]);
 }
 
+namespace {
+
+// Waits until `child` has named a segment containing `fragment` in /dev/shm, stops it with SIGTERM
+// (which unwinds nothing), and checks that it left no segment of its there.
+void stop_once_it_names(Child& child, const std::string& fragment) {
+  REQUIRE(eventually(
+      [&] {
+        for (const std::string& name : segments_of(child.pid))
+          if (name.find(fragment) != std::string::npos) return true;
+        return false;
+      },
+      std::chrono::seconds(30)));
+  const pid_t pid = child.pid;  // finish_child forgets it
+  REQUIRE(::kill(pid, SIGTERM) == 0);
+  ChildOutcome out = finish_child(child, std::chrono::seconds(30));
+  CHECK_MESSAGE(out.signal == SIGTERM, out.describe());
+  const std::vector<std::string> left = segments_of(pid);
+  for (const std::string& name : left) ::shm_unlink(("/" + name).c_str());  // not left to the next run
+  CHECK_MESSAGE(left.empty(), "left behind: ", left.size(), " segment(s), e.g. ", left.empty() ? "" : left[0]);
+}
+
+}  // namespace
+
 TEST_CASE("shm: a rank stopped by SIGTERM while its peer has not mapped the control table leaves nothing behind") {
   // The lowest rank of a host names the control table in /dev/shm and waits, as long as the group's
   // timeout, for every local rank to map it. A peer that died first (before it mapped the table)
@@ -417,21 +440,7 @@ TEST_CASE("shm: a rank stopped by SIGTERM while its peer has not mapped the cont
   // Rank 1 says it is on this host, and then never comes (as a rank killed right after would).
   store->set("tinyddp/pg/table-wait/1/host/1",
              std::to_string(::getpid()) + " " + own_cpu_list() + " " + host_identity());
-  const std::string table = "-table-0-" + std::to_string(rank0.pid);
-  REQUIRE(eventually(
-      [&] {
-        for (const std::string& name : segments_of(rank0.pid))
-          if (name.find(table) != std::string::npos) return true;
-        return false;
-      },
-      std::chrono::seconds(30)));
-  const pid_t pid = rank0.pid;  // finish_child forgets it
-  REQUIRE(::kill(pid, SIGTERM) == 0);
-  ChildOutcome out = finish_child(rank0, std::chrono::seconds(30));
-  CHECK_MESSAGE(out.signal == SIGTERM, out.describe());
-  const std::vector<std::string> left = segments_of(pid);
-  for (const std::string& name : left) ::shm_unlink(("/" + name).c_str());  // not left to the next run
-  CHECK_MESSAGE(left.empty(), "left behind: ", left.size(), " segment(s), e.g. ", left.empty() ? "" : left[0]);
+  stop_once_it_names(rank0, "-table-0-" + std::to_string(rank0.pid));
 }
 
 TEST_CASE("shm: a rank stopped by SIGTERM after it sent into a fifo its peer never opened leaves nothing behind") {
@@ -455,21 +464,7 @@ TEST_CASE("shm: a rank stopped by SIGTERM after it sent into a fifo its peer nev
   });
   ChildGuard guard{sender};
   ShmTransport receiver(store, "unopened-fifo/", 1, {0, 1}, 20s);  // maps the table; never reads
-  const std::string fifo = "-0to1-" + std::to_string(sender.pid);
-  REQUIRE(eventually(
-      [&] {
-        for (const std::string& name : segments_of(sender.pid))
-          if (name.find(fifo) != std::string::npos) return true;
-        return false;
-      },
-      std::chrono::seconds(20)));
-  const pid_t pid = sender.pid;  // finish_child forgets it
-  REQUIRE(::kill(pid, SIGTERM) == 0);
-  ChildOutcome out = finish_child(sender, std::chrono::seconds(30));
-  CHECK_MESSAGE(out.signal == SIGTERM, out.describe());
-  const std::vector<std::string> left = segments_of(pid);
-  for (const std::string& name : left) ::shm_unlink(("/" + name).c_str());  // not left to the next run
-  CHECK_MESSAGE(left.empty(), "left behind: ", left.size(), " segment(s), e.g. ", left.empty() ? "" : left[0]);
+  stop_once_it_names(sender, "-0to1-" + std::to_string(sender.pid));
 }
 
 namespace {
