@@ -17,6 +17,7 @@
 #include "tinyddp/comm/algorithms/staged_all_reduce.h"
 #include "tinyddp/comm/algorithms/symmetric_all_reduce.h"
 #include "tinyddp/comm/algorithms/symmetric_hierarchical_all_reduce.h"
+#include "tinyddp/comm/algorithms/symmetric_scatter_gather.h"
 #include "tinyddp/comm/cpu_binding.h"
 #include "tinyddp/comm/store/prefix_store.h"
 #include "tinyddp/comm/store/tcp_store.h"
@@ -162,6 +163,7 @@ WorkPtr HostBackend::all_gather(const Tensor& output, const Tensor& input, const
                 hint("allocate the output with ", input.numel() * size(), " elements of ", dtype_name(input.dtype())));
   return submit(make_fingerprint(CollectiveKind::all_gather, input, input.numel(), std::nullopt), call,
                 [this, output, input](const CollectiveContext& ctx) {
+                  if (symmetric_all_gather_bytes(output, input, ctx)) return;
                   Tensor in_staging, out_staging;
                   const Tensor& in = host_input(input, in_staging);
                   const Tensor& out = host_output(output, out_staging);
@@ -188,6 +190,7 @@ WorkPtr HostBackend::reduce_scatter(const Tensor& output, const Tensor& input, R
                 hint("the input is the concatenation of one output-sized part per rank"));
   return submit(make_fingerprint(CollectiveKind::reduce_scatter, output, output.numel(), op), call,
                 [this, output, input](const CollectiveContext& ctx) {
+                  if (symmetric_reduce_scatter_bytes(output, input, ctx)) return;
                   Tensor in_staging, out_staging;
                   const Tensor& in = host_input(input, in_staging);
                   const Tensor& out = host_output(output, out_staging);
@@ -400,6 +403,30 @@ bool HostBackend::symmetric_all_reduce_bytes(std::byte* data, size_t count, cons
     // ring: the same fold order, so the same bits.
     symmetric_all_reduce(*found->buffer, found->offset, count, *shm_, ctx);
   }
+  symmetric_collectives_.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+// Every rank of a group on one host takes these paths together: the symmetric tensors are the same
+// allocation on each, and the call check at the first barrier names a rank that passed another.
+std::optional<SymmetricMemory::Found> HostBackend::symmetric_window(const Tensor& t) const {
+  if (!symmetric_ || !all_local_ || symmetric_->empty() || !t.device().is_cpu() || t.numel() == 0) return std::nullopt;
+  return symmetric_->find(bytes_of(t), t.nbytes());
+}
+
+bool HostBackend::symmetric_reduce_scatter_bytes(const Tensor& output, const Tensor& input,
+                                                 const CollectiveContext& ctx) {
+  auto found = symmetric_window(input);
+  if (!found || !output.device().is_cpu()) return false;
+  symmetric_reduce_scatter(*found->buffer, found->offset, size_t(output.numel()), bytes_of(output), *shm_, ctx);
+  symmetric_collectives_.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+bool HostBackend::symmetric_all_gather_bytes(const Tensor& output, const Tensor& input, const CollectiveContext& ctx) {
+  auto found = symmetric_window(output);
+  if (!found || !input.device().is_cpu()) return false;
+  symmetric_all_gather(*found->buffer, found->offset, size_t(input.numel()), bytes_of(input), *shm_, ctx);
   symmetric_collectives_.fetch_add(1, std::memory_order_relaxed);
   return true;
 }

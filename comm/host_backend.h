@@ -20,6 +20,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,7 @@
 #include "tinyddp/comm/executor.h"
 #include "tinyddp/comm/flight_recorder.h"
 #include "tinyddp/comm/process_group.h"
+#include "tinyddp/comm/symmetric/symmetric_memory.h"
 #include "tinyddp/comm/wait_policy.h"
 
 namespace tinyddp::comm {
@@ -37,7 +39,6 @@ struct CostModel;
 struct HostLayout;
 class ShmTransport;
 class SymmetricBuffer;
-class SymmetricMemory;
 class TcpTransport;
 
 class HostBackend : public ProcessGroup {
@@ -115,6 +116,12 @@ class HostBackend : public ProcessGroup {
   // algorithms/symmetric_hierarchical_all_reduce.h where the ranks span hosts and the selector takes
   // the hierarchical algorithm; false: not taken.
   bool symmetric_all_reduce_bytes(std::byte* data, size_t count, const CollectiveContext& ctx);
+  // The window of symmetric memory a CPU tensor lies in, when every rank is on this host.
+  std::optional<SymmetricMemory::Found> symmetric_window(const Tensor& t) const;
+  // Reduce-scatter from, and all-gather into, symmetric memory (algorithms/symmetric_scatter_gather.h)
+  // when every rank is on this host; false: not taken.
+  bool symmetric_reduce_scatter_bytes(const Tensor& output, const Tensor& input, const CollectiveContext& ctx);
+  bool symmetric_all_gather_bytes(const Tensor& output, const Tensor& input, const CollectiveContext& ctx);
   // The slot path (algorithms/slot_all_reduce.h) for a small all-reduce of any CPU memory, when every
   // rank is on this host and the FIFO path would take the direct exchange; false: not taken.
   bool slot_all_reduce_bytes(const std::byte* in, std::byte* out, size_t count, const CollectiveContext& ctx);

@@ -137,6 +137,38 @@ void depart_from_call(SymmetricBuffer& b, uint64_t base, ShmTransport& shm, cons
   symmetric_barrier(b, base + kDone, shm, ctx);
 }
 
+void fold_as_ring_reduce_scatter(const SymmetricBuffer& b, size_t at, size_t count, std::byte* out,
+                                 const CollectiveContext& ctx) {
+  const size_t elem = dtype_size(ctx.dtype);
+  const int n = b.parties(), me = b.position();
+  const size_t block = std::max<size_t>(1, tuning::kSymmetricReduceBlockBytes / elem);
+  thread_local std::vector<std::byte> partial;
+  for (size_t done = 0; done < count; done += block) {
+    const size_t k = std::min(block, count - done), where = at + done * elem;
+    const std::byte* own = b.data() + where;
+    std::byte* dst = out + done * elem;
+    if (n == 1) {
+      if (dst != own) std::memcpy(dst, own, k * elem);
+      continue;
+    }
+    const std::byte* first = b.data_of((me + 1) % n) + where;
+    if (n == 2) {  // x_(me+1) op x_me, elementwise: in place too
+      reduce_elements(dst, first, own, k, ctx.dtype, ctx.op);
+      continue;
+    }
+    // The peers' partial goes where it cannot overwrite x_me before x_me is added last.
+    std::byte* acc = dst;
+    if (dst == own) {
+      if (partial.size() < block * elem) partial.resize(block * elem);
+      acc = partial.data();
+    }
+    reduce_elements(acc, first, b.data_of((me + 2) % n) + where, k, ctx.dtype, ctx.op);
+    for (int step = 3; step < n; ++step)
+      reduce_elements(acc, acc, b.data_of((me + step) % n) + where, k, ctx.dtype, ctx.op);
+    reduce_elements(dst, acc, own, k, ctx.dtype, ctx.op);
+  }
+}
+
 void symmetric_all_reduce(SymmetricBuffer& b, size_t offset, size_t count, ShmTransport& shm,
                           const CollectiveContext& ctx) {
   const int n = b.parties(), me = b.position();

@@ -66,5 +66,10 @@ void check_same_call(const SymmetricBuffer& buffer, const SymmetricCall& mine, u
 // block (reduce_elements_into_both), the others' by a copy.
 void reduce_symmetric_slice(const SymmetricBuffer& buffer, size_t at, size_t count, const CollectiveContext& ctx,
                             bool push_to_peers = false);
+// out = the `count` elements at byte `at` of every rank's part, folded x_(me+1), x_(me+2), ..., and
+// this rank's own x_me last, as the ring reduce-scatter (ring.h) folds the chunk it leaves on this
+// rank; no division for avg. `out` may be this rank's own window (in place), or any other memory.
+void fold_as_ring_reduce_scatter(const SymmetricBuffer& buffer, size_t at, size_t count, std::byte* out,
+                                 const CollectiveContext& ctx);
 
 }  // namespace tinyddp::comm

@@ -1,44 +1,14 @@
 #include "tinyddp/comm/algorithms/symmetric_hierarchical_all_reduce.h"
 
-#include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "tinyddp/comm/algorithms/symmetric_all_reduce.h"
 #include "tinyddp/comm/reduce_op.h"
 #include "tinyddp/comm/symmetric/symmetric_buffer.h"
-#include "tinyddp/comm/tuning.h"
 #include "tinyddp/core/error.h"
 
 namespace tinyddp::comm {
-
-namespace {
-
-// Part `at` (count elements at byte `at` of every local part) folded into this rank's own, in the
-// ring reduce-scatter's order: x_(me+1), x_(me+2), ..., and this rank's own x_me last. A cache-sized
-// block at a time, through `partial` when more than one peer comes before x_me.
-void fold_part_as_the_ring(const SymmetricBuffer& b, size_t at, size_t count, const CollectiveContext& ctx) {
-  const size_t elem = dtype_size(ctx.dtype);
-  const int n = b.parties(), me = b.position();
-  const size_t block = std::max<size_t>(1, tuning::kSymmetricReduceBlockBytes / elem);
-  thread_local std::vector<std::byte> partial;
-  if (n > 2 && partial.size() < block * elem) partial.resize(block * elem);
-  for (size_t done = 0; done < count; done += block) {
-    const size_t k = std::min(block, count - done), where = at + done * elem;
-    std::byte* own = b.data() + where;
-    const std::byte* first = b.data_of((me + 1) % n) + where;
-    if (n == 2) {  // x_(me+1) op x_me: the same bits as x_me op x_(me+1), in place
-      reduce_elements(own, own, first, k, ctx.dtype, ctx.op);
-      continue;
-    }
-    reduce_elements(partial.data(), first, b.data_of((me + 2) % n) + where, k, ctx.dtype, ctx.op);
-    for (int step = 3; step < n; ++step)
-      reduce_elements(partial.data(), partial.data(), b.data_of((me + step) % n) + where, k, ctx.dtype, ctx.op);
-    reduce_elements(own, partial.data(), own, k, ctx.dtype, ctx.op);
-  }
-}
-
-}  // namespace
 
 void symmetric_hierarchical_all_reduce(SymmetricBuffer& b, size_t offset, size_t count, ShmTransport& shm,
                                        const PeerGroup& across, GroupAllReduce across_hosts,
@@ -58,7 +28,7 @@ void symmetric_hierarchical_all_reduce(SymmetricBuffer& b, size_t offset, size_t
   const uint64_t base =
       arrive_at_call(b, SymmetricCall{offset, count, uint32_t(ctx.dtype), uint32_t(ctx.op), ctx.sequence}, shm, ctx);
 
-  fold_part_as_the_ring(b, offset + mine_begin * elem, mine, summing);
+  fold_as_ring_reduce_scatter(b, offset + mine_begin * elem, mine, my_part, summing);
   if (mine == part) {
     across_hosts(across, my_part, my_part, part, summing);
   } else {

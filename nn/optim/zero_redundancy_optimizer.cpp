@@ -89,8 +89,17 @@ void ZeroRedundancyOptimizer::build_shards() {
       offset += length;
     }
     shard.layout = shard_layout(buffer.numel(), world, rank);
-    // Zeros: the padding of every slot must stay zero through the sums.
-    shard.staging = Tensor::zeros({shard.layout.slot * world}, DType::f32, buffer.device());
+    // Zeros: the padding of every slot must stay zero through the sums. On the CPU the staging buffer
+    // lives in symmetric memory where the group has it (its ranks share a host), as DDP's buckets do:
+    // the reduce-scatter then reads the peers' slots where they lie, and the all-gather writes this
+    // rank's weights straight into every peer's buffer. Every rank builds the same shards in the same
+    // order, as allocate_symmetric requires.
+    if (buffer.device().is_cpu()) {
+      shard.staging = group_->allocate_symmetric({shard.layout.slot * world}, DType::f32);
+      shard.staging.zero_();
+    } else {
+      shard.staging = Tensor::zeros({shard.layout.slot * world}, DType::f32, buffer.device());
+    }
     shard.reduced = Tensor::zeros({shard.layout.slot}, DType::f32, buffer.device());
     shard.owned = std::make_unique<Parameter>();
     // The weights to step live in this rank's own slot of the staging buffer: the reduce-scatter has

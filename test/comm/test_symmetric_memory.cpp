@@ -209,6 +209,66 @@ TEST_CASE("across hosts, the hierarchical all-reduce on symmetric memory equals,
   }
 }
 
+TEST_CASE("reduce-scatter from and all-gather into symmetric memory equal, bit for bit, the FIFO ring") {
+  // ZeRO's pattern: the gradients reduce-scattered out of a symmetric staging buffer into a shard of
+  // ordinary memory, the weights all-gathered from each rank's own part into every rank's buffer.
+  for (int world : {2, 3, 4}) {
+    CAPTURE(world);
+    auto groups = make_groups(world, shm_options("sym-scatter-gather-" + std::to_string(world)));
+    run_ranks(world, [&](int r) {
+      ProcessGroup& pg = *groups[size_t(r)];
+      uint64_t calls = 0;
+      for (int64_t count : {int64_t(1), int64_t(5), int64_t(1000), int64_t(70001)}) {
+        CAPTURE(count);
+        Tensor sym = pg.allocate_symmetric({count * world});
+        REQUIRE(pg.is_symmetric(sym));
+        for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::max}) {
+          CAPTURE(reduce_op_name(op));
+          fill<float>(sym, op, r);
+          Tensor plain = sym.clone(), sym_out = Tensor::empty({count}), plain_out = Tensor::empty({count});
+          pg.reduce_scatter(sym_out, sym, op)->wait();
+          pg.reduce_scatter(plain_out, plain, op)->wait();
+          ++calls;
+          CHECK(bitwise_equal(sym_out, plain_out));
+          CHECK(bitwise_equal(sym, plain));  // the input is left as it was
+        }
+        // Floats whose sum depends on the order of the additions.
+        Tensor plain = order_sensitive_input(r, count * world);
+        sym.copy_from(plain);
+        Tensor sym_out = Tensor::empty({count}), plain_out = Tensor::empty({count});
+        pg.reduce_scatter(sym_out, sym)->wait();
+        pg.reduce_scatter(plain_out, plain)->wait();
+        ++calls;
+        CHECK(bitwise_equal(sym_out, plain_out));
+        // In place: each rank's part of the output is its input.
+        Tensor mine = sym.view(r * count, {count});
+        fill<float>(mine, ReduceOp::max, r);
+        plain = sym.clone();
+        pg.all_gather(sym, mine)->wait();
+        pg.all_gather(plain, plain.view(r * count, {count}))->wait();
+        ++calls;
+        CHECK(bitwise_equal(sym, plain));
+        for (int p = 0; p < world; ++p) {
+          Tensor expected = Tensor::empty({count});
+          fill<float>(expected, ReduceOp::max, p);
+          CHECK(bitwise_equal(sym.view(p * count, {count}), expected));
+        }
+        // From ordinary memory.
+        Tensor input = Tensor::empty({count});
+        fill<float>(input, ReduceOp::sum, r);
+        pg.all_gather(sym, input)->wait();
+        ++calls;
+        for (int p = 0; p < world; ++p) {
+          Tensor expected = Tensor::empty({count});
+          fill<float>(expected, ReduceOp::sum, p);
+          CHECK(bitwise_equal(sym.view(p * count, {count}), expected));
+        }
+      }
+      CHECK(symmetric_collectives(pg) == calls);
+    });
+  }
+}
+
 TEST_CASE("a view into symmetric memory, all_reduce_into and all_reduce_coalesced take the symmetric path") {
   const int world = 2;
   auto groups = make_groups(world, shm_options("sym-views"));

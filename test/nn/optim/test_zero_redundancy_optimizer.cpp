@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "tinyddp/comm/host_backend.h"
 #include "tinyddp/core/error.h"
 #include "tinyddp/kernels/ops.h"
 #include "tinyddp/nn/ddp/distributed_data_parallel.h"
@@ -82,6 +83,10 @@ std::vector<float> train(int world, bool zero, const MakeOptimizer& make, int st
     }
     if (sharded) sharded->wait_for_parameters();
     weights[size_t(rank)] = flat_values(*model);
+    // The ranks share this host: the shards' reduce-scatters and all-gathers (one of each per step at
+    // least) read and write the staging buffers in symmetric memory.
+    if (zero && world > 1)
+      CHECK(dynamic_cast<comm::HostBackend&>(*groups[size_t(rank)]).symmetric_collectives() >= uint64_t(2 * steps));
   });
   for (int rank = 1; rank < world; ++rank) CHECK(weights[size_t(rank)] == weights[0]);
   return weights[0];
