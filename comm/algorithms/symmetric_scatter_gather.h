@@ -31,12 +31,12 @@ class SymmetricBuffer;
 
 // out (count elements) = part `me` of the input (the parties x count elements at `offset` bytes into
 // `buffer`), reduced over every rank of the host, which is the whole group.
-void symmetric_reduce_scatter(SymmetricBuffer& buffer, size_t offset, size_t count, std::byte* out,
-                              ShmTransport& shm, const CollectiveContext& ctx);
+void symmetric_reduce_scatter(SymmetricBuffer& buffer, size_t offset, size_t count, std::byte* out, ShmTransport& shm,
+                              const CollectiveContext& ctx);
 
 // Part p of the output (the parties x count elements at `offset` bytes into `buffer`) on every rank =
 // rank p's `in` (count elements).
-void symmetric_all_gather(SymmetricBuffer& buffer, size_t offset, size_t count, const std::byte* in,
-                          ShmTransport& shm, const CollectiveContext& ctx);
+void symmetric_all_gather(SymmetricBuffer& buffer, size_t offset, size_t count, const std::byte* in, ShmTransport& shm,
+                          const CollectiveContext& ctx);
 
 }  // namespace tinyddp::comm
