@@ -1,12 +1,12 @@
 #include "tinyddp/comm/algorithms/symmetric_hierarchical_all_reduce.h"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "tinyddp/comm/algorithms/symmetric_all_reduce.h"
 #include "tinyddp/comm/reduce_op.h"
 #include "tinyddp/comm/symmetric/symmetric_buffer.h"
-#include "tinyddp/core/error.h"
 
 namespace tinyddp::comm {
 
