@@ -73,8 +73,8 @@ class Executor : public Work::Helper, public std::enable_shared_from_this<Execut
   // Queues `task` (queued_at is set here unless the caller set it) and makes this executor its Work's
   // helper. A blocking call's task (Task::blocking) when nothing is queued or running is handed back
   // instead, with the executor claimed for it: the caller runs it at once (run_claimed), past the queue
-  // its wait would take, and its Work, done before anyone sees it, needs no helper. The caller must not then hold a
-  // lock that another caller's submit takes.
+  // its wait would take; its Work, done before anyone sees it, gets no helper. The caller must not
+  // then hold a lock that another caller's submit takes.
   struct Claimed {
     Task task;
     bool stand_in = false;  // run it on the communication thread's CPU (see help)

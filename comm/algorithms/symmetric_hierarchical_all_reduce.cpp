@@ -39,8 +39,9 @@ void symmetric_hierarchical_all_reduce(SymmetricBuffer& b, size_t offset, size_t
     if (mine > 0) std::memcpy(my_part, padded.data(), mine * elem);
   }
   if (ctx.op == ReduceOp::avg) finish_average(my_part, mine, ctx.dtype, ctx.world_size);
-  for (int step = 1; step < L; ++step)
-    if (mine > 0) std::memcpy(b.data_of((me + step) % L) + offset + mine_begin * elem, my_part, mine * elem);
+  if (mine > 0)
+    for (int step = 1; step < L; ++step)
+      std::memcpy(b.data_of((me + step) % L) + offset + mine_begin * elem, my_part, mine * elem);
   depart_from_call(b, base, shm, ctx);
 }
 

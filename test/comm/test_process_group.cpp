@@ -378,25 +378,19 @@ TEST_CASE("each group waits by its own policy: the spin follows its own ranks pe
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   auto pair = make_groups(2, options("policy-pair"));
   auto quad = make_groups(4, options("policy-quad"));
-  auto spin_of = [](const std::shared_ptr<ProcessGroup>& g) {
-    return dynamic_cast<HostBackend&>(*g).wait_policy().spin;
+  // Both the spin and the time a wait spins before it starts to yield.
+  auto check_policy = [&](const std::vector<std::shared_ptr<ProcessGroup>>& groups) {
+    const bool oversubscribed = groups.size() > cores;
+    for (const auto& g : groups) {
+      const WaitPolicy policy = dynamic_cast<HostBackend&>(*g).wait_policy();
+      CHECK(policy.spin ==
+            std::chrono::nanoseconds(oversubscribed ? tuning::kSpinBudgetOversubscribed : tuning::kSpinBudget));
+      CHECK(policy.pure_spin ==
+            std::chrono::nanoseconds(oversubscribed ? tuning::kPureSpinOversubscribed : tuning::kPureSpin));
+    }
   };
-  auto expected = [&](unsigned ranks) {
-    return ranks > cores ? std::chrono::nanoseconds(tuning::kSpinBudgetOversubscribed)
-                         : std::chrono::nanoseconds(tuning::kSpinBudget);
-  };
-  for (auto& g : pair) CHECK(spin_of(g) == expected(2));
-  for (auto& g : quad) CHECK(spin_of(g) == expected(4));
-  // So does the time a wait spins before it starts to yield.
-  auto pure_spin_of = [](const std::shared_ptr<ProcessGroup>& g) {
-    return dynamic_cast<HostBackend&>(*g).wait_policy().pure_spin;
-  };
-  auto expected_pure_spin = [&](unsigned ranks) {
-    return ranks > cores ? std::chrono::nanoseconds(tuning::kPureSpinOversubscribed)
-                         : std::chrono::nanoseconds(tuning::kPureSpin);
-  };
-  for (auto& g : pair) CHECK(pure_spin_of(g) == expected_pure_spin(2));
-  for (auto& g : quad) CHECK(pure_spin_of(g) == expected_pure_spin(4));
+  check_policy(pair);
+  check_policy(quad);
   // Both still work side by side.
   run_ranks(4, [&](int r) {
     Tensor t = Tensor::from_vector(std::vector<int32_t>{r + 1});
