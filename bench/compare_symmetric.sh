@@ -3,7 +3,9 @@
 # tensor can go (comm/tuning.h chooses one): the shared-memory FIFOs (TINYDDP_STAGING=0
 # TINYDDP_CROSS_MEMORY=0), staged through symmetric memory (TINYDDP_STAGING=1) and read with
 # process_vm_readv (TINYDDP_CROSS_MEMORY=1); ours on symmetric buffers (-R 2:
-# ProcessGroup::allocate_symmetric); and Open MPI (bench/peers/mpi_all_reduce), run interleaved in one
+# ProcessGroup::allocate_symmetric); ours as comm/tuning.h chooses (auto); and Open MPI
+# (bench/peers/mpi_all_reduce), as it comes and with glibc's malloc advising huge pages (as tinyddp's
+# allocator does from 2 MiB: Open MPI at its best), run interleaved in one
 # command, three rounds, the median of the three per size, with ratios; beside them one core's memcpy
 # and a += b rates (bench/peers/memory_limits) and the bound they set for the bytes the symmetric
 # all-reduce moves (each rank reduces (n-1)/n of the buffer as a += b and copies (n-1)/n of it: busbw
@@ -48,16 +50,18 @@ rewrite=()
 [ -z "${TINYDDP_BENCH_QUICK:-}" ] || sweeps=("-b 1K -e 256K -n 5 -w 1")  # a check that the script runs
 
 ours() {  # WORLD REGISTRATION CROSS_MEMORY STAGING SWEEP: rows "bytes time_us" (in-place columns)
-  local n=$1 reg=$2 cma=$3 staging=$4 sweep=$5
+  local n=$1 reg=$2 cma=$3 staging=$4 sweep=$5 choose=()
+  # "auto": neither switch set, the choice comm/tuning.h makes
+  [ "$cma" = auto ] || choose=(TINYDDP_CROSS_MEMORY="$cma" TINYDDP_STAGING="$staging")
   # shellcheck disable=SC2086
-  TINYDDP_CROSS_MEMORY=$cma TINYDDP_STAGING=$staging "${rt[@]}" "$build/bin/tinyddp-run" -n "$n" "$perf" $sweep -f 4 -d float -o sum -c 1 -z 1 -R "$reg" --transport shm "${rewrite[@]}" |
+  env "${choose[@]}" "${rt[@]}" "$build/bin/tinyddp-run" -n "$n" "$perf" $sweep -f 4 -d float -o sum -c 1 -z 1 -R "$reg" --transport shm "${rewrite[@]}" |
     sed -e 's/^\[rank [0-9]*\] //' | awk '$1 ~ /^[0-9]+$/ { if ($13 != 0) print "WRONG", $1; print $1, $10 }'
 }
-peer() {  # WORLD SWEEP
-  local n=$1 sweep=$2
+peer() {  # WORLD SWEEP [GLIBC_TUNABLES]
+  local n=$1 sweep=$2 tunables=${3:-}
   [ -x "$mpi" ] || return 0
   # shellcheck disable=SC2086
-  "${rt[@]}" mpirun --allow-run-as-root --oversubscribe -np "$n" "$mpi" $sweep -f 4 "${rewrite[@]}" 2>/dev/null |
+  env ${tunables:+GLIBC_TUNABLES=$tunables} "${rt[@]}" mpirun --allow-run-as-root --oversubscribe -np "$n" "$mpi" $sweep -f 4 "${rewrite[@]}" 2>/dev/null |
     awk '$1 ~ /^[0-9]+$/ { if ($5 != 0) print "WRONG", $1; print $1, $2 }'
 }
 
@@ -69,9 +73,9 @@ for n in $worlds; do
     for sweep in "${sweeps[@]}"; do
       # The order turns every round, so no program always runs right after another.
       case $round in
-        1) order="fifo staged cma r2 mpi" ;;
-        2) order="r2 mpi fifo staged cma" ;;
-        3) order="mpi cma r2 staged fifo" ;;
+        1) order="fifo staged cma auto r2 mpi mpihp" ;;
+        2) order="r2 mpihp mpi fifo auto staged cma" ;;
+        3) order="mpi cma auto r2 mpihp staged fifo" ;;
       esac
       for who in $order; do
         load=$(cut -d' ' -f1 /proc/loadavg)
@@ -79,8 +83,10 @@ for n in $worlds; do
           fifo) ours "$n" 0 0 0 "$sweep" | sed "s/^/fifo $load /" ;;
           staged) ours "$n" 0 0 1 "$sweep" | sed "s/^/staged $load /" ;;
           cma) ours "$n" 0 1 0 "$sweep" | sed "s/^/cma $load /" ;;
+          auto) ours "$n" 0 auto auto "$sweep" | sed "s/^/auto $load /" ;;
           r2) ours "$n" 2 0 0 "$sweep" | sed "s/^/r2 $load /" ;;
           mpi) peer "$n" "$sweep" | sed "s/^/mpi $load /" ;;
+          mpihp) peer "$n" "$sweep" glibc.malloc.hugetlb=1 | sed "s/^/mpihp $load /" ;;
         esac >>"$out/raw_w$n.txt"
       done
     done
@@ -109,23 +115,27 @@ cores = len(os.sched_getaffinity(0))
 def busbw(size, t): return size / (t * 1e-6) / 1e9 * factor
 print(f"# all-reduce, {n} ranks on one host, in place, float sum, blocking; {cpu}; "
       f"load {min(loads):.2f}-{max(loads):.2f} during the runs; medians of 3 interleaved rounds{rt}")
-print("# busbw GB/s (time in us up to 16 KiB); ratios: ours / Open MPI, ours / bound")
+print("# busbw GB/s (time in us up to 16 KiB); ratios: ours / the faster Open MPI column, ours / bound")
 print("# fifo, staged, cma: ours on ordinary buffers (-R 0) over the fifos, staged through symmetric memory, and")
-print("# read with process_vm_readv; -R 2: ours on symmetric buffers")
-print(f"{'bytes':>11} {'fifo':>10} {'staged':>10} {'cma':>10} {'-R 2':>10} {'Open MPI':>10} {'fifo/MPI':>8} "
-      f"{'stg/MPI':>8} {'cma/MPI':>8} {'R2/MPI':>7} {'memcpy':>7} {'a+=b':>7} {'bound':>7} {'R2/bound':>8}"
-      + (f" {'2 cores':>7} {'R2/2c':>6}" if n == 2 else ""))
+print("# read with process_vm_readv; auto: ours on ordinary buffers as comm/tuning.h chooses; -R 2: ours on")
+print("# symmetric buffers; MPI hp: Open MPI with glibc's malloc advising huge pages (GLIBC_TUNABLES=")
+print("# glibc.malloc.hugetlb=1), as tinyddp's allocator does for blocks of 2 MiB and more")
+ways = ("fifo", "staged", "cma", "auto", "r2")
+print(f"{'bytes':>11} {'fifo':>10} {'staged':>10} {'cma':>10} {'auto':>10} {'-R 2':>10} {'Open MPI':>10} {'MPI hp':>10} "
+      f"{'fifo/MPI':>8} {'stg/MPI':>8} {'cma/MPI':>8} {'auto/MPI':>8} {'R2/MPI':>7} {'memcpy':>7} {'a+=b':>7} "
+      f"{'bound':>7} {'R2/bound':>8}" + (f" {'2 cores':>7} {'R2/2c':>6}" if n == 2 else ""))
 sizes = sorted({s for (_, s) in times})
 for size in sizes:
-    med = {w: statistics.median(times[(w, size)]) for w in ("fifo", "staged", "cma", "r2", "mpi") if (w, size) in times}
+    med = {w: statistics.median(times[(w, size)]) for w in ways + ("mpi", "mpihp") if (w, size) in times}
+    best_mpi = min((med[w] for w in ("mpi", "mpihp") if w in med), default=None)
     small = size <= 16384
     def show(w):
         if w not in med: return f"{'-':>10}"
         return f"{med[w]:>8.2f}us" if small else f"{busbw(size, med[w]):>10.2f}"
-    def ratio(w, width=7):
-        return f"{med['mpi'] / med[w]:>{width - 1}.2f}x" if w in med and "mpi" in med else f"{'-':>{width}}"
-    row = (f"{size:>11} {show('fifo')} {show('staged')} {show('cma')} {show('r2')} {show('mpi')} {ratio('fifo', 8)} "
-           f"{ratio('staged', 8)} {ratio('cma', 8)} {ratio('r2')}")
+    def ratio(w, width=8):
+        return f"{best_mpi / med[w]:>{width - 1}.2f}x" if w in med and best_mpi else f"{'-':>{width}}"
+    row = (f"{size:>11} " + " ".join(show(w) for w in ways + ("mpi", "mpihp")) + " " +
+           " ".join(ratio(w, 7 if w == "r2" else 8) for w in ways))
     if size in rates and not small:
         copy, add, pair = rates[size]
         bound = 2 / (1 / add + 1 / copy)

@@ -452,7 +452,7 @@ bool HostBackend::staged_all_reduce_bytes(const std::byte* in, std::byte* out, s
 }
 
 bool HostBackend::cross_memory_all_reduce_bytes(const Tensor& t, const CollectiveContext& ctx) {
-  if (!cross_memory_ || !t.device().is_cpu() || t.nbytes() < tuning::kCrossMemoryAllReduceBytes) return false;
+  if (!cross_memory_ || !t.device().is_cpu() || t.nbytes() < cross_memory_from_bytes_) return false;
   cross_memory_all_reduce(*cross_memory_, local_pids_, bytes_of(t), size_t(t.numel()), *shm_, ctx);
   cross_memory_collectives_.fetch_add(1, std::memory_order_relaxed);
   return true;
@@ -677,11 +677,13 @@ void HostBackend::open_transports(const std::string& prefix, const Hosts& hosts)
 // memory with process_vm_readv, if every rank may read every other (ptrace permission): each rank
 // tries the others once, here, and the path is used only if all of them succeed, so that every rank
 // makes the same choice. TINYDDP_CROSS_MEMORY=0 keeps ordinary tensors on the fifos, =1 takes the
-// path where tuning.h would not (to measure it); unset: tuning::kCrossMemoryByDefault.
+// path from the least size it may take (to measure it); unset: tuning::kCrossMemoryByDefault, from
+// tuning::kCrossMemoryDefaultBytes.
 void HostBackend::open_cross_memory(const std::string& prefix, const Hosts& hosts) {
   if (!shm_ || !all_local_ || !SymmetricBuffer::peers_openable()) return;  // its control buffer is one
-  const bool wanted = env::flag("TINYDDP_CROSS_MEMORY").value_or(tuning::kCrossMemoryByDefault);
-  if (!wanted) return;
+  const std::optional<bool> asked = env::flag("TINYDDP_CROSS_MEMORY");
+  if (!asked.value_or(tuning::kCrossMemoryByDefault)) return;
+  cross_memory_from_bytes_ = asked ? tuning::kCrossMemoryAllReduceBytes : tuning::kCrossMemoryDefaultBytes;
   const std::string base = prefix + "cross-memory/";
   auto control = SymmetricBuffer::allocate(*store_, base, 0, rank(), hosts.local, 64, options_.timeout);
   store_->set(base + "probe/" + std::to_string(rank()), std::to_string(reinterpret_cast<uintptr_t>(control->data())));

@@ -155,6 +155,7 @@ class HostBackend : public ProcessGroup {
   std::shared_ptr<SymmetricBuffer> staging_;  // with all_local_: the large all-reduces' staging
   std::atomic<uint64_t> staged_collectives_{0};
   std::shared_ptr<SymmetricBuffer> cross_memory_;  // set when every local rank may read the others
+  size_t cross_memory_from_bytes_ = 0;             // the least tensor it takes (open_cross_memory)
   std::vector<int> local_pids_;                    // by position among the local ranks
   std::atomic<uint64_t> cross_memory_collectives_{0};
   std::vector<Connection*> peers_;  // by rank, once used; nullptr at this rank

@@ -134,18 +134,23 @@ inline constexpr size_t kSlotBytes = 256 << 10;
 // enough to stay in L2 while it is added, large enough that the system call and the pinning of the
 // peer's pages are paid for few bytes.
 inline constexpr size_t kCrossMemoryBlockBytes = 256 << 10;
-// All-reduces of ordinary CPU tensors at least this large, with every rank on one host, take the
+// All-reduces of ordinary CPU tensors at least this large, with every rank on one host, may take the
 // cross-memory path when every rank may read the others; below it the direct exchange's one round
-// over the fifos costs less than three barriers and the system calls.
+// over the fifos costs less than three barriers and the system calls. TINYDDP_CROSS_MEMORY=1 takes the
+// path from this size, to measure it.
 inline constexpr size_t kCrossMemoryAllReduceBytes = 64 << 10;
 // Of the three ways a large ordinary tensor can go (the fifos; process_vm_readv; staging into
-// symmetric memory), the fifos. Measured with bench/compare_symmetric.sh on the 2-core Zen 3 host,
-// 2 ranks (docs/results.md, 2026-11-26, "ordinary tensors inside a host"): on an idle host the fifos
-// beat process_vm_readv at every size from 64 KiB to 64 MiB (the kernel pins the peer's pages on
-// every call, and the reducing rank does both the copy and the add that the fifos split between two
-// ranks), and beat the staging, which moves more bytes than either. process_vm_readv won only while
-// other programs took the cores. TINYDDP_CROSS_MEMORY=1 and TINYDDP_STAGING=1 take the others.
-inline constexpr bool kCrossMemoryByDefault = false;
+// symmetric memory), process_vm_readv from this size and the fifos below it, unless
+// TINYDDP_CROSS_MEMORY says otherwise. Each rank copies 2(n-1)/n of the tensor through the kernel
+// and adds (n-1)/n; over the fifos it copies 3(n-1)/n and adds as much; staged, more than either.
+// What made the kernel's copy lose was pinning the peer's pages one 4 KiB page at a time; the
+// allocator's huge pages (core/allocator.h) make that one pin per 2 MiB. Measured with
+// bench/compare_symmetric.sh on the 2-core Intel Xeon (docs/results.md, 2026-11-28, "ordinary
+// tensors on huge pages"): from 4 MiB process_vm_readv led the fifos and Open MPI at its best;
+// below, the fifos' copies stay in cache and process_vm_readv's system calls and three barriers
+// cost more than the copy it saves. The AMD hosts' figures predate the huge pages.
+inline constexpr bool kCrossMemoryByDefault = true;
+inline constexpr size_t kCrossMemoryDefaultBytes = 4 << 20;
 inline constexpr bool kStagingByDefault = false;
 // All-reduces of ordinary tensors at least this large, with every rank on one host, are staged
 // (below it the slots or the direct exchange take them).

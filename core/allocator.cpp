@@ -3,8 +3,10 @@
 #include <atomic>
 #include <cstdlib>
 #include <pthread.h>
+#include <sys/mman.h>
 
 #include "tinyddp/core/cuda_runtime.h"
+#include "tinyddp/core/env.h"
 #include "tinyddp/core/error.h"
 #include "tinyddp/core/log.h"
 
@@ -25,6 +27,8 @@ namespace tinyddp {
 
 namespace {
 constexpr size_t kCpuAlignment = 64;
+// Ordinary CPU blocks this large take whole huge pages (allocator.h says why).
+constexpr size_t kHugePageBytes = size_t(2) << 20;
 std::atomic<bool> g_pinned{false};
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
@@ -128,7 +132,7 @@ class CpuCache {
 
   // The size a block of `bytes` is allocated and cached at.
   static size_t block_size(size_t bytes, bool pinned) {
-    if (!pinned) return round_up(bytes, kCpuAlignment);
+    if (!pinned) return bytes >= kHugePageBytes ? round_up(bytes, kHugePageBytes) : round_up(bytes, kCpuAlignment);
     if (bytes > kPinnedPowerOfTwoBytes) return round_up(bytes, kPinnedGranularity);
     size_t size = kMinPinnedBytes;
     while (size < bytes) size *= 2;
@@ -216,9 +220,13 @@ Allocation allocate(size_t bytes, Device device, bool pinned) {
     if (block.pinned) {
       block.ptr = cuda_host_alloc_pinned(size);  // the block's full size: it may be cached and reused
     } else {
-      block.ptr = std::aligned_alloc(kCpuAlignment, size);
+      static const bool huge_pages = env::flag("TINYDDP_HUGE_PAGES").value_or(true);
+      const bool huge = size >= kHugePageBytes && huge_pages;
+      block.ptr = std::aligned_alloc(huge ? kHugePageBytes : kCpuAlignment, size);
       TINYDDP_CHECK(block.ptr != nullptr, "out of CPU memory allocating ", bytes, " bytes",
                     hint("use a smaller batch or model"));
+      // Advice only: a kernel without transparent huge pages, or with them off, keeps ordinary pages.
+      if (huge) ::madvise(block.ptr, size, MADV_HUGEPAGE);
     }
     return block;
   }

@@ -8,6 +8,10 @@
 // the whole device, so pinning every allocation would make a 600 MB host tensor lock 600 MB of RAM and
 // a free on the data loader's thread stall the GPU.
 //
+// CPU blocks of 2 MiB and more start on a huge page (2 MiB), span whole huge pages, and are advised to the kernel as
+// huge-page memory (madvise MADV_HUGEPAGE; TINYDDP_HUGE_PAGES=0 turns it off): one TLB entry and one page fault where
+// ordinary pages take 512, and process_vm_readv pins one page where it would pin 512.
+//
 // CPU blocks of 64 KiB and more are cached too (pinned blocks of every size: see CpuCache): a training step allocates
 // the same activation and gradient sizes every iteration, and handing a freed block back to the C library lets it
 // shrink the heap (or munmap the block), so the next step pays page faults to touch the same memory again -- several

@@ -34,8 +34,9 @@ void read_from(int pid, int rank, std::byte* dst, const std::byte* remote, size_
     }
     if (n < 0 && errno == EINTR) continue;
     const int err = n < 0 ? errno : EIO;
-    TINYDDP_CHECK(pid == ::getpid() || process_alive(pid), "shm transport: rank ", rank, " (pid ", pid,
-                  ") died while rank ", ctx.rank, " was in a collective with it",
+    // ESRCH: the peer has no memory left to read (exited; a zombie still counts as alive).
+    TINYDDP_CHECK(pid == ::getpid() || (err != ESRCH && process_alive(pid)), "shm transport: rank ", rank, " (pid ",
+                  pid, ") died while rank ", ctx.rank, " was in a collective with it",
                   hint("look at rank ", rank, "'s output and exit status (killed by a signal? out of memory?)"));
     TINYDDP_FAIL(ctx.what(), ": process_vm_readv from rank ", rank, " (pid ", pid, ") failed: ", std::strerror(err),
                  hint("TINYDDP_CROSS_MEMORY=0 moves ordinary tensors through the shared-memory fifos instead"));

@@ -1,12 +1,13 @@
 // Ordinary tensors of ranks on one host, read out of the peers' memory by the kernel
 // (process_vm_readv: comm/algorithms/cross_memory_all_reduce.h). Checked against the reference loop
 // and, bit for bit, against the FIFO path (the same group options with TINYDDP_CROSS_MEMORY=0 and
-// TINYDDP_STAGING=0; the path is taken by default only where tuning.h says, so TINYDDP_CROSS_MEMORY=1), in
+// TINYDDP_STAGING=0; by default the path takes only what tuning.h says, TINYDDP_CROSS_MEMORY=1 more), in
 // threads of one process and in separate processes, where the kernel really copies between them.
 #include <doctest/doctest.h>
 
 #include "tinyddp/comm/host_backend.h"
 #include "tinyddp/comm/store/tcp_store.h"
+#include "tinyddp/comm/tuning.h"
 #include "test/comm/helpers/child_process.h"
 #include "test/comm/test_collectives_support.h"
 #include "test/test_support.h"
@@ -57,6 +58,23 @@ TEST_CASE("ordinary tensors read with process_vm_readv equal the reference and, 
       CHECK(host(*fifo[size_t(r)]).cross_memory_collectives() == 0);
     });
   }
+}
+
+TEST_CASE("by default process_vm_readv carries ordinary tensors from the size tuning.h names, the fifos below it") {
+  constexpr int kWorld = 2;
+  ScopedEnv unset("TINYDDP_CROSS_MEMORY", nullptr);
+  auto groups = make_groups(kWorld, shm_group("cma-default"));
+  const int64_t below = int64_t(tuning::kCrossMemoryDefaultBytes / sizeof(float)) - 1, from = below + 1;
+  run_ranks(kWorld, [&](int r) {
+    ProcessGroup& pg = *groups[size_t(r)];
+    REQUIRE(host(pg).cross_memory_enabled());
+    for (int64_t count : {below, from}) {
+      Tensor t = make_input<float>(ReduceOp::sum, r, count);
+      pg.all_reduce(t)->wait();
+      CHECK(t.to_vector<float>() == reference_reduce<float>(ReduceOp::sum, kWorld, count));
+      CHECK(host(pg).cross_memory_collectives() == (count == below ? 0u : 1u));
+    }
+  });
 }
 
 TEST_CASE("ranks in separate processes read each other's tensors with process_vm_readv") {
