@@ -452,7 +452,10 @@ bool HostBackend::staged_all_reduce_bytes(const std::byte* in, std::byte* out, s
 }
 
 bool HostBackend::cross_memory_all_reduce_bytes(const Tensor& t, const CollectiveContext& ctx) {
-  if (!cross_memory_ || !t.device().is_cpu() || t.nbytes() < cross_memory_from_bytes_) return false;
+  // Only in the ring's place: an algorithm the user asked for (TINYDDP_ALGO) runs as asked.
+  if (!cross_memory_ || !t.device().is_cpu() || t.nbytes() < cross_memory_from_bytes_ ||
+      all_reduce_->choose(t.nbytes()) != AllReduceAlgorithm::ring)
+    return false;
   cross_memory_all_reduce(*cross_memory_, local_pids_, bytes_of(t), size_t(t.numel()), *shm_, ctx);
   cross_memory_collectives_.fetch_add(1, std::memory_order_relaxed);
   return true;

@@ -65,6 +65,10 @@ TEST_CASE("by default process_vm_readv carries ordinary tensors from the size tu
   ScopedEnv unset("TINYDDP_CROSS_MEMORY", nullptr);
   auto groups = make_groups(kWorld, shm_group("cma-default"));
   const int64_t below = int64_t(tuning::kCrossMemoryDefaultBytes / sizeof(float)) - 1, from = below + 1;
+  // An algorithm the user names runs as named, whatever the size.
+  ProcessGroupOptions halving = shm_group("cma-default-rabenseifner");
+  halving.algorithm = "rabenseifner";
+  auto named = make_groups(kWorld, halving);
   run_ranks(kWorld, [&](int r) {
     ProcessGroup& pg = *groups[size_t(r)];
     REQUIRE(host(pg).cross_memory_enabled());
@@ -74,6 +78,10 @@ TEST_CASE("by default process_vm_readv carries ordinary tensors from the size tu
       CHECK(t.to_vector<float>() == reference_reduce<float>(ReduceOp::sum, kWorld, count));
       CHECK(host(pg).cross_memory_collectives() == (count == below ? 0u : 1u));
     }
+    Tensor t = make_input<float>(ReduceOp::sum, r, from);
+    named[size_t(r)]->all_reduce(t)->wait();
+    CHECK(t.to_vector<float>() == reference_reduce<float>(ReduceOp::sum, kWorld, from));
+    CHECK(host(*named[size_t(r)]).cross_memory_collectives() == 0);
   });
 }
 
