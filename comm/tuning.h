@@ -145,8 +145,8 @@ inline constexpr size_t kCrossMemoryAllReduceBytes = 64 << 10;
 // and adds (n-1)/n; over the fifos it copies 3(n-1)/n and adds as much; staged, more than either.
 // What made the kernel's copy lose was pinning the peer's pages one 4 KiB page at a time; the
 // allocator's huge pages (core/allocator.h) make that one pin per 2 MiB. Measured with
-// bench/compare_symmetric.sh on the 2-core Intel Xeon (docs/results.md, 2026-11-28, "ordinary
-// tensors on huge pages"): from 4 MiB process_vm_readv led the fifos and Open MPI at its best;
+// bench/compare_symmetric.sh on the 2-core Intel Xeon (docs/results.md, 2026-11-28, "An Intel Xeon
+// with AMX: ordinary tensors on huge pages"): from 4 MiB process_vm_readv led the fifos and Open MPI at its best;
 // below, the fifos' copies stay in cache and process_vm_readv's system calls and three barriers
 // cost more than the copy it saves. The AMD hosts' figures predate the huge pages.
 inline constexpr bool kCrossMemoryByDefault = true;

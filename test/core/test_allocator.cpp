@@ -35,7 +35,7 @@ int huge_page_eligible(const void* address) {
     uintptr_t begin = 0, end = 0;
     char dash = 0;
     std::istringstream head(line);
-    if (head >> std::hex >> begin >> dash >> end && dash == '-' && line.find(':') > line.find(' ')) {
+    if (head >> std::hex >> begin >> dash >> end && dash == '-') {  // a mapping's first line: "begin-end perms ..."
       inside = begin <= at && at < end;
       continue;
     }
