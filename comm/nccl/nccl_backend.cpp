@@ -35,8 +35,8 @@
 // while NCCL finishes it on a thread of its own), so no thread of this process is ever stuck inside
 // NCCL. A rank that never arrives -- at init, or at a collective's first connection -- or that dies,
 // is met by polling against a deadline, and ncclCommAbort then runs while no other call is inside
-// the communicator. A blocking communicator would launch faster (NCCL 2.28 starts a thread for each
-// ncclGroupEnd of a non-blocking one), but a thread blocked inside NCCL cannot be freed safely:
+// the communicator. A blocking communicator would save the thread NCCL 2.28 starts for each ncclGroupEnd
+// of a non-blocking one (a small part of a launch), but a thread blocked inside NCCL cannot be freed safely:
 // aborting a communicator that another thread is inside frees it under that thread. So the launch
 // polls for the call's completion yielding first (it usually completes within tens of
 // microseconds), then sleeping a short, fixed interval.
@@ -398,7 +398,8 @@ WorkPtr NcclBackend::launch(Fingerprint f, const CallOptions& call, std::vector<
     std::lock_guard<std::mutex> state(state_mutex_);
     pending_.push_back({work, f.sequence, done, deadline, timeout, std::move(tensors), blocks_host});
   }
-  wake_.notify_all();
+  // The watchdog is not woken: it looks every millisecond anyway, and a wake-up per launch would bring
+  // it onto the communicator's mutex and the CUDA driver just when the next launch needs them.
   launching.unlock();
   if (call.blocking) work->wait();
   return work;
