@@ -8,6 +8,7 @@
 #         tinyddp dlopens itself (oneDNN, when the build has it), with their own dependencies;
 #         lib/compat: the C++ runtime (libstdc++, libgcc_s), used only where the node's is too old
 #   run_checks.sh  the checks in order; MANIFEST.txt  what is inside, from where, and what the node provides
+#   compare_nccl.sh  the all-reduce over NCCL beside nccl-tests' (bench/compare_nccl.sh; nccl-tests not included)
 # Left out on purpose, and listed in MANIFEST.txt: the NVIDIA libraries the node provides and that must
 # match its driver (libcuda, libcudart, cuBLAS, NCCL, libnvidia-*), and glibc itself (libc, libm, libdl,
 # libpthread, librt, the dynamic loader: a program cannot bring its own; MANIFEST.txt names the
@@ -123,7 +124,8 @@ glibc_compat=$(newest_glibc "$root"/lib/compat/*)
 } >"$root/MANIFEST.txt"
 
 cp "$source_dir/scripts/gpu_bundle_run_checks.sh" "$root/run_checks.sh"
-chmod +x "$root/run_checks.sh"
+cp "$source_dir/bench/compare_nccl.sh" "$root/compare_nccl.sh"
+chmod +x "$root/run_checks.sh" "$root/compare_nccl.sh"
 
 mkdir -p "$(dirname "$archive")"
 tar -C "$work" -cf - tinyddp-gpu-bundle | gzip "-${GPU_BUNDLE_GZIP_LEVEL:-6}" >"$archive.tmp"
@@ -136,3 +138,4 @@ fi
 mv "$archive.tmp" "$archive"
 echo "gpu_bundle: $archive: $((bytes / 1048576)) MiB ($((unpacked / 1048576)) MiB unpacked; limit $limit_mib MiB), ${#bundled[@]} libraries bundled, ${#provided[@]} left to the node"
 echo "  on the node: tar xzf $(basename "$archive") && tinyddp-gpu-bundle/run_checks.sh"
+echo "  beside nccl-tests: tinyddp-gpu-bundle/compare_nccl.sh <nccl-tests' all_reduce_perf>"

@@ -9,6 +9,8 @@
 #     GPU suite's device query says what it sees;
 #   - run_checks.sh says there is no GPU here, exits 2 and lists nothing as passed; with stand-ins
 #     for its programs on "2 GPUs", it runs the four checks in order, or stops at the first failure;
+#   - its compare_nccl.sh pairs ours on 2 fake GPUs with a stand-in for nccl-tests that prints a real
+#     nccl-tests run's table, and refuses a peer that is not there, and (with no GPU) a missing count;
 #   - an archive over its limit fails, naming its largest parts.
 #   test/gpu_bundle_check.sh SOURCE_DIR BUILD_DIR
 set -uo pipefail
@@ -104,6 +106,41 @@ bare SUITE_STATUS=3 "$stand_in/run_checks.sh" >"$work/stand-in.log" 2>&1
 status=$?
 check "run_checks.sh stops at a failing GPU suite, exits 1 and says what passed" \
   bash -c "[ $status -eq 1 ] && grep -q 'FAILED at gpu-suite: bin/test_gpu failed (exit 3)' '$work/stand-in.log' && grep -q 'passed: device-query$' '$work/stand-in.log' && grep -q 'not passed: gpu-suite all_reduce_perf dummy_mgpu' '$work/stand-in.log'"
+
+# compare_nccl.sh beside a stand-in for nccl-tests that prints what nccl-tests 2.19.6 printed on an H200
+# (test/fixtures/nccl_tests_all_reduce_perf_h200.txt): every size both ran pairs ours with its time
+# there, and the ratio is that time over ours.
+printf '#!/bin/sh\ncat "%s"\n' "$source_dir/test/fixtures/nccl_tests_all_reduce_perf_h200.txt" >"$work/nccl-tests"
+chmod +x "$work/nccl-tests"
+bare TINYDDP_FAKE_CUDA_DEVICES=2 TINYDDP_BENCH_QUICK=1 OUT_DIR="$work/bench-nccl" "$bundle/compare_nccl.sh" \
+  "$work/nccl-tests" 2 >"$work/compare.log" 2>&1
+status=$?
+cat "$work/compare.log"
+check "compare_nccl.sh: ours on 2 fake GPUs beside nccl-tests' rows, ratio = nccl-tests' time / ours" \
+  python3 - "$work/compare.log" "$status" <<'CHECK'
+import sys
+text = open(sys.argv[1]).read()
+assert sys.argv[2] == "0", "exit " + sys.argv[2]
+assert "2 x GPU" in text and "NCCL 2.28.3" in text, "the header names the GPUs and the peer's NCCL"
+rows = {int(f[0]): f for f in (line.replace("|", " ").split() for line in text.splitlines()) if f and f[0].isdigit()}
+expected_peer = {8: 7.40, 64: 7.57, 512: 7.33, 4096: 6.93}  # the fixture's out-of-place times
+for size, peer in expected_peer.items():
+    ours0, peer0, ratio0, ours1, peer1, ratio1 = rows[size][1:7]
+    for ours, shown, ratio in ((ours0, peer0, ratio0), (ours1, peer1, ratio1)):
+        assert float(shown) == peer, (size, shown)
+        assert abs(float(ratio.rstrip("x")) - peer / float(ours)) <= 0.006, (size, ratio, ours)
+assert rows[134217728][1] == "-", "a size only nccl-tests ran has no figure of ours"
+CHECK
+bare "$bundle/compare_nccl.sh" "$work/no-such-program" 2 >"$work/compare-bad.log" 2>&1
+status=$?
+check "compare_nccl.sh refuses a peer that is not there, naming it (exit 2)" \
+  bash -c "[ $status -eq 2 ] && grep -q 'no-such-program is not an executable file' '$work/compare-bad.log'"
+if grep -q '^cuda devices: 0$' "$work/query.log"; then
+  bare "$bundle/compare_nccl.sh" "$work/nccl-tests" >"$work/compare-bad.log" 2>&1
+  status=$?
+  check "compare_nccl.sh with no GPU and no count says so (exit 2)" \
+    bash -c "[ $status -eq 2 ] && grep -q 'lists no GPU here' '$work/compare-bad.log'"
+fi
 
 GPU_BUNDLE_LIMIT_MIB=1 "$source_dir/scripts/gpu_bundle.sh" "$build" "$work/small.tar.gz" >"$work/limit.log" 2>&1
 status=$?
