@@ -64,12 +64,12 @@ run() {  # WHO Z SWEEP
   # shellcheck disable=SC2086
   case $who in
     ours) "$bin/tinyddp-run" -n "$gpus" -- "$bin/all_reduce_perf" --backend nccl $sweep -c 1 -z "$z" ;;
-    nccl-tests) "$peer" $sweep -g "$gpus" -c 1 -z "$z" | tee -a "$out/peer_header.txt" ;;
+    nccl-tests) "$peer" $sweep -g "$gpus" -c 1 -z "$z" | tee -a "$out/peer_output.txt" ;;
   esac
 }
 
 : >"$out/raw.txt"
-: >"$out/peer_header.txt"
+: >"$out/peer_output.txt"
 for round in $(seq 1 "$rounds"); do
   for z in 0 1; do
     for sweep in "${sweeps[@]}"; do
@@ -84,7 +84,7 @@ for round in $(seq 1 "$rounds"); do
 done
 
 gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || true)
-nccl=$(sed -n 's/.*nccl-library=\([0-9]*\).*/\1/p' "$out/peer_header.txt" | head -1)
+nccl=$(sed -n 's/.*nccl-library=\([0-9]*\).*/\1/p' "$out/peer_output.txt" | head -1)
 python3 - "$out/raw.txt" "$gpus" "${gpu_name:-GPU}" "${nccl:-}" "$rounds" <<'EOF' | tee "$out/summary.txt"
 import statistics, sys
 raw, gpus, gpu_name, nccl, rounds = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5])
