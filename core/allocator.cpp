@@ -33,6 +33,13 @@ std::atomic<bool> g_pinned{false};
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
+// Whether an ordinary CPU block of `bytes` takes whole huge pages: its size, its alignment and the
+// kernel's advice all follow from this one answer.
+bool on_huge_pages(size_t bytes) {
+  static const bool enabled = env::flag("TINYDDP_HUGE_PAGES").value_or(true);
+  return bytes >= kHugePageBytes && enabled;
+}
+
 // One free list per device, keyed by block size. Sizes are rounded (512 B granularity below 1 MiB,
 // 2 MiB above) so a slightly different request can reuse a cached block.
 class CudaCache {
@@ -132,7 +139,7 @@ class CpuCache {
 
   // The size a block of `bytes` is allocated and cached at.
   static size_t block_size(size_t bytes, bool pinned) {
-    if (!pinned) return bytes >= kHugePageBytes ? round_up(bytes, kHugePageBytes) : round_up(bytes, kCpuAlignment);
+    if (!pinned) return round_up(bytes, on_huge_pages(bytes) ? kHugePageBytes : kCpuAlignment);
     if (bytes > kPinnedPowerOfTwoBytes) return round_up(bytes, kPinnedGranularity);
     size_t size = kMinPinnedBytes;
     while (size < bytes) size *= 2;
@@ -220,8 +227,7 @@ Allocation allocate(size_t bytes, Device device, bool pinned) {
     if (block.pinned) {
       block.ptr = cuda_host_alloc_pinned(size);  // the block's full size: it may be cached and reused
     } else {
-      static const bool huge_pages = env::flag("TINYDDP_HUGE_PAGES").value_or(true);
-      const bool huge = size >= kHugePageBytes && huge_pages;
+      const bool huge = on_huge_pages(bytes);
       block.ptr = std::aligned_alloc(huge ? kHugePageBytes : kCpuAlignment, size);
       TINYDDP_CHECK(block.ptr != nullptr, "out of CPU memory allocating ", bytes, " bytes",
                     hint("use a smaller batch or model"));
