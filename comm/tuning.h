@@ -127,8 +127,9 @@ inline constexpr size_t kSymmetricReduceBlockBytes = 64 << 10;
 // small-message size past it leaves the messages in between to the direct exchange.
 inline constexpr size_t kSlotBytes = 256 << 10;
 
-// ---- ordinary buffers inside a host: the FIFOs, or one copy through the kernel -----------------------
-// (algorithms/cross_memory_all_reduce.h; TINYDDP_CROSS_MEMORY=0|1 overrides the choice, to measure it)
+// ---- ordinary buffers inside a host: the FIFOs, staging, or one copy through the kernel -------------
+// (algorithms/staged_all_reduce.h, algorithms/cross_memory_all_reduce.h; TINYDDP_STAGING=0|1 and
+// TINYDDP_CROSS_MEMORY=0|1 override the choice, to measure it)
 
 // process_vm_readv reads a peer's slice into a bounce buffer of this size before it is added: small
 // enough to stay in L2 while it is added, large enough that the system call and the pinning of the
@@ -139,26 +140,28 @@ inline constexpr size_t kCrossMemoryBlockBytes = 256 << 10;
 // over the fifos costs less than three barriers and the system calls. TINYDDP_CROSS_MEMORY=1 takes the
 // path from this size, to measure it.
 inline constexpr size_t kCrossMemoryAllReduceBytes = 64 << 10;
-// Of the three ways a large ordinary tensor can go (the fifos; process_vm_readv; staging into
-// symmetric memory), process_vm_readv from this size and the fifos below it, unless
-// TINYDDP_CROSS_MEMORY says otherwise. Each rank copies 2(n-1)/n of the tensor through the kernel
-// and adds (n-1)/n; over the fifos it copies 3(n-1)/n and adds as much; staged, more than either.
-// What made the kernel's copy lose was pinning the peer's pages one 4 KiB page at a time; the
-// allocator's huge pages (core/allocator.h) make that one pin per 2 MiB. Measured with
-// bench/compare_symmetric.sh on the 2-core Intel Xeon (docs/results.md, 2026-11-28, "An Intel Xeon
-// with AMX: ordinary tensors on huge pages"): from 4 MiB process_vm_readv led the fifos and Open MPI at its best;
-// below, the fifos' copies stay in cache and process_vm_readv's system calls and three barriers
-// cost more than the copy it saves. The AMD hosts' figures predate the huge pages.
+// Of the three ways a large ordinary tensor can go (the fifos; staging into symmetric memory;
+// process_vm_readv): staged from kStagedAllReduceBytes, process_vm_readv from
+// kCrossMemoryDefaultBytes where every rank may read the others, the fifos only where neither is
+// open to the group (or TINYDDP_STAGING=0 and TINYDDP_CROSS_MEMORY=0 ask for them). Each rank copies
+// 3(n-1)/n of the tensor and adds (n-1)/n over the fifos and staged alike, but staged it does so in
+// two barriers a window and no fifo hand-offs; through the kernel it copies 2(n-1)/n, after the kernel
+// pins the peer's pages (one pin per 2 MiB on the allocator's huge pages, core/allocator.h).
+// Measured with bench/compare_symmetric.sh on the 2-core Intel Xeon (docs/results.md, 2026-11-28,
+// "Ordinary tensors staged in one pass"): staged led the fifos and Open MPI at its best from 64 KiB
+// to 1 MiB with 2 and 4 ranks; from 4 MiB process_vm_readv led, at the bound its bytes set. The AMD
+// hosts' figures predate both the huge pages and this staging.
 inline constexpr bool kCrossMemoryByDefault = true;
 inline constexpr size_t kCrossMemoryDefaultBytes = 4 << 20;
-inline constexpr bool kStagingByDefault = false;
+inline constexpr bool kStagingByDefault = true;
 // All-reduces of ordinary tensors at least this large, with every rank on one host, are staged
 // (below it the slots or the direct exchange take them).
 inline constexpr size_t kStagedAllReduceBytes = 64 << 10;
 // Each half of a rank's staging buffer: a round stages this much of the input. Large enough that
-// the two barriers of a round are small beside its copies, small enough to stay in L2 + L3 while
-// the peers read it.
-inline constexpr size_t kStagingHalfBytes = 1 << 20;
+// the two barriers of a round are small beside its copies, small enough that a round's staged,
+// pushed and gathered lines stay in L2 while the peers read them (measured against 64 KiB - 2 MiB,
+// in the same section).
+inline constexpr size_t kStagingHalfBytes = 256 << 10;
 
 // ---- where a stream starts in a page (Connection::align_send) --------------------------------------
 // ../docs/results.md#the-fifos-position-in-a-page-shm

@@ -6,6 +6,7 @@
 #include "tinyddp/comm/algorithms/symmetric_all_reduce.h"
 #include "tinyddp/comm/chunks.h"
 #include "tinyddp/comm/symmetric/symmetric_buffer.h"
+#include "tinyddp/comm/tuning.h"
 #include "tinyddp/core/error.h"
 
 namespace tinyddp::comm {
@@ -22,11 +23,16 @@ void staged_all_reduce(SymmetricBuffer& staging, const std::byte* in, std::byte*
   TINYDDP_CHECK(staging.peers_mapped(), ctx.what(), ": the staging buffer no longer maps the peers' parts",
                 hint("use a process group that is still open"));
   const int n = staging.parties(), me = staging.position();
+  if (n == 1) {
+    if (out != in) std::memcpy(out, in, count * dtype_size(ctx.dtype));
+    return;
+  }
   const size_t elem = dtype_size(ctx.dtype), half = staging.bytes() / 2;
   // Each round takes `window` elements of every rank's slice: n windows fill a half.
   const size_t window = std::max<size_t>(1, half / elem / size_t(n));
   const size_t largest_slice = chunk_count(count, n, 0);  // chunk 0 is never smaller than the others
   const size_t rounds = std::max<size_t>(1, (largest_slice + window - 1) / window);
+  const size_t block = std::max<size_t>(1, tuning::kSymmetricReduceBlockBytes / elem);
   const SymmetricCall call{0, count, uint32_t(ctx.dtype), uint32_t(ctx.op), ctx.sequence};
 
   for (size_t j = 0; j < rounds; ++j) {
@@ -37,10 +43,15 @@ void staged_all_reduce(SymmetricBuffer& staging, const std::byte* in, std::byte*
       const size_t slice = chunk_count(count, n, q), begin = std::min(first, slice);
       return std::pair{chunk_begin(count, n, q) + begin, std::min(window, slice - begin)};
     };
+    // Slot q of a rank's half: its contribution to slice q, until rank q overwrites it with the result.
+    auto slot = [&](int rank_position, int q) {
+      return staging.data_of(rank_position) + at + size_t(q) * window * elem;
+    };
 
-    for (int q = 0; q < n; ++q) {
+    for (int step = 1; step < n; ++step) {
+      const int q = (me + step) % n;
       const auto [begin, k] = window_of(q);
-      std::memcpy(staging.data() + at + size_t(q) * window * elem, in + begin * elem, k * elem);
+      std::memcpy(slot(me, q), in + begin * elem, k * elem);
     }
     if (j == 0) {
       staging.publish(base + kArrived, call);
@@ -50,15 +61,22 @@ void staged_all_reduce(SymmetricBuffer& staging, const std::byte* in, std::byte*
       symmetric_barrier(staging, base + kArrived, shm, ctx);
     }
 
+    // x_me (straight from the input), x_(me+1), ... as the ring folds, a cache-sized block at a time,
+    // each finished block pushed into every peer's slot me while it is in cache.
     const auto [my_begin, my_k] = window_of(me);
-    const size_t my_at = at + size_t(me) * window * elem;
-    reduce_symmetric_slice(staging, my_at, my_k, ctx);
+    const size_t my_slot = at + size_t(me) * window * elem;
+    for (size_t done = 0; done < my_k; done += block) {
+      const size_t k = std::min(block, my_k - done);
+      fold_block_and_push(staging, in + (my_begin + done) * elem, out + (my_begin + done) * elem, my_slot + done * elem,
+                          k, ctx);
+    }
     symmetric_barrier(staging, base + kReduced, shm, ctx);
 
-    for (int step = 0; step < n; ++step) {
+    // Every peer q has written its reduced window of slice q into this rank's slot q.
+    for (int step = 1; step < n; ++step) {
       const int q = (me + step) % n;
       const auto [begin, k] = window_of(q);
-      std::memcpy(out + begin * elem, staging.data_of(q) + at + size_t(q) * window * elem, k * elem);
+      std::memcpy(out + begin * elem, slot(me, q), k * elem);
     }
   }
 }

@@ -112,13 +112,24 @@ void reduce_symmetric_slice(const SymmetricBuffer& b, size_t at, size_t count, c
       if (ctx.op == ReduceOp::avg) finish_average(own, k, ctx.dtype, ctx.world_size);
       continue;
     }
-    // The last peer's block is added and written back in one pass (its lines come over once, not
-    // once to be read and again to be written); the other peers get a copy of the finished block.
-    for (int step = 1; step < n - 1; ++step)
-      reduce_elements(own, own, b.data_of((me + step) % n) + where, k, ctx.dtype, ctx.op);
-    reduce_elements_into_both(own, b.data_of((me + n - 1) % n) + where, k, ctx.dtype, ctx.op, ctx.world_size);
-    for (int step = 1; step < n - 1; ++step) std::memcpy(b.data_of((me + step) % n) + where, own, k * elem);
+    fold_block_and_push(b, own, own, where, k, ctx);
   }
+}
+
+void fold_block_and_push(const SymmetricBuffer& b, const std::byte* mine, std::byte* out, size_t at, size_t count,
+                         const CollectiveContext& ctx) {
+  const int n = b.parties(), me = b.position();
+  const size_t elem = dtype_size(ctx.dtype);
+  const std::byte* acc = mine;
+  for (int step = 1; step < n - 1; ++step) {
+    reduce_elements(out, acc, b.data_of((me + step) % n) + at, count, ctx.dtype, ctx.op);
+    acc = out;
+  }
+  if (acc != out) std::memcpy(out, acc, count * elem);
+  // The last peer's block is added and written back in one pass (its lines come over once, not
+  // once to be read and again to be written); the other peers get a copy of the finished block.
+  reduce_elements_into_both(out, b.data_of((me + n - 1) % n) + at, count, ctx.dtype, ctx.op, ctx.world_size);
+  for (int step = 1; step < n - 1; ++step) std::memcpy(b.data_of((me + step) % n) + at, out, count * elem);
 }
 
 uint64_t arrive_at_call(SymmetricBuffer& b, const SymmetricCall& call, ShmTransport& shm,

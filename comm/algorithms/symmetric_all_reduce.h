@@ -62,10 +62,15 @@ void check_same_call(const SymmetricBuffer& buffer, const SymmetricCall& mine, u
 // folded x_me, x_(me+1), ... as the ring folds, a cache-sized block at a time (so that with n > 2
 // ranks the partial sum stays in cache between the peers' passes).
 // Divided by the world size for avg. With `push_to_peers`, each finished block is also written into the
-// same window of every peer's part while it is in cache: the last peer's in the pass that adds its
-// block (reduce_elements_into_both), the others' by a copy.
+// same window of every peer's part while it is in cache (fold_block_and_push).
 void reduce_symmetric_slice(const SymmetricBuffer& buffer, size_t at, size_t count, const CollectiveContext& ctx,
                             bool push_to_peers = false);
+// out = mine op the `count` elements at byte `at` of every peer's part, folded mine, x_(me+1), ... as
+// reduce_symmetric_slice folds (avg divided), and the result written into that window of every peer's
+// part: the last peer's in the pass that adds its block, the others' by a copy. `mine` is this rank's
+// contribution, in its own part or anywhere else (a staged all-reduce's input); `out` may be `mine`.
+void fold_block_and_push(const SymmetricBuffer& buffer, const std::byte* mine, std::byte* out, size_t at, size_t count,
+                         const CollectiveContext& ctx);
 // out = the `count` elements at byte `at` of every rank's part, folded x_(me+1), x_(me+2), ..., and
 // this rank's own x_me last, as the ring reduce-scatter (ring.h) folds the chunk it leaves on this
 // rank; no division for avg. `out` may be this rank's own window (in place), or any other memory.

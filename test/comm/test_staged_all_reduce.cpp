@@ -2,7 +2,7 @@
 // (comm/algorithms/staged_all_reduce.h).
 //
 // Checked against the reference loop and, bit for bit, against the FIFO ring: the same group options
-// with TINYDDP_STAGING=0 (the default, tuning.h) against TINYDDP_STAGING=1, a second implementation
+// with TINYDDP_STAGING=0 (the fifos) against TINYDDP_STAGING=1 (the default, tuning.h), a second implementation
 // whose fold order the staging keeps element by element. The sizes take several rounds of the staging
 // (tuning::kStagingHalfBytes) with slices of unequal size, and the calls follow each other with no barrier between
 // them, so a rank that wrote a staging half its peers still read would show as a wrong result.
@@ -65,6 +65,33 @@ TEST_CASE("large all-reduces staged through symmetric memory equal the reference
       CHECK(host(*fifo[size_t(r)]).staged_collectives() == 0);
     });
   }
+}
+
+TEST_CASE("by default an ordinary tensor is staged from 64 KiB, and through the kernel from 4 MiB where it may") {
+  std::vector<std::shared_ptr<ProcessGroup>> groups;
+  {
+    ScopedEnv staging("TINYDDP_STAGING", nullptr), cross_memory("TINYDDP_CROSS_MEMORY", nullptr);
+    groups = make_groups(2, shm_group("staged-default"));
+  }
+  const auto elements = [](size_t bytes) { return int64_t(bytes / sizeof(float)); };
+  run_ranks(2, [&](int r) {
+    HostBackend& pg = host(*groups[size_t(r)]);
+    REQUIRE(pg.staging_enabled());
+    // Below the staging's size the slots take it; from it up to the kernel's size, the staging.
+    for (int64_t count : {elements(tuning::kStagedAllReduceBytes) - 1, elements(tuning::kStagedAllReduceBytes),
+                          elements(tuning::kCrossMemoryDefaultBytes) - 1}) {
+      Tensor t = make_input<float>(ReduceOp::sum, r, count);
+      pg.all_reduce(t)->wait();
+      CHECK(t.to_vector<float>() == reference_reduce<float>(ReduceOp::sum, 2, count));
+    }
+    CHECK(pg.staged_collectives() == 2);
+    CHECK(pg.cross_memory_collectives() == 0);
+    // From the kernel's size: process_vm_readv where the ranks may read each other, else still staged.
+    Tensor t = make_input<float>(ReduceOp::sum, r, elements(tuning::kCrossMemoryDefaultBytes));
+    pg.all_reduce(t)->wait();
+    CHECK(pg.staged_collectives() == (pg.cross_memory_enabled() ? 2 : 3));
+    CHECK(pg.cross_memory_collectives() == (pg.cross_memory_enabled() ? 1 : 0));
+  });
 }
 
 TEST_CASE("ranks that stage different all-reduces are told who differs") {
