@@ -43,15 +43,14 @@ void staged_all_reduce(SymmetricBuffer& staging, const std::byte* in, std::byte*
       const size_t slice = chunk_count(count, n, q), begin = std::min(first, slice);
       return std::pair{chunk_begin(count, n, q) + begin, std::min(window, slice - begin)};
     };
-    // Slot q of a rank's half: its contribution to slice q, until rank q overwrites it with the result.
-    auto slot = [&](int rank_position, int q) {
-      return staging.data_of(rank_position) + at + size_t(q) * window * elem;
-    };
+    // Where slot q starts in every rank's part: the rank's window of slice q, until rank q overwrites
+    // it with the reduced window.
+    auto slot_at = [&](int q) { return at + size_t(q) * window * elem; };
 
     for (int step = 1; step < n; ++step) {
       const int q = (me + step) % n;
       const auto [begin, k] = window_of(q);
-      std::memcpy(slot(me, q), in + begin * elem, k * elem);
+      std::memcpy(staging.data() + slot_at(q), in + begin * elem, k * elem);
     }
     if (j == 0) {
       staging.publish(base + kArrived, call);
@@ -64,11 +63,10 @@ void staged_all_reduce(SymmetricBuffer& staging, const std::byte* in, std::byte*
     // x_me (straight from the input), x_(me+1), ... as the ring folds, a cache-sized block at a time,
     // each finished block pushed into every peer's slot me while it is in cache.
     const auto [my_begin, my_k] = window_of(me);
-    const size_t my_slot = at + size_t(me) * window * elem;
     for (size_t done = 0; done < my_k; done += block) {
       const size_t k = std::min(block, my_k - done);
-      fold_block_and_push(staging, in + (my_begin + done) * elem, out + (my_begin + done) * elem, my_slot + done * elem,
-                          k, ctx);
+      fold_block_and_push(staging, in + (my_begin + done) * elem, out + (my_begin + done) * elem,
+                          slot_at(me) + done * elem, k, ctx);
     }
     symmetric_barrier(staging, base + kReduced, shm, ctx);
 
@@ -76,7 +74,7 @@ void staged_all_reduce(SymmetricBuffer& staging, const std::byte* in, std::byte*
     for (int step = 1; step < n; ++step) {
       const int q = (me + step) % n;
       const auto [begin, k] = window_of(q);
-      std::memcpy(out + begin * elem, slot(me, q), k * elem);
+      std::memcpy(out + begin * elem, staging.data() + slot_at(q), k * elem);
     }
   }
 }
