@@ -149,10 +149,14 @@ inline constexpr size_t kCrossMemoryAllReduceBytes = 64 << 10;
 // pins the peer's pages (one pin per 2 MiB on the allocator's huge pages, core/allocator.h).
 // Measured with bench/compare_symmetric.sh on the 2-core Intel Xeon (docs/results.md, 2026-11-28,
 // "Ordinary tensors staged in one pass"): staged led the fifos and Open MPI at its best from 64 KiB
-// to 1 MiB with 2 and 4 ranks; from 4 MiB process_vm_readv led, at the bound its bytes set. The AMD
+// to 1 MiB with 2 and 4 ranks; from 4 to 16 MiB process_vm_readv mostly led, at the bound its bytes
+// set; from 64 MiB, out of every cache, the staging led again (2 ranks: in every command). The AMD
 // hosts' figures predate both the huge pages and this staging.
 inline constexpr bool kCrossMemoryByDefault = true;
 inline constexpr size_t kCrossMemoryDefaultBytes = 4 << 20;
+// From this size the staging takes ordinary tensors again, where the group stages (by default;
+// TINYDDP_CROSS_MEMORY=1 keeps process_vm_readv at every size, to measure it).
+inline constexpr size_t kStagingAgainBytes = 64 << 20;
 inline constexpr bool kStagingByDefault = true;
 // All-reduces of ordinary tensors at least this large, with every rank on one host, are staged
 // (below it the slots or the direct exchange take them).

@@ -67,7 +67,9 @@ TEST_CASE("large all-reduces staged through symmetric memory equal the reference
   }
 }
 
-TEST_CASE("by default an ordinary tensor is staged from 64 KiB, and through the kernel from 4 MiB where it may") {
+TEST_CASE(
+    "by default an ordinary tensor is staged from 64 KiB, through the kernel from 4 MiB where it may, and staged "
+    "again from 64 MiB") {
   std::vector<std::shared_ptr<ProcessGroup>> groups;
   {
     ScopedEnv staging("TINYDDP_STAGING", nullptr), cross_memory("TINYDDP_CROSS_MEMORY", nullptr);
@@ -90,6 +92,12 @@ TEST_CASE("by default an ordinary tensor is staged from 64 KiB, and through the 
     Tensor t = make_input<float>(ReduceOp::sum, r, elements(tuning::kCrossMemoryDefaultBytes));
     pg.all_reduce(t)->wait();
     CHECK(pg.staged_collectives() == (pg.cross_memory_enabled() ? 2 : 3));
+    CHECK(pg.cross_memory_collectives() == (pg.cross_memory_enabled() ? 1 : 0));
+    // Out of every cache the staging leads again.
+    Tensor large = make_input<float>(ReduceOp::sum, r, elements(tuning::kStagingAgainBytes));
+    pg.all_reduce(large)->wait();
+    CHECK(large.to_vector<float>() == reference_reduce<float>(ReduceOp::sum, 2, elements(tuning::kStagingAgainBytes)));
+    CHECK(pg.staged_collectives() == (pg.cross_memory_enabled() ? 3 : 4));
     CHECK(pg.cross_memory_collectives() == (pg.cross_memory_enabled() ? 1 : 0));
   });
 }
