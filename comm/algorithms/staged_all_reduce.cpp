@@ -23,10 +23,6 @@ void staged_all_reduce(SymmetricBuffer& staging, const std::byte* in, std::byte*
   TINYDDP_CHECK(staging.peers_mapped(), ctx.what(), ": the staging buffer no longer maps the peers' parts",
                 hint("use a process group that is still open"));
   const int n = staging.parties(), me = staging.position();
-  if (n == 1) {
-    if (out != in) std::memcpy(out, in, count * dtype_size(ctx.dtype));
-    return;
-  }
   const size_t elem = dtype_size(ctx.dtype), half = staging.bytes() / 2;
   // Each round takes `window` elements of every rank's slice: n windows fill a half.
   const size_t window = std::max<size_t>(1, half / elem / size_t(n));

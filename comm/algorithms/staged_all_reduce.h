@@ -35,7 +35,8 @@ class ShmTransport;
 class SymmetricBuffer;
 
 // out[0, count) = in[0, count) reduced over every rank of the host (in == out is fine). `staging`
-// holds two halves; every rank of the group must be on this host.
+// holds two halves; every rank of the group must be on this host, and there are at least two (a
+// group of one has no shared memory, so no staging buffer).
 void staged_all_reduce(SymmetricBuffer& staging, const std::byte* in, std::byte* out, size_t count, ShmTransport& shm,
                        const CollectiveContext& ctx);
 

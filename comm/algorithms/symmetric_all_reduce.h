@@ -69,6 +69,7 @@ void reduce_symmetric_slice(const SymmetricBuffer& buffer, size_t at, size_t cou
 // reduce_symmetric_slice folds (avg divided), and the result written into that window of every peer's
 // part: the last peer's in the pass that adds its block, the others' by a copy. `mine` is this rank's
 // contribution, in its own part or anywhere else (a staged all-reduce's input); `out` may be `mine`.
+// The buffer has at least one peer.
 void fold_block_and_push(const SymmetricBuffer& buffer, const std::byte* mine, std::byte* out, size_t at, size_t count,
                          const CollectiveContext& ctx);
 // out = the `count` elements at byte `at` of every rank's part, folded x_(me+1), x_(me+2), ..., and

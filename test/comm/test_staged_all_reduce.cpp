@@ -79,7 +79,8 @@ TEST_CASE(
   run_ranks(2, [&](int r) {
     HostBackend& pg = host(*groups[size_t(r)]);
     REQUIRE(pg.staging_enabled());
-    // Below the staging's size the slots take it; from it up to the kernel's size, the staging.
+    // Below the staging's size the fifos take it (the slots take only small messages); from it up to the kernel's size,
+    // the staging.
     for (int64_t count : {elements(tuning::kStagedAllReduceBytes) - 1, elements(tuning::kStagedAllReduceBytes),
                           elements(tuning::kCrossMemoryDefaultBytes) - 1}) {
       Tensor t = make_input<float>(ReduceOp::sum, r, count);
