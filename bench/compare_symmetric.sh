@@ -25,6 +25,9 @@
 #        TINYDDP_BENCH_REWRITE=1 has every program (ours and Open MPI alike) write its input before each
 #        call, the writes' time left out (--rewrite 1), as a backward pass writes a DDP bucket: the
 #        input's lines are then the writer's, not where the previous call left them
+#        TINYDDP_BIN=DIR takes tinyddp-run, all_reduce_perf, memory_limits and mpi_all_reduce from DIR,
+#        built elsewhere, and builds nothing (a node without the build's tools); BUILD_DIR still holds
+#        the output
 # output: BUILD_DIR/bench-symmetric/ (raw tables, summary_w<N>.txt)
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -33,10 +36,18 @@ shift || true
 worlds=${*:-2}
 out=$build/bench-symmetric
 mkdir -p "$out"
-cmake --build "$build" --target all_reduce_perf memory_limits -j "$(nproc)" >/dev/null
-cmake --build "$build" --target mpi_all_reduce -j "$(nproc)" >/dev/null 2>&1 || true
-perf=$build/bin/all_reduce_perf
-mpi=$build/bin/mpi_all_reduce
+bin=$build/bin
+if [ -n "${TINYDDP_BIN:-}" ]; then
+  bin=$(cd "$TINYDDP_BIN" && pwd)  # programs built elsewhere, on a machine that cannot build them
+else
+  cmake --build "$build" --target all_reduce_perf memory_limits -j "$(nproc)" >/dev/null
+  cmake --build "$build" --target mpi_all_reduce -j "$(nproc)" >/dev/null 2>&1 || true
+fi
+for program in tinyddp-run all_reduce_perf memory_limits; do
+  [ -x "$bin/$program" ] || { echo "compare_symmetric: no $program in $bin" >&2; exit 2; }
+done
+perf=$bin/all_reduce_perf
+mpi=$bin/mpi_all_reduce
 [ -x "$mpi" ] || echo "(Open MPI's program is not built: install libopenmpi-dev openmpi-bin and rebuild; ours alone)"
 
 # Four sweeps per program, each with enough iterations that one scheduler hiccup (tens of
@@ -54,7 +65,7 @@ ours() {  # WORLD REGISTRATION CROSS_MEMORY STAGING SWEEP: rows "bytes time_us" 
   # "auto": neither switch set, the choice comm/tuning.h makes
   [ "$cma" = auto ] || choose=(TINYDDP_CROSS_MEMORY="$cma" TINYDDP_STAGING="$staging")
   # shellcheck disable=SC2086
-  env "${choose[@]}" "${rt[@]}" "$build/bin/tinyddp-run" -n "$n" "$perf" $sweep -f 4 -d float -o sum -c 1 -z 1 -R "$reg" --transport shm "${rewrite[@]}" |
+  env "${choose[@]}" "${rt[@]}" "$bin/tinyddp-run" -n "$n" "$perf" $sweep -f 4 -d float -o sum -c 1 -z 1 -R "$reg" --transport shm "${rewrite[@]}" |
     sed -e 's/^\[rank [0-9]*\] //' | awk '$1 ~ /^[0-9]+$/ { if ($13 != 0) print "WRONG", $1; print $1, $10 }'
 }
 peer() {  # WORLD SWEEP [GLIBC_TUNABLES]
@@ -66,7 +77,7 @@ peer() {  # WORLD SWEEP [GLIBC_TUNABLES]
 }
 
 cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
-"${rt[@]}" "$build/bin/memory_limits" -b 64K -e 256M | tee "$out/limits.txt"
+"${rt[@]}" "$bin/memory_limits" -b 64K -e 256M | tee "$out/limits.txt"
 for n in $worlds; do
   : >"$out/raw_w$n.txt"
   for round in 1 2 3; do
