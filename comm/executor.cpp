@@ -21,29 +21,31 @@ Executor::Executor(Runner run, int cpu, WaitPolicy wait)
 
 Executor::~Executor() { shutdown(); }
 
-std::optional<Executor::Claimed> Executor::submit(Task task) {
+std::optional<Executor::Claimed> Executor::try_claim(Task& task) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  // A streak of small collectives, each awaited before the next call: a blocking caller.
+  blocking_streak_ = task.small && last_small_ && last_awaited_ ? blocking_streak_ + 1 : 0;
+  blocking_caller_ = blocking_streak_ >= tuning::kBlockingStreak;
+  last_small_ = task.small;
+  last_awaited_ = false;
+  last_work_ = task.work.get();
+  if (task.queued_at == std::chrono::steady_clock::time_point{}) task.queued_at = std::chrono::steady_clock::now();
+  last_submit_ = task.queued_at;
+  // A blocking call with nothing before it: its caller runs it now instead of queueing it and then
+  // taking it back at its wait. As in help, not while a bound thread is awake: that takes it on its
+  // own core within microseconds.
+  if (!task.blocking || running_ || !queue_.empty() || stopping_ || (spin_for_work_ && !sleeping_)) return std::nullopt;
+  running_ = true;
+  last_awaited_ = true;
+  ++counts_.by_caller;
+  task.started_at = task.queued_at;
+  return Claimed{std::move(task), cpu_ >= 0 && !blocking_caller_};
+}
+
+void Executor::queue(Task task) {
   bool wake;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    // A streak of small collectives, each awaited before the next call: a blocking caller.
-    blocking_streak_ = task.small && last_small_ && last_awaited_ ? blocking_streak_ + 1 : 0;
-    blocking_caller_ = blocking_streak_ >= tuning::kBlockingStreak;
-    last_small_ = task.small;
-    last_awaited_ = false;
-    last_work_ = task.work.get();
-    if (task.queued_at == std::chrono::steady_clock::time_point{}) task.queued_at = std::chrono::steady_clock::now();
-    last_submit_ = task.queued_at;
-    // A blocking call with nothing before it: its caller runs it now instead of queueing it and then
-    // taking it back at its wait. As in help, not while a bound thread is awake: that takes it on its
-    // own core within microseconds.
-    if (task.blocking && !running_ && queue_.empty() && !stopping_ && !(spin_for_work_ && !sleeping_)) {
-      running_ = true;
-      last_awaited_ = true;
-      ++counts_.by_caller;
-      task.started_at = task.queued_at;
-      // Its Work gets no helper: it is done before its caller sees it.
-      return Claimed{std::move(task), cpu_ >= 0 && !blocking_caller_};
-    }
     // Whoever waits for a queued task is offered the queue (help).
     task.work->set_helper(weak_from_this(), wait_.spin);
     queue_.push_back(std::move(task));
@@ -54,7 +56,6 @@ std::optional<Executor::Claimed> Executor::submit(Task task) {
     wake = !running_ && sleeping_ && !(blocking_caller_ && timed_sleep_);
   }
   if (wake) changed_.notify_one();
-  return std::nullopt;
 }
 
 void Executor::run_claimed(Claimed claimed) {
@@ -63,7 +64,7 @@ void Executor::run_claimed(Claimed claimed) {
     std::optional<ScopedCpuBinding> standing_in;
     if (claimed.stand_in) standing_in.emplace(cpu_);
     tl_unbound_caller = !standing_in;
-    run_and_complete(claimed.task);
+    run_and_complete(claimed.task, /*unshared=*/true);
     tl_unbound_caller = false;
   }
   std::unique_lock<std::mutex> lock(mutex_);
@@ -124,10 +125,13 @@ void Executor::run_front(std::unique_lock<std::mutex>& lock, uint64_t* counter) 
   lock.lock();
 }
 
-void Executor::run_and_complete(const Task& task) {
+void Executor::run_and_complete(const Task& task, bool unshared) {
   try {
     run_(task);
-    task.work->mark_succeeded();
+    if (unshared)
+      task.work->mark_succeeded_unshared();
+    else
+      task.work->mark_succeeded();
   } catch (...) {
     task.work->mark_failed(std::current_exception());
   }

@@ -70,17 +70,24 @@ class Executor : public Work::Helper, public std::enable_shared_from_this<Execut
   Executor(Runner run, int cpu, WaitPolicy wait);
   ~Executor() override;  // shutdown()
 
-  // Queues `task` (queued_at is set here unless the caller set it) and makes this executor its Work's
-  // helper. A blocking call's task (Task::blocking) when nothing is queued or running is handed back
-  // instead, with the executor claimed for it: the caller runs it at once (run_claimed), past the queue
-  // its wait would take; its Work, done before anyone sees it, gets no helper. The caller must not
-  // then hold a lock that another caller's submit takes.
+  // A call is handed over in two steps, so that the caller can record it between them (before any
+  // runner can start it): try_claim, then queue if it declined.
+  //
+  // try_claim counts the call in the blocking caller's streak (queued_at is set here unless the
+  // caller set it). A blocking call's task (Task::blocking) when nothing is queued or running is
+  // taken, with the executor claimed for it, and handed back: the caller runs it at once
+  // (run_claimed), past the queue its wait would take; started_at is then set. Otherwise it returns
+  // nothing and leaves `task` as it was.
   struct Claimed {
     Task task;
     bool stand_in = false;  // run it on the communication thread's CPU (see help)
   };
-  std::optional<Claimed> submit(Task task);
-  // Runs a task submit() handed back on the calling thread, completes its Work, and releases the claim.
+  std::optional<Claimed> try_claim(Task& task);
+  // Queues a task try_claim declined and makes this executor its Work's helper.
+  void queue(Task task);
+  // Runs a claimed task on the calling thread, completes its Work, and releases the claim. Its Work
+  // gets no helper and no waiter: nobody else holds it before this returns. The caller must not hold
+  // a lock that another caller's try_claim or queue takes.
   void run_claimed(Claimed claimed);
   // Work::wait() calls this first; see the header comment.
   void help(Work& target) override;
@@ -93,8 +100,9 @@ class Executor : public Work::Helper, public std::enable_shared_from_this<Execut
 
  private:
   void run_front(std::unique_lock<std::mutex>& lock, uint64_t* counter);
-  // Runs `task` on the calling thread and completes its Work with the outcome.
-  void run_and_complete(const Task& task);
+  // Runs `task` on the calling thread and completes its Work with the outcome (`unshared`: a claimed
+  // task's, which nobody else holds yet, so nobody waits on it).
+  void run_and_complete(const Task& task, bool unshared = false);
   void loop();
   void poll_for_work(std::unique_lock<std::mutex>& lock);
   bool sleep_until_work(std::unique_lock<std::mutex>& lock);

@@ -79,14 +79,24 @@ FlightRecorder::Entry* FlightRecorder::find(uint64_t sequence) {
   return &ring_[sequence % ring_.size()];
 }
 
-void FlightRecorder::queued(const Fingerprint& fingerprint, int bucket, Clock::time_point at) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  const uint64_t sequence = fingerprint.sequence;
+void FlightRecorder::add(const Entry& entry) {
+  const uint64_t sequence = entry.fingerprint.sequence;
   if (!any_) oldest_ = sequence;
   any_ = true;
   next_ = std::max(next_, sequence + 1);
   if (next_ - oldest_ > ring_.size()) oldest_ = next_ - ring_.size();
-  ring_[sequence % ring_.size()] = Entry{fingerprint, bucket, State::queued, at, {}, {}};
+  ring_[sequence % ring_.size()] = entry;
+}
+
+void FlightRecorder::queued(const Fingerprint& fingerprint, int bucket, Clock::time_point at) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  add(Entry{fingerprint, bucket, State::queued, at, {}, {}});
+}
+
+void FlightRecorder::queued_and_started(const Fingerprint& fingerprint, int bucket, Clock::time_point at) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  add(Entry{fingerprint, bucket, State::started, at, at, {}});
+  last_started_ = int64_t(fingerprint.sequence);
 }
 
 void FlightRecorder::started(uint64_t sequence, Clock::time_point at) {

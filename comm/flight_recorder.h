@@ -57,6 +57,8 @@ class FlightRecorder {
   // `at`: when it happened. A caller that has just read the clock passes its reading, so that a
   // small collective pays for as few clock reads as possible.
   void queued(const Fingerprint& fingerprint, int bucket, Clock::time_point at = Clock::now());
+  // Queued and started at once, in one update: a blocking call its caller runs as it makes it.
+  void queued_and_started(const Fingerprint& fingerprint, int bucket, Clock::time_point at);
   void started(uint64_t sequence, Clock::time_point at = Clock::now());
   void finished(uint64_t sequence, bool succeeded);
   // The failure the next dump() reports.
@@ -97,6 +99,7 @@ class FlightRecorder {
 
  private:
   Entry* find(uint64_t sequence);  // nullptr when it left the ring
+  void add(const Entry& entry);    // a new collective's entry, in the ring (the mutex held)
 
   const int rank_, world_size_;
   const std::string group_;

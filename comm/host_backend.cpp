@@ -279,8 +279,15 @@ WorkPtr HostBackend::submit(Fingerprint fingerprint, const CallOptions& call, Ex
     const bool symmetric_path = in_symmetric_memory && all_local_;
     const bool small = bytes <= (symmetric_path ? tuning::kBlockingCallerSymmetricBytes : blocking_caller_bytes_);
     const auto now = std::chrono::steady_clock::now();  // one reading for the recorder and the executor
-    recorder_->queued(fingerprint, call.bucket, now);
-    run_here = executor_->submit({work, fingerprint, timeout, std::move(body), small, call.blocking, now});
+    Executor::Task task{work, fingerprint, timeout, std::move(body), small, call.blocking, now};
+    // Recorded before any runner can start it; one that runs here now is recorded started at once.
+    run_here = executor_->try_claim(task);
+    if (run_here) {
+      recorder_->queued_and_started(fingerprint, call.bucket, now);
+    } else {
+      recorder_->queued(fingerprint, call.bucket, now);
+      executor_->queue(std::move(task));
+    }
   }
   // A blocking call with nothing queued before it runs here and now, outside the lock: another thread's
   // call queues behind it meanwhile. One with collectives before it waits for them, then runs.
@@ -295,10 +302,11 @@ WorkPtr HostBackend::submit(Fingerprint fingerprint, const CallOptions& call, Ex
 
 // Runs on whichever thread the Executor picked; a failure is thrown to it, which fails the Work.
 void HostBackend::run_task(const Executor::Task& task) {
-  const auto start = task.started_at != std::chrono::steady_clock::time_point{} ? task.started_at
-                                                                                : std::chrono::steady_clock::now();
+  // A claimed task started as it was queued, and the recorder has it so (submit).
+  const bool claimed = task.started_at != std::chrono::steady_clock::time_point{};
+  const auto start = claimed ? task.started_at : std::chrono::steady_clock::now();
   const auto deadline = start + task.timeout;
-  recorder_->started(task.fingerprint.sequence, start);
+  if (!claimed) recorder_->started(task.fingerprint.sequence, start);
   try {
     TINYDDP_CHECK(aborted_.empty(), "rank ", rank(), ": ", task.work->description(),
                   " cannot run: this process group was aborted by an earlier failure: ", aborted_,

@@ -81,6 +81,9 @@ class Work {
 
   // ---- for backends ----
   void mark_succeeded();
+  // The same for a Work nobody else holds yet (a blocking call its caller ran at once): with no
+  // waiter possible, it skips the mutex and the wake-up, which cost a small collective measurably.
+  void mark_succeeded_unshared() { state_.store(kSucceeded, std::memory_order_release); }
   void mark_failed(std::exception_ptr error);
   // Offered the waiting thread by wait() (see the header comment). Held weakly: a Work may outlive
   // its backend. `spin`: how long a waiting thread may spin before it sleeps (the group's

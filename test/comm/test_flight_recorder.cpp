@@ -85,6 +85,36 @@ TEST_CASE("flight recorder: a fixed ring of the last N collectives, written as J
   CHECK(nlohmann::json::parse(recorder.to_json("error"))["last_finished"] == 5);
 }
 
+TEST_CASE("flight recorder: a call recorded queued and started at once reads as one queued, then started") {
+  // A blocking call its caller runs as it makes it is recorded in one update (queued_and_started);
+  // the ring, the JSON and the position must be those of the two updates the queue's path makes.
+  FlightRecorder one_update(0, 2, "default", 3), two_updates(0, 2, "default", 3);
+  const auto at = FlightRecorder::Clock::now();
+  for (uint64_t s = 0; s < 5; ++s) {  // past the ring's 3 entries
+    one_update.queued_and_started(all_reduce_of(s, 256), -1, at);
+    two_updates.queued(all_reduce_of(s, 256), -1, at);
+    two_updates.started(s, at);
+    if (s < 4) one_update.finished(s, true), two_updates.finished(s, true);
+  }
+  auto a = nlohmann::json::parse(one_update.to_json("error"));
+  auto b = nlohmann::json::parse(two_updates.to_json("error"));
+  REQUIRE(a["entries"].size() == 3);
+  CHECK(a["last_queued"] == 4);
+  CHECK(a["last_started"] == 4);
+  CHECK(a["entries"][2]["state"] == "started");
+  // Unix times are converted from the steady clock as each is written: equal instants may read 1 ms apart.
+  CHECK(std::abs(a["entries"][2]["started_unix_ms"].get<int64_t>() -
+                 a["entries"][2]["queued_unix_ms"].get<int64_t>()) <= 1);
+  for (auto* j : {&a, &b})
+    for (auto& e : (*j)["entries"])
+      for (const char* time : {"queued_unix_ms", "started_unix_ms", "finished_unix_ms"}) e.erase(time);
+  for (const char* key : {"entries", "last_queued", "last_started", "last_finished"}) CHECK(a[key] == b[key]);
+  auto p = one_update.position();
+  REQUIRE(p.running.has_value());
+  CHECK(p.running->fingerprint.sequence == 4);
+  CHECK(p.last_finished->fingerprint.sequence == 3);
+}
+
 TEST_CASE("flight recorder: dump writes DIR/rank-<r>.json only when TINYDDP_FLIGHT_RECORDER is set") {
   FlightRecorder recorder(0, 2, "default", 8);
   run(recorder, 2);
