@@ -38,17 +38,27 @@ out=$build/bench-symmetric
 mkdir -p "$out"
 bin=$build/bin
 if [ -n "${TINYDDP_BIN:-}" ]; then
-  bin=$(cd "$TINYDDP_BIN" && pwd)  # programs built elsewhere, on a machine that cannot build them
+  # programs built elsewhere, on a machine that cannot build them
+  [ -d "$TINYDDP_BIN" ] || { echo "compare_symmetric: TINYDDP_BIN=$TINYDDP_BIN is not a folder; give the bin/ of a build (or of the GPU bundle)" >&2; exit 2; }
+  bin=$(cd "$TINYDDP_BIN" && pwd)
+  build_hint="copy it into $bin from a build that has it"
 else
-  cmake --build "$build" --target all_reduce_perf memory_limits -j "$(nproc)" >/dev/null
+  cmake --build "$build" --target tinyddp-run all_reduce_perf memory_limits -j "$(nproc)" >/dev/null
   cmake --build "$build" --target mpi_all_reduce -j "$(nproc)" >/dev/null 2>&1 || true
+  build_hint="build it: cmake --build $build --target <it>"
 fi
 for program in tinyddp-run all_reduce_perf memory_limits; do
-  [ -x "$bin/$program" ] || { echo "compare_symmetric: no $program in $bin" >&2; exit 2; }
+  [ -x "$bin/$program" ] || { echo "compare_symmetric: no $program in $bin; $build_hint" >&2; exit 2; }
 done
 perf=$bin/all_reduce_perf
 mpi=$bin/mpi_all_reduce
-[ -x "$mpi" ] || echo "(Open MPI's program is not built: install libopenmpi-dev openmpi-bin and rebuild; ours alone)"
+if [ ! -x "$mpi" ]; then
+  if [ -n "${TINYDDP_BIN:-}" ]; then
+    echo "(no mpi_all_reduce in $bin: $build_hint; ours alone)"
+  else
+    echo "(Open MPI's program is not built: install libopenmpi-dev openmpi-bin and rebuild; ours alone)"
+  fi
+fi
 
 # Four sweeps per program, each with enough iterations that one scheduler hiccup (tens of
 # microseconds) does not decide a row: the small sizes (a few microseconds a call), 64 KiB - 1 MiB
