@@ -64,7 +64,7 @@ void cross_memory_all_reduce(SymmetricBuffer& control, const std::vector<int>& p
   const uint64_t base = control.my_step();
   SymmetricCall call{
       0, count, uint32_t(ctx.dtype), uint32_t(ctx.op), ctx.sequence, uint64_t(reinterpret_cast<uintptr_t>(data))};
-  control.publish(base + kArrived, call);
+  control.set_call(base + kArrived, call);
   symmetric_barrier(control, base + kArrived, shm, ctx);
   check_same_call(control, call, base + kArrived, ctx);
   std::vector<const std::byte*> theirs(static_cast<size_t>(n));

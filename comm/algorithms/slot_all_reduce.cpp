@@ -23,7 +23,7 @@ void slot_all_reduce(SymmetricBuffer& slots, const std::byte* in, std::byte* out
 
   if (bytes > 0) std::memcpy(slots.data() + slot, in, bytes);  // an empty tensor's data may be null
   const SymmetricCall call{0, count, uint32_t(ctx.dtype), uint32_t(ctx.op), ctx.sequence};
-  slots.publish(step, call);
+  slots.set_call(step, call);
   symmetric_barrier(slots, step, shm, ctx);
   check_same_call(slots, call, step, ctx, /*same_op=*/false);
 

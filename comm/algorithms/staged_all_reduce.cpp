@@ -49,7 +49,7 @@ void staged_all_reduce(SymmetricBuffer& staging, const std::byte* in, std::byte*
       std::memcpy(staging.data() + slot_at(q), in + begin * elem, k * elem);
     }
     if (j == 0) {
-      staging.publish(base + kArrived, call);
+      staging.set_call(base + kArrived, call);
       symmetric_barrier(staging, base + kArrived, shm, ctx);
       check_same_call(staging, call, base + kArrived, ctx, /*same_op=*/false);
     } else {

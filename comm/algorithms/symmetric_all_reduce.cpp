@@ -138,7 +138,7 @@ uint64_t arrive_at_call(SymmetricBuffer& b, const SymmetricCall& call, ShmTransp
                 " no longer maps its peers' parts (its process group ended)",
                 hint("use the group it was allocated from"));
   const uint64_t base = b.my_step();
-  b.publish(base + kArrived, call);
+  b.set_call(base + kArrived, call);
   symmetric_barrier(b, base + kArrived, shm, ctx);
   check_same_call(b, call, base + kArrived, ctx);
   return base;

@@ -216,9 +216,8 @@ void SymmetricBuffer::publish(uint64_t step) {
   parts_[size_t(position_)]->header()->announced[step & 1].step.store(step, std::memory_order_release);
 }
 
-void SymmetricBuffer::publish(uint64_t step, const SymmetricCall& call) {
+void SymmetricBuffer::set_call(uint64_t step, const SymmetricCall& call) {
   parts_[size_t(position_)]->header()->announced[step & 1].call = call;
-  publish(step);
 }
 
 bool SymmetricBuffer::reached(int p, uint64_t step) const {

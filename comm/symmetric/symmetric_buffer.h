@@ -92,9 +92,12 @@ class SymmetricBuffer {
   // ---- the progress counters ----
   // This rank's counter: the steps it has finished on this buffer.
   uint64_t my_step() const { return my_step_; }
-  // Publishes that this rank finished `step` (steps only grow), with `call` as the call it is in.
+  // Publishes that this rank finished `step` (steps only grow).
   void publish(uint64_t step);
-  void publish(uint64_t step, const SymmetricCall& call);
+  // Writes `call` as the call this rank announces with `step`, before publish(step) announces both: a
+  // peer reads them together. Not a publish itself: a second store to the step's line after a peer
+  // has read it would cost another trip between the cores.
+  void set_call(uint64_t step, const SymmetricCall& call);
   // Whether rank ranks()[p]'s counter has reached `step`, asked while this rank waits for a step it
   // published (then no peer is two steps ahead; see the header comment). And the call it published
   // with `step`: readable from the moment its counter reached `step` until it publishes step + 2.
