@@ -21,50 +21,52 @@ Executor::Executor(Runner run, int cpu, WaitPolicy wait)
 
 Executor::~Executor() { shutdown(); }
 
-std::optional<Executor::Claimed> Executor::try_claim(Task& task) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  // A streak of small collectives, each awaited before the next call: a blocking caller.
-  blocking_streak_ = task.small && last_small_ && last_awaited_ ? blocking_streak_ + 1 : 0;
-  blocking_caller_ = blocking_streak_ >= tuning::kBlockingStreak;
-  last_small_ = task.small;
-  last_awaited_ = false;
-  last_work_ = task.work.get();
-  if (task.queued_at == std::chrono::steady_clock::time_point{}) task.queued_at = std::chrono::steady_clock::now();
-  last_submit_ = task.queued_at;
-  // A blocking call with nothing before it: its caller runs it now instead of queueing it and then
-  // taking it back at its wait. As in help, not while a bound thread is awake: that takes it on its
-  // own core within microseconds.
-  if (!task.blocking || running_ || !queue_.empty() || stopping_ || (spin_for_work_ && !sleeping_)) return std::nullopt;
-  running_ = true;
-  last_awaited_ = true;
-  ++counts_.by_caller;
-  task.started_at = task.queued_at;
-  return Claimed{std::move(task), cpu_ >= 0 && !blocking_caller_};
-}
-
-void Executor::queue(Task task) {
-  bool wake;
+std::optional<Executor::Claimed> Executor::submit(Task task, Admit admit) {
+  std::optional<Claimed> claimed;
+  bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    // Whoever waits for a queued task is offered the queue (help).
-    task.work->set_helper(weak_from_this(), wait_.spin);
-    queue_.push_back(std::move(task));
-    queued_.store(queue_.size(), std::memory_order_release);
-    // A runner drains what is queued behind it, and a poller sees it. A thread in its timed sleep
-    // is left asleep for a blocking caller; one in an untimed sleep is woken, or nothing would
-    // start the collective if this caller does not wait after all.
-    wake = !running_ && sleeping_ && !(blocking_caller_ && timed_sleep_);
+    // A blocking call with nothing before it: its caller runs it now instead of queueing it and then
+    // taking it back at its wait. As in help, not while a bound thread is awake: that takes it on its
+    // own core within microseconds.
+    const bool runs_here = task.blocking && !running_ && queue_.empty() && !stopping_ &&
+                           !(spin_for_work_ && !sleeping_);
+    admit(task, runs_here);
+    // A streak of small collectives, each awaited before the next call: a blocking caller.
+    blocking_streak_ = task.small && last_small_ && last_awaited_ ? blocking_streak_ + 1 : 0;
+    blocking_caller_ = blocking_streak_ >= tuning::kBlockingStreak;
+    last_small_ = task.small;
+    last_awaited_ = runs_here;
+    last_work_ = task.work.get();
+    if (task.queued_at == std::chrono::steady_clock::time_point{}) task.queued_at = std::chrono::steady_clock::now();
+    last_submit_ = task.queued_at;
+    if (runs_here) {
+      running_ = true;
+      ++counts_.by_caller;
+      task.started_at = task.queued_at;
+      claimed = Claimed{std::move(task), cpu_ >= 0 && !blocking_caller_};
+    } else {
+      // Whoever waits for a queued task is offered the queue (help).
+      task.work->set_helper(weak_from_this(), wait_.spin);
+      queue_.push_back(std::move(task));
+      queued_.store(queue_.size(), std::memory_order_release);
+      // A runner drains what is queued behind it, and a poller sees it. A thread in its timed sleep
+      // is left asleep for a blocking caller; one in an untimed sleep is woken, or nothing would
+      // start the collective if this caller does not wait after all.
+      wake = !running_ && sleeping_ && !(blocking_caller_ && timed_sleep_);
+    }
   }
   if (wake) changed_.notify_one();
+  return claimed;
 }
 
-void Executor::run_claimed(Claimed claimed) {
+void Executor::run_claimed(Claimed claimed, BodyRef body) {
   {
     // As in help: standing in for the sleeping thread, on its core.
     std::optional<ScopedCpuBinding> standing_in;
     if (claimed.stand_in) standing_in.emplace(cpu_);
     tl_unbound_caller = !standing_in;
-    run_and_complete(claimed.task, /*unshared=*/true);
+    run_and_complete(claimed.task, body, /*unshared=*/true);
     tl_unbound_caller = false;
   }
   std::unique_lock<std::mutex> lock(mutex_);
@@ -121,13 +123,13 @@ void Executor::run_front(std::unique_lock<std::mutex>& lock, uint64_t* counter) 
   queue_.pop_front();
   queued_.store(queue_.size(), std::memory_order_release);
   lock.unlock();
-  run_and_complete(task);
+  run_and_complete(task, task.body);
   lock.lock();
 }
 
-void Executor::run_and_complete(const Task& task, bool unshared) {
+void Executor::run_and_complete(const Task& task, BodyRef body, bool unshared) {
   try {
-    run_(task);
+    run_(task, body);
     if (unshared)
       task.work->mark_succeeded_unshared();
     else

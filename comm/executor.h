@@ -33,6 +33,7 @@
 #include "tinyddp/comm/fingerprint.h"
 #include "tinyddp/comm/wait_policy.h"
 #include "tinyddp/comm/work.h"
+#include "tinyddp/core/function_ref.h"
 
 namespace tinyddp::comm {
 
@@ -40,23 +41,25 @@ struct CollectiveContext;
 
 class Executor : public Work::Helper, public std::enable_shared_from_this<Executor> {
  public:
-  // What a collective does once it runs, given the call's context (name, deadline, transports, ...).
+  // What a collective does once it runs, given the call's context (name, deadline, transports, ...):
+  // owned by a queued task, borrowed from its caller by a claimed one (run_claimed).
   using Body = std::function<void(const CollectiveContext&)>;
+  using BodyRef = FunctionRef<void(const CollectiveContext&)>;
   // A queued collective: its Work, its fingerprint, its timeout and its body, held as they are (no
   // wrapping closure, so queueing a small collective allocates as little as possible).
   struct Task {
     WorkPtr work;
     Fingerprint fingerprint;
     std::chrono::milliseconds timeout{0};
-    Body body;
+    Body body;              // empty in a claimed task: its caller still holds what it does
     bool small = false;     // few enough bytes that the blocking caller's way may apply
     bool blocking = false;  // its caller returns only once it is done (CallOptions::blocking)
     std::chrono::steady_clock::time_point queued_at{};
     // Set when it starts as it is queued (a claimed blocking call): the runner need not read the clock.
     std::chrono::steady_clock::time_point started_at{};
   };
-  // Runs one task on the calling thread; a collective's failure is thrown.
-  using Runner = std::function<void(const Task&)>;
+  // Runs one task, doing `body`, on the calling thread; a collective's failure is thrown.
+  using Runner = std::function<void(const Task&, BodyRef body)>;
   // How many collectives ran on the communication thread, and how many on a waiting caller's.
   struct RunCounts {
     uint64_t by_thread = 0;
@@ -70,25 +73,26 @@ class Executor : public Work::Helper, public std::enable_shared_from_this<Execut
   Executor(Runner run, int cpu, WaitPolicy wait);
   ~Executor() override;  // shutdown()
 
-  // A call is handed over in two steps, so that the caller can record it between them (before any
-  // runner can start it): try_claim, then queue if it declined.
-  //
-  // try_claim counts the call in the blocking caller's streak (queued_at is set here unless the
-  // caller set it). A blocking call's task (Task::blocking) when nothing is queued or running is
-  // taken, with the executor claimed for it, and handed back: the caller runs it at once
-  // (run_claimed), past the queue its wait would take; started_at is then set. Otherwise it returns
-  // nothing and leaves `task` as it was.
+  // Hands a call over, in one hold of the executor's lock, so that the calls have one order for
+  // everyone: the caller's numbers and records, the queue and the runners.
+  //   - `admit(task, runs_here)` is called first: the caller finishes the task there (numbers it,
+  //     makes its Work, records it; a task that will be queued also needs its body).
+  //   - The call counts in the blocking caller's streak (queued_at is set here unless the caller
+  //     set it).
+  //   - A blocking call (Task::blocking) when nothing is queued or running is claimed and handed
+  //     back, started_at set: its caller runs it at once (run_claimed), past the queue its wait
+  //     would take. Any other call is queued, with this executor as its Work's helper, and nothing
+  //     is returned.
   struct Claimed {
     Task task;
     bool stand_in = false;  // run it on the communication thread's CPU (see help)
   };
-  std::optional<Claimed> try_claim(Task& task);
-  // Queues a task try_claim declined and makes this executor its Work's helper.
-  void queue(Task task);
-  // Runs a claimed task on the calling thread, completes its Work, and releases the claim. Its Work
-  // gets no helper and no waiter: nobody else holds it before this returns. The caller must not hold
-  // a lock that another caller's try_claim or queue takes.
-  void run_claimed(Claimed claimed);
+  using Admit = FunctionRef<void(Task& task, bool runs_here)>;
+  std::optional<Claimed> submit(Task task, Admit admit);
+  // Runs a claimed task on the calling thread, doing `body`, completes its Work, and releases the
+  // claim. Its Work gets no helper and no waiter: nobody else holds it before this returns. The
+  // caller must not hold a lock that another caller's submit takes.
+  void run_claimed(Claimed claimed, BodyRef body);
   // Work::wait() calls this first; see the header comment.
   void help(Work& target) override;
   RunCounts counts();
@@ -100,9 +104,9 @@ class Executor : public Work::Helper, public std::enable_shared_from_this<Execut
 
  private:
   void run_front(std::unique_lock<std::mutex>& lock, uint64_t* counter);
-  // Runs `task` on the calling thread and completes its Work with the outcome (`unshared`: a claimed
-  // task's, which nobody else holds yet, so nobody waits on it).
-  void run_and_complete(const Task& task, bool unshared = false);
+  // Runs `task` (doing `body`) on the calling thread and completes its Work with the outcome
+  // (`unshared`: a claimed task's, which nobody else holds yet, so nobody waits on it).
+  void run_and_complete(const Task& task, BodyRef body, bool unshared = false);
   void loop();
   void poll_for_work(std::unique_lock<std::mutex>& lock);
   bool sleep_until_work(std::unique_lock<std::mutex>& lock);

@@ -83,8 +83,8 @@ std::string store_host(Store& store) {
 WorkPtr HostBackend::all_reduce(const Tensor& tensor, ReduceOp op, const CallOptions& call) {
   check_tensor(tensor, "all_reduce", "tensor");
   return submit(
-      make_fingerprint(CollectiveKind::all_reduce, tensor, tensor.numel(), op), call,
-      [this, tensor](const CollectiveContext& ctx) {
+      make_fingerprint(CollectiveKind::all_reduce, tensor, tensor.numel(), op), call, is_symmetric(tensor),
+      [this](const CollectiveContext& ctx, const Tensor& tensor) {
         if (symmetric_all_reduce_bytes(bytes_of(tensor), size_t(tensor.numel()), ctx)) return;
         if (cross_memory_all_reduce_bytes(tensor, ctx)) return;
         Tensor staging;
@@ -92,7 +92,7 @@ WorkPtr HostBackend::all_reduce(const Tensor& tensor, ReduceOp op, const CallOpt
         all_reduce_bytes(bytes_of(host), bytes_of(host), size_t(host.numel()), ctx);
         write_back(tensor, host);
       },
-      is_symmetric(tensor));
+      tensor);
 }
 
 WorkPtr HostBackend::all_reduce_into(const Tensor& output, const Tensor& input, ReduceOp op, const CallOptions& call) {
@@ -101,7 +101,8 @@ WorkPtr HostBackend::all_reduce_into(const Tensor& output, const Tensor& input, 
   check_same(output, input, "all_reduce_into");
   return submit(
       make_fingerprint(CollectiveKind::all_reduce, input, input.numel(), op), call,
-      [this, output, input](const CollectiveContext& ctx) {
+      input.device().is_cpu() && is_symmetric(output),
+      [this](const CollectiveContext& ctx, const Tensor& output, const Tensor& input) {
         // An output in symmetric memory: the input is copied there, and reduced in place.
         if (output.device().is_cpu() && input.device().is_cpu() && is_symmetric(output)) {
           if (bytes_of(output) != bytes_of(input)) std::memmove(bytes_of(output), bytes_of(input), input.nbytes());
@@ -115,7 +116,7 @@ WorkPtr HostBackend::all_reduce_into(const Tensor& output, const Tensor& input, 
         all_reduce_bytes(bytes_of(in), bytes_of(out), size_t(in.numel()), ctx);
         write_back(output, out);
       },
-      input.device().is_cpu() && is_symmetric(output));
+      output, input);
 }
 
 WorkPtr HostBackend::all_reduce_coalesced(const std::vector<Tensor>& tensors, ReduceOp op, const CallOptions& call) {
@@ -127,32 +128,35 @@ WorkPtr HostBackend::all_reduce_coalesced(const std::vector<Tensor>& tensors, Re
                   " and ", dtype_name(t.dtype()), hint("coalesce tensors of one dtype per call"));
     total += t.numel();
   }
-  return submit(make_fingerprint(CollectiveKind::all_reduce, tensors[0], total, op), call,
-                [this, tensors](const CollectiveContext& ctx) {
-                  for (const Tensor& t : tensors) {
-                    if (symmetric_all_reduce_bytes(bytes_of(t), size_t(t.numel()), ctx)) continue;
-                    if (cross_memory_all_reduce_bytes(t, ctx)) continue;
-                    Tensor staging;
-                    const Tensor& host = host_input(t, staging);
-                    all_reduce_bytes(bytes_of(host), bytes_of(host), size_t(host.numel()), ctx);
-                    write_back(t, host);
-                  }
-                });
+  return submit(
+      make_fingerprint(CollectiveKind::all_reduce, tensors[0], total, op), call, false,
+      [this](const CollectiveContext& ctx, const std::vector<Tensor>& tensors) {
+        for (const Tensor& t : tensors) {
+          if (symmetric_all_reduce_bytes(bytes_of(t), size_t(t.numel()), ctx)) continue;
+          if (cross_memory_all_reduce_bytes(t, ctx)) continue;
+          Tensor staging;
+          const Tensor& host = host_input(t, staging);
+          all_reduce_bytes(bytes_of(host), bytes_of(host), size_t(host.numel()), ctx);
+          write_back(t, host);
+        }
+      },
+      tensors);
 }
 
 WorkPtr HostBackend::broadcast(const Tensor& tensor, int root, const CallOptions& call) {
   check_tensor(tensor, "broadcast", "tensor");
   check_root(root, "broadcast");
-  return submit(make_fingerprint(CollectiveKind::broadcast, tensor, tensor.numel(), std::nullopt, root), call,
-                [this, tensor, root](const CollectiveContext& ctx) {
-                  if (size() == 1 || tensor.numel() == 0) return;
-                  Tensor staging;
-                  const Tensor& host = host_input(tensor, staging);
-                  host_ordered_broadcast(
-                      all_reduce_->layout(), [this](int r) { return peer(r); }, rank(), bytes_of(host), host.nbytes(),
-                      root, ctx);
-                  if (rank() != root) write_back(tensor, host);
-                });
+  return submit(
+      make_fingerprint(CollectiveKind::broadcast, tensor, tensor.numel(), std::nullopt, root), call, false,
+      [this, root](const CollectiveContext& ctx, const Tensor& tensor) {
+        if (size() == 1 || tensor.numel() == 0) return;
+        Tensor staging;
+        const Tensor& host = host_input(tensor, staging);
+        host_ordered_broadcast(
+            all_reduce_->layout(), [this](int r) { return peer(r); }, rank(), bytes_of(host), host.nbytes(), root, ctx);
+        if (rank() != root) write_back(tensor, host);
+      },
+      tensor);
 }
 
 WorkPtr HostBackend::all_gather(const Tensor& output, const Tensor& input, const CallOptions& call) {
@@ -161,25 +165,26 @@ WorkPtr HostBackend::all_gather(const Tensor& output, const Tensor& input, const
   TINYDDP_CHECK(output.dtype() == input.dtype() && output.numel() == input.numel() * size(), "all_gather: output ",
                 output.describe(), " must hold world size (", size(), ") x input ", input.describe(),
                 hint("allocate the output with ", input.numel() * size(), " elements of ", dtype_name(input.dtype())));
-  return submit(make_fingerprint(CollectiveKind::all_gather, input, input.numel(), std::nullopt), call,
-                [this, output, input](const CollectiveContext& ctx) {
-                  if (symmetric_all_gather_bytes(output, input, ctx)) return;
-                  Tensor in_staging, out_staging;
-                  const Tensor& in = host_input(input, in_staging);
-                  const Tensor& out = host_output(output, out_staging);
-                  if (size() == 1) {
-                    if (in.numel() > 0 && bytes_of(out) != bytes_of(in))
-                      std::memmove(bytes_of(out), bytes_of(in), in.nbytes());
-                  } else if (hierarchical_all_gather_applies(all_reduce_->layout()) &&
-                             all_reduce_->forced() != AllReduceAlgorithm::ring) {
-                    hierarchical_all_gather(
-                        all_reduce_->layout(), [this](int r) { return peer(r); }, rank(), bytes_of(in), bytes_of(out),
-                        size_t(in.numel()), ctx);
-                  } else {
-                    ring_all_gather(ring(), bytes_of(in), bytes_of(out), size_t(in.numel()), ctx);
-                  }
-                  write_back(output, out);
-                });
+  return submit(
+      make_fingerprint(CollectiveKind::all_gather, input, input.numel(), std::nullopt), call, false,
+      [this](const CollectiveContext& ctx, const Tensor& output, const Tensor& input) {
+        if (symmetric_all_gather_bytes(output, input, ctx)) return;
+        Tensor in_staging, out_staging;
+        const Tensor& in = host_input(input, in_staging);
+        const Tensor& out = host_output(output, out_staging);
+        if (size() == 1) {
+          if (in.numel() > 0 && bytes_of(out) != bytes_of(in)) std::memmove(bytes_of(out), bytes_of(in), in.nbytes());
+        } else if (hierarchical_all_gather_applies(all_reduce_->layout()) &&
+                   all_reduce_->forced() != AllReduceAlgorithm::ring) {
+          hierarchical_all_gather(
+              all_reduce_->layout(), [this](int r) { return peer(r); }, rank(), bytes_of(in), bytes_of(out),
+              size_t(in.numel()), ctx);
+        } else {
+          ring_all_gather(ring(), bytes_of(in), bytes_of(out), size_t(in.numel()), ctx);
+        }
+        write_back(output, out);
+      },
+      output, input);
 }
 
 WorkPtr HostBackend::reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op, const CallOptions& call) {
@@ -188,19 +193,21 @@ WorkPtr HostBackend::reduce_scatter(const Tensor& output, const Tensor& input, R
   TINYDDP_CHECK(output.dtype() == input.dtype() && input.numel() == output.numel() * size(), "reduce_scatter: input ",
                 input.describe(), " must hold world size (", size(), ") x output ", output.describe(),
                 hint("the input is the concatenation of one output-sized part per rank"));
-  return submit(make_fingerprint(CollectiveKind::reduce_scatter, output, output.numel(), op), call,
-                [this, output, input](const CollectiveContext& ctx) {
-                  if (symmetric_reduce_scatter_bytes(output, input, ctx)) return;
-                  Tensor in_staging, out_staging;
-                  const Tensor& in = host_input(input, in_staging);
-                  const Tensor& out = host_output(output, out_staging);
-                  if (size() == 1) {
-                    if (in.numel() > 0) std::memmove(bytes_of(out), bytes_of(in), in.nbytes());
-                  } else {
-                    ring_reduce_scatter(ring(), bytes_of(in), bytes_of(out), size_t(out.numel()), ctx);
-                  }
-                  write_back(output, out);
-                });
+  return submit(
+      make_fingerprint(CollectiveKind::reduce_scatter, output, output.numel(), op), call, false,
+      [this](const CollectiveContext& ctx, const Tensor& output, const Tensor& input) {
+        if (symmetric_reduce_scatter_bytes(output, input, ctx)) return;
+        Tensor in_staging, out_staging;
+        const Tensor& in = host_input(input, in_staging);
+        const Tensor& out = host_output(output, out_staging);
+        if (size() == 1) {
+          if (in.numel() > 0) std::memmove(bytes_of(out), bytes_of(in), in.nbytes());
+        } else {
+          ring_reduce_scatter(ring(), bytes_of(in), bytes_of(out), size_t(out.numel()), ctx);
+        }
+        write_back(output, out);
+      },
+      output, input);
 }
 
 namespace {
@@ -217,14 +224,15 @@ WorkPtr HostBackend::all_reduce_single_rounding(const Tensor& tensor, ReduceOp o
   constexpr const char* name = "all_reduce_single_rounding";
   check_tensor(tensor, name, "tensor");
   check_single_rounding(tensor, op, name, "all_reduce");
-  return submit(make_fingerprint(CollectiveKind::all_reduce_single_rounding, tensor, tensor.numel(), op), call,
-                [this, tensor](const CollectiveContext& ctx) {
-                  Tensor staging;
-                  const Tensor& host = host_input(tensor, staging);
-                  single_rounding_all_reduce(all_peers(), ring(), bytes_of(host), bytes_of(host), size_t(host.numel()),
-                                             ctx);
-                  write_back(tensor, host);
-                });
+  return submit(
+      make_fingerprint(CollectiveKind::all_reduce_single_rounding, tensor, tensor.numel(), op), call, false,
+      [this](const CollectiveContext& ctx, const Tensor& tensor) {
+        Tensor staging;
+        const Tensor& host = host_input(tensor, staging);
+        single_rounding_all_reduce(all_peers(), ring(), bytes_of(host), bytes_of(host), size_t(host.numel()), ctx);
+        write_back(tensor, host);
+      },
+      tensor);
 }
 
 WorkPtr HostBackend::reduce_scatter_single_rounding(const Tensor& output, const Tensor& input, ReduceOp op,
@@ -236,19 +244,20 @@ WorkPtr HostBackend::reduce_scatter_single_rounding(const Tensor& output, const 
   TINYDDP_CHECK(output.dtype() == input.dtype() && input.numel() == output.numel() * size(), name, ": input ",
                 input.describe(), " must hold world size (", size(), ") x output ", output.describe(),
                 hint("the input is the concatenation of one output-sized part per rank"));
-  return submit(make_fingerprint(CollectiveKind::reduce_scatter_single_rounding, output, output.numel(), op), call,
-                [this, output, input](const CollectiveContext& ctx) {
-                  Tensor in_staging, out_staging;
-                  const Tensor& in = host_input(input, in_staging);
-                  const Tensor& out = host_output(output, out_staging);
-                  single_rounding_reduce_scatter(all_peers(), rank(), bytes_of(in), bytes_of(out), size_t(in.numel()),
-                                                 ctx);
-                  write_back(output, out);
-                });
+  return submit(
+      make_fingerprint(CollectiveKind::reduce_scatter_single_rounding, output, output.numel(), op), call, false,
+      [this](const CollectiveContext& ctx, const Tensor& output, const Tensor& input) {
+        Tensor in_staging, out_staging;
+        const Tensor& in = host_input(input, in_staging);
+        const Tensor& out = host_output(output, out_staging);
+        single_rounding_reduce_scatter(all_peers(), rank(), bytes_of(in), bytes_of(out), size_t(in.numel()), ctx);
+        write_back(output, out);
+      },
+      output, input);
 }
 
 WorkPtr HostBackend::barrier(const CallOptions& call) {
-  return submit(make_fingerprint(CollectiveKind::barrier, Tensor(), 0, std::nullopt), call,
+  return submit(make_fingerprint(CollectiveKind::barrier, Tensor(), 0, std::nullopt), call, false,
                 [this](const CollectiveContext& ctx) {
                   if (size() == 1) return;
                   // A one-element all-reduce: nobody gets past it before everyone has sent.
@@ -265,34 +274,34 @@ WorkPtr HostBackend::barrier(const CallOptions& call) {
 
 // ---- the task: numbered, queued, run with its context ----------------------------------------------
 
-WorkPtr HostBackend::submit(Fingerprint fingerprint, const CallOptions& call, Executor::Body body,
-                            bool in_symmetric_memory) {
+WorkPtr HostBackend::submit_task(Fingerprint fingerprint, const CallOptions& call, bool in_symmetric_memory,
+                                 Executor::BodyRef body, FunctionRef<Executor::Body()> owned_body) {
+  const auto timeout = call.timeout.count() > 0 ? call.timeout : options_.timeout;
+  // Per rank; a barrier's is 0.
+  const size_t bytes = size_t(fingerprint.count) * dtype_size(DType(fingerprint.dtype));
+  const bool symmetric_path = in_symmetric_memory && all_local_;
+  const bool small = bytes <= (symmetric_path ? tuning::kBlockingCallerSymmetricBytes : blocking_caller_bytes_);
+  const auto now = std::chrono::steady_clock::now();  // one reading for the recorder and the executor
   WorkPtr work;
-  std::optional<Executor::Claimed> run_here;
-  {
-    std::lock_guard<std::mutex> lock(submit_mutex_);  // numbers and queue order agree
-    fingerprint.sequence = next_sequence_++;
-    work = std::make_shared<Work>(fingerprint);
-    auto timeout = call.timeout.count() > 0 ? call.timeout : options_.timeout;
-    // Per rank; a barrier's is 0.
-    const size_t bytes = size_t(fingerprint.count) * dtype_size(DType(fingerprint.dtype));
-    const bool symmetric_path = in_symmetric_memory && all_local_;
-    const bool small = bytes <= (symmetric_path ? tuning::kBlockingCallerSymmetricBytes : blocking_caller_bytes_);
-    const auto now = std::chrono::steady_clock::now();  // one reading for the recorder and the executor
-    Executor::Task task{work, fingerprint, timeout, std::move(body), small, call.blocking, now};
-    // Recorded before any runner can start it; one that runs here now is recorded started at once.
-    run_here = executor_->try_claim(task);
-    if (run_here) {
-      recorder_->queued_and_started(fingerprint, call.bucket, now);
-    } else {
-      recorder_->queued(fingerprint, call.bucket, now);
-      executor_->queue(std::move(task));
-    }
-  }
-  // A blocking call with nothing queued before it runs here and now, outside the lock: another thread's
-  // call queues behind it meanwhile. One with collectives before it waits for them, then runs.
+  // Numbered and recorded as the executor takes it, before any runner can start it; one that runs
+  // here now is recorded started at once.
+  auto run_here =
+      executor_->submit(Executor::Task{nullptr, std::move(fingerprint), timeout, {}, small, call.blocking, now},
+                        [&](Executor::Task& task, bool runs_here) {
+                          task.fingerprint.sequence = next_sequence_++;
+                          task.work = work = std::make_shared<Work>(task.fingerprint);
+                          if (runs_here) {
+                            recorder_->queued_and_started(task.fingerprint, call.bucket, now);
+                          } else {
+                            recorder_->queued(task.fingerprint, call.bucket, now);
+                            task.body = owned_body();
+                          }
+                        });
+  // A blocking call with nothing queued before it runs here and now, outside the executor's lock:
+  // another thread's call queues behind it meanwhile. One with collectives before it waits for them,
+  // then runs.
   if (run_here) {
-    executor_->run_claimed(std::move(*run_here));
+    executor_->run_claimed(std::move(*run_here), body);
     if (auto error = work->exception()) std::rethrow_exception(error);
   } else if (call.blocking) {
     work->wait();
@@ -301,7 +310,7 @@ WorkPtr HostBackend::submit(Fingerprint fingerprint, const CallOptions& call, Ex
 }
 
 // Runs on whichever thread the Executor picked; a failure is thrown to it, which fails the Work.
-void HostBackend::run_task(const Executor::Task& task) {
+void HostBackend::run_task(const Executor::Task& task, Executor::BodyRef body) {
   // A claimed task started as it was queued, and the recorder has it so (submit).
   const bool claimed = task.started_at != std::chrono::steady_clock::time_point{};
   const auto start = claimed ? task.started_at : std::chrono::steady_clock::now();
@@ -326,7 +335,7 @@ void HostBackend::run_task(const Executor::Task& task) {
     if (Executor::running_as_unbound_caller()) ctx.wait.yield_while_spinning = shares_cpus_with_peers_;
     ctx.transports = transports_;
     if (debug_detail_ && size() > 1) check_fingerprints(task.fingerprint, ctx);
-    task.body(ctx);
+    body(ctx);
     recorder_->finished(task.fingerprint.sequence, true);
   } catch (const MismatchError&) {
     recorder_->finished(task.fingerprint.sequence, false);
@@ -550,7 +559,9 @@ HostBackend::HostBackend(std::shared_ptr<Store> store, int rank, int size, const
   for (const std::string& id : hosts.ids) host_names.push_back(id.substr(0, id.find('/')));
   watchdog_ = std::make_unique<CollectiveWatchdog>(store_, prefix, *recorder_, host_names, hosts.pids,
                                                    options_.timeout);
-  executor_ = std::make_shared<Executor>([this](const Executor::Task& task) { run_task(task); }, cpu_, wait_);
+  executor_ = std::make_shared<Executor>([this](const Executor::Task& task,
+                                                Executor::BodyRef body) { run_task(task, body); },
+                                         cpu_, wait_);
 }
 
 // The cost model only chooses across hosts (algorithm_selection.h); there every rank takes rank 0's:

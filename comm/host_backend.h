@@ -32,6 +32,7 @@
 #include "tinyddp/comm/process_group.h"
 #include "tinyddp/comm/symmetric/symmetric_memory.h"
 #include "tinyddp/comm/wait_policy.h"
+#include "tinyddp/core/function_ref.h"
 
 namespace tinyddp::comm {
 
@@ -102,12 +103,24 @@ class HostBackend : public ProcessGroup {
   void choose_waiting(const Hosts& hosts);
   CostModel agree_on_cost_model(const std::string& prefix, const HostLayout& layout);
 
-  // `in_symmetric_memory`: the collective reads and writes only symmetric memory of this host's
-  // ranks, so it moves no bytes through a fifo and a blocking caller may run it at any size up to
-  // tuning::kBlockingCallerSymmetricBytes.
-  WorkPtr submit(Fingerprint fingerprint, const CallOptions& call, Executor::Body body,
-                 bool in_symmetric_memory = false);
-  void run_task(const Executor::Task& task);
+  // A collective call: `body(ctx, tensors...)` is what it does once it runs. A call its caller runs
+  // at once (Executor::submit) borrows the body and the caller's tensors; a queued one owns copies,
+  // as the caller may return before it runs. `in_symmetric_memory`: the collective reads and writes
+  // only symmetric memory of this host's ranks, so it moves no bytes through a fifo and a blocking
+  // caller may run it at any size up to tuning::kBlockingCallerSymmetricBytes.
+  template <class Body, class... Tensors>
+  WorkPtr submit(Fingerprint fingerprint, const CallOptions& call, bool in_symmetric_memory, const Body& body,
+                 const Tensors&... tensors) {
+    auto here = [&](const CollectiveContext& ctx) { body(ctx, tensors...); };
+    auto owned = [&] {
+      return Executor::Body([body, ... held = tensors](const CollectiveContext& ctx) { body(ctx, held...); });
+    };
+    return submit_task(std::move(fingerprint), call, in_symmetric_memory, here, owned);
+  }
+  // Numbers the call, records it, and runs it here or queues it (with `owned_body()`).
+  WorkPtr submit_task(Fingerprint fingerprint, const CallOptions& call, bool in_symmetric_memory,
+                      Executor::BodyRef body, FunctionRef<Executor::Body()> owned_body);
+  void run_task(const Executor::Task& task, Executor::BodyRef body);
   // Adds to a timed-out collective's problem and hint what the watchdog knows of the stall.
   void explain_timeout(const Executor::Task& task, std::string& problem, std::string& advice);
   void check_fingerprints(const Fingerprint& mine, const CollectiveContext& ctx);
@@ -163,9 +176,8 @@ class HostBackend : public ProcessGroup {
   std::vector<Connection*> peers_;  // by rank, once used; nullptr at this rank
   std::vector<Transport*> routes_;  // by rank: the transport that reaches it; nullptr at this rank
   std::vector<Transport*> transports_;
-  uint64_t next_sequence_ = 0;  // the next collective's number (under submit_mutex_)
-  std::mutex submit_mutex_;
-  std::string aborted_;                           // the first failure's message, once the group is aborted
+  uint64_t next_sequence_ = 0;  // the next collective's number (under the executor's lock: Executor::submit)
+  std::string aborted_;         // the first failure's message, once the group is aborted
   std::unique_ptr<FlightRecorder> recorder_;      // this group's last collectives (flight_recorder.h)
   std::unique_ptr<CollectiveWatchdog> watchdog_;  // progress lines and stall verdicts (collective_watchdog.h)
   std::shared_ptr<Executor> executor_;

@@ -68,6 +68,32 @@ TEST_CASE("a collective returns before it completes, and completes once every ra
   CHECK_FALSE(completed_right_after_call);
 }
 
+TEST_CASE("a queued collective holds its own tensor handles: the caller may let go of its handles first") {
+  // A call its caller runs at once borrows the caller's handles; one that is queued must not, since
+  // the caller may return, and drop them, before it runs.
+  auto groups = make_groups(2, options("held"));
+  std::promise<void> rank0_let_go;
+  run_ranks(2, [&](int r) {
+    Tensor keep = Tensor::from_vector(std::vector<float>(1000, float(r + 1)));
+    Tensor out = Tensor::zeros({1000});
+    WorkPtr work, into;
+    if (r == 0) {
+      // Temporaries: the handles passed die at the end of each statement, before rank 1 calls.
+      work = groups[0]->all_reduce(Tensor(keep));
+      into = groups[0]->all_reduce_into(Tensor(out), Tensor(keep));
+      rank0_let_go.set_value();
+    } else {
+      rank0_let_go.get_future().wait();
+      work = groups[1]->all_reduce(keep);
+      into = groups[1]->all_reduce_into(out, keep);
+    }
+    work->wait();
+    into->wait();
+    CHECK(keep.to_vector<float>() == std::vector<float>(1000, 3.f));
+    CHECK(out.to_vector<float>() == std::vector<float>(1000, 6.f));
+  });
+}
+
 TEST_CASE("wait_for gives up after its own timeout while the collective goes on") {
   auto groups = make_groups(2, options("wait-for"));
   std::promise<void> gave_up;
