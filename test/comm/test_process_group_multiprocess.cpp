@@ -14,6 +14,7 @@ using namespace tinyddp::testing;
 using namespace std::chrono_literals;
 
 TEST_CASE("init_process_group over tcp:// joins 3 processes that then all-reduce") {
+  TINYDDP_SKIP_UNDER_TSAN();  // the ranks are spawn_child lambdas: forked, no exec
   const int world = 3, port = free_loopback_port();
   for (std::string transport : {"auto", "tcp"}) {
     CAPTURE(transport);

@@ -24,6 +24,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -71,11 +72,14 @@ void install_stop_handlers() {
   sigaction(SIGTERM, &action, nullptr);
 }
 
-// Blocks until SIGINT or SIGTERM arrived; returns its number.
+// Blocks until SIGINT or SIGTERM arrived; returns its number. It waits in poll(), which a signal
+// always interrupts, where SA_RESTART would restart a read(): a runtime that runs handlers late, at
+// the thread's next call into it (ThreadSanitizer does), then still runs this one.
 int wait_for_stop_signal() {
+  pollfd stop{g_stop_pipe[0], POLLIN, 0};
   unsigned char number = 0;
-  while (::read(g_stop_pipe[0], &number, 1) != 1) {}
-  return number;
+  for (;;)
+    if (::poll(&stop, 1, -1) == 1 && ::read(g_stop_pipe[0], &number, 1) == 1) return number;
 }
 
 // Reads exactly n bytes; false at EOF or on an error.
