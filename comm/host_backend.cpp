@@ -82,10 +82,12 @@ std::string store_host(Store& store) {
 
 WorkPtr HostBackend::all_reduce(const Tensor& tensor, ReduceOp op, const CallOptions& call) {
   check_tensor(tensor, "all_reduce", "tensor");
+  auto part = symmetric_part(tensor);  // looked up once, for the executor and for the body
+  const bool in_symmetric_memory = part.has_value();
   return submit(
-      make_fingerprint(CollectiveKind::all_reduce, tensor, tensor.numel(), op), call, is_symmetric(tensor),
-      [this](const CollectiveContext& ctx, const Tensor& tensor) {
-        if (symmetric_all_reduce_bytes(bytes_of(tensor), size_t(tensor.numel()), ctx)) return;
+      make_fingerprint(CollectiveKind::all_reduce, tensor, tensor.numel(), op), call, in_symmetric_memory,
+      [this, part = std::move(part)](const CollectiveContext& ctx, const Tensor& tensor) {
+        if (symmetric_all_reduce_bytes(part, size_t(tensor.numel()), ctx)) return;
         if (cross_memory_all_reduce_bytes(tensor, ctx)) return;
         Tensor staging;
         const Tensor& host = host_input(tensor, staging);
@@ -99,14 +101,15 @@ WorkPtr HostBackend::all_reduce_into(const Tensor& output, const Tensor& input, 
   check_tensor(output, "all_reduce_into", "output");
   check_tensor(input, "all_reduce_into", "input");
   check_same(output, input, "all_reduce_into");
+  // An output in symmetric memory (looked up once) takes a CPU input: copied there, and reduced in place.
+  auto part = input.device().is_cpu() ? symmetric_part(output) : std::nullopt;
+  const bool in_symmetric_memory = part.has_value();
   return submit(
-      make_fingerprint(CollectiveKind::all_reduce, input, input.numel(), op), call,
-      input.device().is_cpu() && is_symmetric(output),
-      [this](const CollectiveContext& ctx, const Tensor& output, const Tensor& input) {
-        // An output in symmetric memory: the input is copied there, and reduced in place.
-        if (output.device().is_cpu() && input.device().is_cpu() && is_symmetric(output)) {
+      make_fingerprint(CollectiveKind::all_reduce, input, input.numel(), op), call, in_symmetric_memory,
+      [this, part = std::move(part)](const CollectiveContext& ctx, const Tensor& output, const Tensor& input) {
+        if (part) {
           if (bytes_of(output) != bytes_of(input)) std::memmove(bytes_of(output), bytes_of(input), input.nbytes());
-          if (symmetric_all_reduce_bytes(bytes_of(output), size_t(output.numel()), ctx)) return;
+          if (symmetric_all_reduce_bytes(part, size_t(output.numel()), ctx)) return;
           all_reduce_bytes(bytes_of(output), bytes_of(output), size_t(output.numel()), ctx);
           return;
         }
@@ -132,7 +135,7 @@ WorkPtr HostBackend::all_reduce_coalesced(const std::vector<Tensor>& tensors, Re
       make_fingerprint(CollectiveKind::all_reduce, tensors[0], total, op), call, false,
       [this](const CollectiveContext& ctx, const std::vector<Tensor>& tensors) {
         for (const Tensor& t : tensors) {
-          if (symmetric_all_reduce_bytes(bytes_of(t), size_t(t.numel()), ctx)) continue;
+          if (symmetric_all_reduce_bytes(symmetric_part(t), size_t(t.numel()), ctx)) continue;
           if (cross_memory_all_reduce_bytes(t, ctx)) continue;
           Tensor staging;
           const Tensor& host = host_input(t, staging);
@@ -398,8 +401,10 @@ void HostBackend::check_fingerprints(const Fingerprint& mine, const CollectiveCo
 
 // ---- the algorithm ----------------------------------------------------------------------------------
 
-bool HostBackend::symmetric_all_reduce_bytes(std::byte* data, size_t count, const CollectiveContext& ctx) {
-  if (!symmetric_ || symmetric_->empty()) return false;
+bool HostBackend::symmetric_all_reduce_bytes(const std::optional<SymmetricMemory::Found>& part, size_t count,
+                                             const CollectiveContext& ctx) {
+  // A group that failed since the call was made has let go of its peers' parts.
+  if (!part || !part->buffer->peers_mapped()) return false;
   const size_t bytes = count * dtype_size(ctx.dtype);
   // Across hosts only where the FIFO path would take the hierarchical algorithm, whose in-host phases
   // this replaces (every rank chooses alike, so every host takes its part of the same algorithm).
@@ -407,18 +412,17 @@ bool HostBackend::symmetric_all_reduce_bytes(std::byte* data, size_t count, cons
   if (!all_local_ && (bytes == 0 || all_reduce_->choose(bytes) != AllReduceAlgorithm::hierarchical ||
                       !all_reduce_->layout().is_uniform()))
     return false;
-  auto found = symmetric_->find(data, bytes);
-  if (!found) return false;
+  std::byte* data = part->buffer->data() + part->offset;
   if (!all_local_) {
     const HostLayout& layout = all_reduce_->layout();
-    symmetric_hierarchical_all_reduce(*found->buffer, found->offset, count, *shm_,
+    symmetric_hierarchical_all_reduce(*part->buffer, part->offset, count, *shm_,
                                       cross_host_group(
                                           layout, [this](int r) { return peer(r); }, rank()),
                                       flat_algorithm(all_reduce_->choose_across_hosts(bytes)), ctx);
   } else if (!slot_all_reduce_bytes(data, data, count, ctx)) {
     // The slots where the FIFO path would take the direct exchange, two-shot where it would take the
     // ring: the same fold order, so the same bits.
-    symmetric_all_reduce(*found->buffer, found->offset, count, *shm_, ctx);
+    symmetric_all_reduce(*part->buffer, part->offset, count, *shm_, ctx);
   }
   symmetric_collectives_.fetch_add(1, std::memory_order_relaxed);
   return true;
@@ -483,9 +487,11 @@ Tensor HostBackend::allocate_symmetric(const Shape& shape, DType dtype) {
   return symmetric_->allocate(shape, dtype);
 }
 
-bool HostBackend::is_symmetric(const Tensor& t) const {
-  if (!symmetric_ || symmetric_->empty() || !t.defined() || !t.device().is_cpu()) return false;
-  return symmetric_->find(t.raw_data(), t.nbytes()).has_value();
+bool HostBackend::is_symmetric(const Tensor& t) const { return symmetric_part(t).has_value(); }
+
+std::optional<SymmetricMemory::Found> HostBackend::symmetric_part(const Tensor& t) const {
+  if (!symmetric_ || symmetric_->empty() || !t.defined() || !t.device().is_cpu()) return std::nullopt;
+  return symmetric_->find(t.raw_data(), t.nbytes());
 }
 
 void HostBackend::all_reduce_bytes(const std::byte* in, std::byte* out, size_t count, const CollectiveContext& ctx) {

@@ -125,11 +125,14 @@ class HostBackend : public ProcessGroup {
   void explain_timeout(const Executor::Task& task, std::string& problem, std::string& advice);
   void check_fingerprints(const Fingerprint& mine, const CollectiveContext& ctx);
   void all_reduce_bytes(const std::byte* in, std::byte* out, size_t count, const CollectiveContext& ctx);
-  // The symmetric path for `count` elements at `data`, in place, when they lie in a symmetric buffer:
+  // The symmetric path for `count` elements in place in `part` (symmetric_part; none: not symmetric):
   // algorithms/symmetric_all_reduce.h when every rank is on this host, and
   // algorithms/symmetric_hierarchical_all_reduce.h where the ranks span hosts and the selector takes
   // the hierarchical algorithm; false: not taken.
-  bool symmetric_all_reduce_bytes(std::byte* data, size_t count, const CollectiveContext& ctx);
+  bool symmetric_all_reduce_bytes(const std::optional<SymmetricMemory::Found>& part, size_t count,
+                                  const CollectiveContext& ctx);
+  // The symmetric buffer a CPU tensor lies in, and where (is_symmetric's lookup).
+  std::optional<SymmetricMemory::Found> symmetric_part(const Tensor& t) const;
   // The window of symmetric memory a CPU tensor lies in, when every rank is on this host.
   std::optional<SymmetricMemory::Found> symmetric_window(const Tensor& t) const;
   // Reduce-scatter from, and all-gather into, symmetric memory (algorithms/symmetric_scatter_gather.h)
