@@ -19,8 +19,8 @@ class FunctionRef;
 template <class R, class... Args>
 class FunctionRef<R(Args...)> {
  public:
-  template <class F>
-    requires(!std::is_same_v<std::remove_cvref_t<F>, FunctionRef> && std::is_invocable_r_v<R, F&, Args...>)
+  template <class F, class = std::enable_if_t<!std::is_same_v<std::remove_cvref_t<F>, FunctionRef> &&
+                                              std::is_invocable_r_v<R, F&, Args...>>>
   FunctionRef(F&& f) noexcept {  // NOLINT(google-explicit-constructor): it stands in for the callable
     using Callable = std::remove_reference_t<F>;
     // A function is no object, and its address no void*: it is kept as a function pointer.
