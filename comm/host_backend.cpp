@@ -87,12 +87,7 @@ WorkPtr HostBackend::all_reduce(const Tensor& tensor, ReduceOp op, const CallOpt
   return submit(
       make_fingerprint(CollectiveKind::all_reduce, tensor, tensor.numel(), op), call, in_symmetric_memory,
       [this, part = std::move(part)](const CollectiveContext& ctx, const Tensor& tensor) {
-        if (symmetric_all_reduce_bytes(part, size_t(tensor.numel()), ctx)) return;
-        if (cross_memory_all_reduce_bytes(tensor, ctx)) return;
-        Tensor staging;
-        const Tensor& host = host_input(tensor, staging);
-        all_reduce_bytes(bytes_of(host), bytes_of(host), size_t(host.numel()), ctx);
-        write_back(tensor, host);
+        all_reduce_in_place(tensor, part, ctx);
       },
       tensor);
 }
@@ -134,14 +129,7 @@ WorkPtr HostBackend::all_reduce_coalesced(const std::vector<Tensor>& tensors, Re
   return submit(
       make_fingerprint(CollectiveKind::all_reduce, tensors[0], total, op), call, false,
       [this](const CollectiveContext& ctx, const std::vector<Tensor>& tensors) {
-        for (const Tensor& t : tensors) {
-          if (symmetric_all_reduce_bytes(symmetric_part(t), size_t(t.numel()), ctx)) continue;
-          if (cross_memory_all_reduce_bytes(t, ctx)) continue;
-          Tensor staging;
-          const Tensor& host = host_input(t, staging);
-          all_reduce_bytes(bytes_of(host), bytes_of(host), size_t(host.numel()), ctx);
-          write_back(t, host);
-        }
+        for (const Tensor& t : tensors) all_reduce_in_place(t, symmetric_part(t), ctx);
       },
       tensors);
 }
@@ -400,6 +388,16 @@ void HostBackend::check_fingerprints(const Fingerprint& mine, const CollectiveCo
 }
 
 // ---- the algorithm ----------------------------------------------------------------------------------
+
+void HostBackend::all_reduce_in_place(const Tensor& tensor, const std::optional<SymmetricMemory::Found>& part,
+                                      const CollectiveContext& ctx) {
+  if (symmetric_all_reduce_bytes(part, size_t(tensor.numel()), ctx)) return;
+  if (cross_memory_all_reduce_bytes(tensor, ctx)) return;
+  Tensor staging;
+  const Tensor& host = host_input(tensor, staging);
+  all_reduce_bytes(bytes_of(host), bytes_of(host), size_t(host.numel()), ctx);
+  write_back(tensor, host);
+}
 
 bool HostBackend::symmetric_all_reduce_bytes(const std::optional<SymmetricMemory::Found>& part, size_t count,
                                              const CollectiveContext& ctx) {

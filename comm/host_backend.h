@@ -125,6 +125,10 @@ class HostBackend : public ProcessGroup {
   void explain_timeout(const Executor::Task& task, std::string& problem, std::string& advice);
   void check_fingerprints(const Fingerprint& mine, const CollectiveContext& ctx);
   void all_reduce_bytes(const std::byte* in, std::byte* out, size_t count, const CollectiveContext& ctx);
+  // One tensor, in place, by the first way that takes it: its symmetric buffer (`part`, symmetric_part's
+  // answer), process_vm_readv, or all_reduce_bytes (a CUDA tensor through a pinned host copy).
+  void all_reduce_in_place(const Tensor& tensor, const std::optional<SymmetricMemory::Found>& part,
+                           const CollectiveContext& ctx);
   // The symmetric path for `count` elements in place in `part` (symmetric_part; none: not symmetric):
   // algorithms/symmetric_all_reduce.h when every rank is on this host, and
   // algorithms/symmetric_hierarchical_all_reduce.h where the ranks span hosts and the selector takes
