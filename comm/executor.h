@@ -6,10 +6,10 @@
 // busy 2-core host every blocked-then-woken hand-off costs tens of microseconds.
 //
 // Two ways to start a collective, chosen per call from what the caller did before:
-//   - eager (the default): queue wakes the communication thread at once, so the collective runs
+//   - eager (the default): submit wakes the communication thread at once, so the collective runs
 //     while the caller goes on computing (DDP's bucket all-reduces behind the backward pass).
 //   - a blocking caller's: when the last few collectives were small and each was waited for before
-//     the next was called (a loss averaged every step, a barrier, an MPI-style loop), queue does
+//     the next was called (a loss averaged every step, a barrier, an MPI-style loop), submit does
 //     not wake the thread: the caller is about to wait, and then runs the collective itself on its
 //     own core. A wake-up, and the core the woken thread takes from the caller, cost far more than
 //     such a collective itself. So that a collective nobody waits for still starts, the sleeping
