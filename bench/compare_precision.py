@@ -81,7 +81,8 @@ def main():
             loads.append(os.getloadavg()[0])
             for precision in ours_modes:
                 text = run([bench, *job, "--samples", str(s["samples"]), "--precision", precision,
-                            "--world-size", str(args.world), "--interleaved", "0"])
+                            "--world-size", str(args.world), "--interleaved", "0",
+                            "--scaling-rounds", "1"])  # its rounds are this script's: one pair a round
                 rates.setdefault(("tinyddp", precision, 1), []).append(rate(text, r"training\s*:.*?(\d+) samples/s"))
                 rates.setdefault(("tinyddp", precision, args.world), []).append(
                     rate(text, r"data-parallel :.*?(\d+) samples/s"))
