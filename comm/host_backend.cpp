@@ -66,6 +66,17 @@ void write_back(const Tensor& original, const Tensor& host) {
 
 std::byte* bytes_of(const Tensor& t) { return static_cast<std::byte*>(const_cast<void*>(t.raw_data())); }
 
+// Runs `collective(in, out)` on host memory: CPU tensors as they are, CUDA ones through pinned host
+// copies (the input's copied in before, the output's copied back after).
+template <class Collective>
+void through_host(const Tensor& output, const Tensor& input, const Collective& collective) {
+  Tensor in_staging, out_staging;
+  const Tensor& in = host_input(input, in_staging);
+  const Tensor& out = host_output(output, out_staging);
+  collective(in, out);
+  write_back(output, out);
+}
+
 // The host the store runs on, behind any prefixes: ours (TcpStore), or torchrun's agent store
 // (TorchTcpStore); "" for a store in this process.
 std::string store_host(Store& store) {
@@ -108,11 +119,9 @@ WorkPtr HostBackend::all_reduce_into(const Tensor& output, const Tensor& input, 
           all_reduce_bytes(bytes_of(output), bytes_of(output), size_t(output.numel()), ctx);
           return;
         }
-        Tensor in_staging, out_staging;
-        const Tensor& in = host_input(input, in_staging);
-        const Tensor& out = host_output(output, out_staging);
-        all_reduce_bytes(bytes_of(in), bytes_of(out), size_t(in.numel()), ctx);
-        write_back(output, out);
+        through_host(output, input, [&](const Tensor& in, const Tensor& out) {
+          all_reduce_bytes(bytes_of(in), bytes_of(out), size_t(in.numel()), ctx);
+        });
       },
       output, input);
 }
@@ -160,20 +169,18 @@ WorkPtr HostBackend::all_gather(const Tensor& output, const Tensor& input, const
       make_fingerprint(CollectiveKind::all_gather, input, input.numel(), std::nullopt), call, false,
       [this](const CollectiveContext& ctx, const Tensor& output, const Tensor& input) {
         if (symmetric_all_gather_bytes(output, input, ctx)) return;
-        Tensor in_staging, out_staging;
-        const Tensor& in = host_input(input, in_staging);
-        const Tensor& out = host_output(output, out_staging);
-        if (size() == 1) {
-          if (in.numel() > 0 && bytes_of(out) != bytes_of(in)) std::memmove(bytes_of(out), bytes_of(in), in.nbytes());
-        } else if (hierarchical_all_gather_applies(all_reduce_->layout()) &&
-                   all_reduce_->forced() != AllReduceAlgorithm::ring) {
-          hierarchical_all_gather(
-              all_reduce_->layout(), [this](int r) { return peer(r); }, rank(), bytes_of(in), bytes_of(out),
-              size_t(in.numel()), ctx);
-        } else {
-          ring_all_gather(ring(), bytes_of(in), bytes_of(out), size_t(in.numel()), ctx);
-        }
-        write_back(output, out);
+        through_host(output, input, [&](const Tensor& in, const Tensor& out) {
+          if (size() == 1) {
+            if (in.numel() > 0 && bytes_of(out) != bytes_of(in)) std::memmove(bytes_of(out), bytes_of(in), in.nbytes());
+          } else if (hierarchical_all_gather_applies(all_reduce_->layout()) &&
+                     all_reduce_->forced() != AllReduceAlgorithm::ring) {
+            hierarchical_all_gather(
+                all_reduce_->layout(), [this](int r) { return peer(r); }, rank(), bytes_of(in), bytes_of(out),
+                size_t(in.numel()), ctx);
+          } else {
+            ring_all_gather(ring(), bytes_of(in), bytes_of(out), size_t(in.numel()), ctx);
+          }
+        });
       },
       output, input);
 }
@@ -188,15 +195,13 @@ WorkPtr HostBackend::reduce_scatter(const Tensor& output, const Tensor& input, R
       make_fingerprint(CollectiveKind::reduce_scatter, output, output.numel(), op), call, false,
       [this](const CollectiveContext& ctx, const Tensor& output, const Tensor& input) {
         if (symmetric_reduce_scatter_bytes(output, input, ctx)) return;
-        Tensor in_staging, out_staging;
-        const Tensor& in = host_input(input, in_staging);
-        const Tensor& out = host_output(output, out_staging);
-        if (size() == 1) {
-          if (in.numel() > 0) std::memmove(bytes_of(out), bytes_of(in), in.nbytes());
-        } else {
-          ring_reduce_scatter(ring(), bytes_of(in), bytes_of(out), size_t(out.numel()), ctx);
-        }
-        write_back(output, out);
+        through_host(output, input, [&](const Tensor& in, const Tensor& out) {
+          if (size() == 1) {
+            if (in.numel() > 0) std::memmove(bytes_of(out), bytes_of(in), in.nbytes());
+          } else {
+            ring_reduce_scatter(ring(), bytes_of(in), bytes_of(out), size_t(out.numel()), ctx);
+          }
+        });
       },
       output, input);
 }
@@ -238,11 +243,9 @@ WorkPtr HostBackend::reduce_scatter_single_rounding(const Tensor& output, const 
   return submit(
       make_fingerprint(CollectiveKind::reduce_scatter_single_rounding, output, output.numel(), op), call, false,
       [this](const CollectiveContext& ctx, const Tensor& output, const Tensor& input) {
-        Tensor in_staging, out_staging;
-        const Tensor& in = host_input(input, in_staging);
-        const Tensor& out = host_output(output, out_staging);
-        single_rounding_reduce_scatter(all_peers(), rank(), bytes_of(in), bytes_of(out), size_t(in.numel()), ctx);
-        write_back(output, out);
+        through_host(output, input, [&](const Tensor& in, const Tensor& out) {
+          single_rounding_reduce_scatter(all_peers(), rank(), bytes_of(in), bytes_of(out), size_t(in.numel()), ctx);
+        });
       },
       output, input);
 }
