@@ -38,7 +38,6 @@ std::optional<Executor::Claimed> Executor::submit(Task task, Admit admit) {
     last_small_ = task.small;
     last_awaited_ = runs_here;
     last_work_ = task.work.get();
-    if (task.queued_at == std::chrono::steady_clock::time_point{}) task.queued_at = std::chrono::steady_clock::now();
     last_submit_ = task.queued_at;
     if (runs_here) {
       running_ = true;

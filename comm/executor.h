@@ -54,7 +54,7 @@ class Executor : public Work::Helper, public std::enable_shared_from_this<Execut
     Body body;              // empty in a claimed task: its caller still holds what it does
     bool small = false;     // few enough bytes that the blocking caller's way may apply
     bool blocking = false;  // its caller returns only once it is done (CallOptions::blocking)
-    std::chrono::steady_clock::time_point queued_at{};
+    std::chrono::steady_clock::time_point queued_at{};  // when it was called: the caller's clock reading
     // Set when it starts as it is queued (a claimed blocking call): the runner need not read the clock.
     std::chrono::steady_clock::time_point started_at{};
   };
@@ -77,8 +77,7 @@ class Executor : public Work::Helper, public std::enable_shared_from_this<Execut
   // everyone: the caller's numbers and records, the queue and the runners.
   //   - `admit(task, runs_here)` is called first: the caller finishes the task there (numbers it,
   //     makes its Work, records it; a task that will be queued also needs its body).
-  //   - The call counts in the blocking caller's streak (queued_at is set here unless the caller
-  //     set it).
+  //   - The call counts in the blocking caller's streak.
   //   - A blocking call (Task::blocking) when nothing is queued or running is claimed and handed
   //     back, started_at set: its caller runs it at once (run_claimed), past the queue its wait
   //     would take. Any other call is queued, with this executor as its Work's helper, and nothing

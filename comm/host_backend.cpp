@@ -432,8 +432,8 @@ bool HostBackend::symmetric_all_reduce_bytes(const std::optional<SymmetricMemory
 // Every rank of a group on one host takes these paths together: the symmetric tensors are the same
 // allocation on each, and the call check at the first barrier names a rank that passed another.
 std::optional<SymmetricMemory::Found> HostBackend::symmetric_window(const Tensor& t) const {
-  if (!symmetric_ || !all_local_ || symmetric_->empty() || !t.device().is_cpu() || t.numel() == 0) return std::nullopt;
-  return symmetric_->find(bytes_of(t), t.nbytes());
+  if (!all_local_ || t.numel() == 0) return std::nullopt;
+  return symmetric_part(t);
 }
 
 bool HostBackend::symmetric_reduce_scatter_bytes(const Tensor& output, const Tensor& input,

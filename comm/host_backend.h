@@ -137,7 +137,7 @@ class HostBackend : public ProcessGroup {
                                   const CollectiveContext& ctx);
   // The symmetric buffer a CPU tensor lies in, and where (is_symmetric's lookup).
   std::optional<SymmetricMemory::Found> symmetric_part(const Tensor& t) const;
-  // The window of symmetric memory a CPU tensor lies in, when every rank is on this host.
+  // symmetric_part, when every rank is on this host and the tensor is not empty.
   std::optional<SymmetricMemory::Found> symmetric_window(const Tensor& t) const;
   // Reduce-scatter from, and all-gather into, symmetric memory (algorithms/symmetric_scatter_gather.h)
   // when every rank is on this host; false: not taken.
