@@ -476,7 +476,7 @@ bool HostBackend::staged_all_reduce_bytes(const std::byte* in, std::byte* out, s
 bool HostBackend::cross_memory_all_reduce_bytes(const Tensor& t, const CollectiveContext& ctx) {
   // Only in the ring's place: an algorithm the user asked for (TINYDDP_ALGO) runs as asked.
   if (!cross_memory_ || !t.device().is_cpu() || t.nbytes() < cross_memory_from_bytes_ ||
-      t.nbytes() >= cross_memory_below_bytes_ || all_reduce_->choose(t.nbytes()) != AllReduceAlgorithm::ring)
+      all_reduce_->choose(t.nbytes()) != AllReduceAlgorithm::ring)
     return false;
   cross_memory_all_reduce(*cross_memory_, local_pids_, bytes_of(t), size_t(t.numel()), *shm_, ctx);
   cross_memory_collectives_.fetch_add(1, std::memory_order_relaxed);
@@ -707,14 +707,12 @@ void HostBackend::open_transports(const std::string& prefix, const Hosts& hosts)
 // tries the others once, here, and the path is used only if all of them succeed, so that every rank
 // makes the same choice. TINYDDP_CROSS_MEMORY=0 keeps ordinary tensors on the fifos (or the staging),
 // =1 takes the path from the least size it may take, at every size above it (to measure it); unset:
-// tuning::kCrossMemoryByDefault, from tuning::kCrossMemoryDefaultBytes, and below
-// tuning::kStagingAgainBytes where the group stages.
+// tuning::kCrossMemoryByDefault, from tuning::kCrossMemoryDefaultBytes.
 void HostBackend::open_cross_memory(const std::string& prefix, const Hosts& hosts) {
   if (!shm_ || !all_local_ || !SymmetricBuffer::peers_openable()) return;  // its control buffer is one
   const std::optional<bool> asked = env::flag("TINYDDP_CROSS_MEMORY");
   if (!asked.value_or(tuning::kCrossMemoryByDefault)) return;
   cross_memory_from_bytes_ = asked ? tuning::kCrossMemoryAllReduceBytes : tuning::kCrossMemoryDefaultBytes;
-  if (!asked && staging_) cross_memory_below_bytes_ = tuning::kStagingAgainBytes;
   const std::string base = prefix + "cross-memory/";
   auto control = SymmetricBuffer::allocate(*store_, base, 0, rank(), hosts.local, 64, options_.timeout);
   store_->set(base + "probe/" + std::to_string(rank()), std::to_string(reinterpret_cast<uintptr_t>(control->data())));

@@ -177,7 +177,6 @@ class HostBackend : public ProcessGroup {
   std::atomic<uint64_t> staged_collectives_{0};
   std::shared_ptr<SymmetricBuffer> cross_memory_;  // set when every local rank may read the others
   size_t cross_memory_from_bytes_ = 0;             // the least tensor it takes (open_cross_memory)
-  size_t cross_memory_below_bytes_ = SIZE_MAX;     // and the first it leaves to the staging
   std::vector<int> local_pids_;                    // by position among the local ranks
   std::atomic<uint64_t> cross_memory_collectives_{0};
   std::vector<Connection*> peers_;  // by rank, once used; nullptr at this rank

@@ -141,22 +141,19 @@ inline constexpr size_t kCrossMemoryBlockBytes = 256 << 10;
 // path from this size, to measure it.
 inline constexpr size_t kCrossMemoryAllReduceBytes = 64 << 10;
 // Of the three ways a large ordinary tensor can go (the fifos; staging into symmetric memory;
-// process_vm_readv): staged from kStagedAllReduceBytes, process_vm_readv from
+// process_vm_readv/writev): staged from kStagedAllReduceBytes, through the kernel from
 // kCrossMemoryDefaultBytes where every rank may read the others, the fifos only where neither is
 // open to the group (or TINYDDP_STAGING=0 and TINYDDP_CROSS_MEMORY=0 ask for them). Each rank copies
 // 3(n-1)/n of the tensor and adds (n-1)/n over the fifos and staged alike, but staged it does so in
 // two barriers a window and no fifo hand-offs; through the kernel it copies 2(n-1)/n, after the kernel
-// pins the peer's pages (one pin per 2 MiB on the allocator's huge pages, core/allocator.h).
-// Measured with bench/compare_symmetric.sh on the 2-core Intel Xeon (docs/results.md, 2026-11-28,
-// "Ordinary tensors staged in one pass"): staged led the fifos and Open MPI at its best from 64 KiB
-// to 1 MiB with 2 and 4 ranks; from 4 to 16 MiB process_vm_readv mostly led, at the bound its bytes
-// set; from 64 MiB, out of every cache, the staging led again (2 ranks: in every command). The AMD
-// hosts' figures predate both the huge pages and this staging.
+// pins the peer's pages (one pin per 2 MiB on the allocator's huge pages, core/allocator.h), and
+// writes each reduced block back to the peers while it is still in cache.
+// Measured with bench/compare_symmetric.sh on the 2-core Intel Xeon (docs/results.md:
+// "Ordinary tensors staged in one pass" and "The kernel's copy writes back while the block is hot"): staged leads from
+// 64 KiB to 256 KiB with 2 ranks and ties to 1 MiB; from 2 MiB the kernel's copy leads with 2 and 4 ranks, and out of
+// every cache (64-256 MiB) the two tie.
 inline constexpr bool kCrossMemoryByDefault = true;
-inline constexpr size_t kCrossMemoryDefaultBytes = 4 << 20;
-// From this size the staging takes ordinary tensors again, where the group stages (by default;
-// TINYDDP_CROSS_MEMORY=1 keeps process_vm_readv at every size, to measure it).
-inline constexpr size_t kStagingAgainBytes = 64 << 20;
+inline constexpr size_t kCrossMemoryDefaultBytes = 2 << 20;
 inline constexpr bool kStagingByDefault = true;
 // All-reduces of ordinary tensors at least this large, with every rank on one host, are staged
 // (below it the slots or the direct exchange take them).

@@ -19,26 +19,31 @@ namespace tinyddp::comm {
 
 namespace {
 
-constexpr uint64_t kArrived = 1, kReduced = 2, kDone = 3;
+constexpr uint64_t kArrived = 1, kDone = 2;
 
-// Copies `bytes` from `remote` in process `pid` (rank `rank`) to `dst`.
-void read_from(int pid, int rank, std::byte* dst, const std::byte* remote, size_t bytes, const CollectiveContext& ctx) {
+// Copies `bytes` between `local` here and `remote` in process `pid` (rank `rank`): from the peer
+// with process_vm_readv, to it with process_vm_writev.
+enum class Direction { from_peer, to_peer };
+void transfer(Direction way, int pid, int rank, std::byte* local, std::byte* remote, size_t bytes,
+              const CollectiveContext& ctx) {
   while (bytes > 0) {
-    iovec local{dst, bytes}, theirs{const_cast<std::byte*>(remote), bytes};
-    const ssize_t n = ::process_vm_readv(pid, &local, 1, &theirs, 1, 0);
+    iovec here{local, bytes}, theirs{remote, bytes};
+    const ssize_t n = way == Direction::from_peer ? ::process_vm_readv(pid, &here, 1, &theirs, 1, 0)
+                                                  : ::process_vm_writev(pid, &here, 1, &theirs, 1, 0);
     if (n > 0) {
-      dst += n;
+      local += n;
       remote += n;
       bytes -= size_t(n);
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
     const int err = n < 0 ? errno : EIO;
-    // ESRCH: the peer has no memory left to read (exited; a zombie still counts as alive).
+    // ESRCH: the peer has no memory left to reach (exited; a zombie still counts as alive).
     TINYDDP_CHECK(pid == ::getpid() || (err != ESRCH && process_alive(pid)), "shm transport: rank ", rank, " (pid ",
                   pid, ") died while rank ", ctx.rank, " was in a collective with it",
                   hint("look at rank ", rank, "'s output and exit status (killed by a signal? out of memory?)"));
-    TINYDDP_FAIL(ctx.what(), ": process_vm_readv from rank ", rank, " (pid ", pid, ") failed: ", std::strerror(err),
+    TINYDDP_FAIL(ctx.what(), ": ", way == Direction::from_peer ? "process_vm_readv from" : "process_vm_writev to",
+                 " rank ", rank, " (pid ", pid, ") failed: ", std::strerror(err),
                  hint("TINYDDP_CROSS_MEMORY=0 moves ordinary tensors through the shared-memory fifos instead"));
   }
 }
@@ -67,11 +72,13 @@ void cross_memory_all_reduce(SymmetricBuffer& control, const std::vector<int>& p
   control.set_call(base + kArrived, call);
   symmetric_barrier(control, base + kArrived, shm, ctx);
   check_same_call(control, call, base + kArrived, ctx);
-  std::vector<const std::byte*> theirs(static_cast<size_t>(n));
+  std::vector<std::byte*> theirs(static_cast<size_t>(n));
   for (int p = 0; p < n; ++p)
-    theirs[size_t(p)] = reinterpret_cast<const std::byte*>(uintptr_t(control.call_of(p, base + kArrived).address));
+    theirs[size_t(p)] = reinterpret_cast<std::byte*>(uintptr_t(control.call_of(p, base + kArrived).address));
 
-  // Slice `me`, folded x_me, x_(me+1), ... as the ring folds it, a bounce buffer's worth at a time.
+  // Slice `me`, a bounce buffer's worth at a time: folded x_me, x_(me+1), ... as the ring folds it,
+  // then written into every peer's buffer while it is still in this core's cache. Only rank p reads
+  // or writes slice p of any buffer until the done barrier, so the writes race with nothing.
   thread_local std::vector<std::byte> bounce;
   const size_t block = std::max<size_t>(1, tuning::kCrossMemoryBlockBytes / elem);
   if (bounce.size() < block * elem) bounce.resize(block * elem);
@@ -80,17 +87,16 @@ void cross_memory_all_reduce(SymmetricBuffer& control, const std::vector<int>& p
     const size_t k = std::min(block, my_count - done), at = (my_begin + done) * elem;
     for (int step = 1; step < n; ++step) {
       const int q = (me + step) % n;
-      read_from(pids[size_t(q)], control.ranks()[size_t(q)], bounce.data(), theirs[size_t(q)] + at, k * elem, ctx);
+      transfer(Direction::from_peer, pids[size_t(q)], control.ranks()[size_t(q)], bounce.data(), theirs[size_t(q)] + at,
+               k * elem, ctx);
       reduce_elements(data + at, data + at, bounce.data(), k, ctx.dtype, ctx.op);
     }
-  }
-  if (ctx.op == ReduceOp::avg) finish_average(data + my_begin * elem, my_count, ctx.dtype, ctx.world_size);
-  symmetric_barrier(control, base + kReduced, shm, ctx);
-  for (int step = 1; step < n; ++step) {
-    const int q = (me + step) % n;
-    const size_t at = chunk_begin(count, n, q) * elem;
-    read_from(pids[size_t(q)], control.ranks()[size_t(q)], data + at, theirs[size_t(q)] + at,
-              chunk_count(count, n, q) * elem, ctx);
+    if (ctx.op == ReduceOp::avg) finish_average(data + at, k, ctx.dtype, ctx.world_size);
+    for (int step = 1; step < n; ++step) {
+      const int q = (me + step) % n;
+      transfer(Direction::to_peer, pids[size_t(q)], control.ranks()[size_t(q)], data + at, theirs[size_t(q)] + at,
+               k * elem, ctx);
+    }
   }
   symmetric_barrier(control, base + kDone, shm, ctx);
 }

@@ -1,18 +1,22 @@
 // All-reduce of ordinary buffers (a user's own tensors) among the ranks of one host, each byte read
-// out of its owner's buffer once, by the kernel: process_vm_readv ("cross memory attach", what Open
-// MPI's vader transport uses for large messages).
+// out of its owner's buffer once and each result written into it once, by the kernel:
+// process_vm_readv and process_vm_writev ("cross memory attach", what Open MPI's vader transport uses
+// for large messages).
 //
 // The schedule is the symmetric two-shot's (symmetric_all_reduce.h) with the peers' buffers reached
 // through the kernel instead of a mapping: every rank publishes its buffer's address with its arrival
 // on a small symmetric control buffer; rank p reads slice p of every peer's buffer, a block at a time,
 // into a cache-sized bounce buffer and adds it into its own (the ring's fold order, so the ring's
-// bits); a barrier; it reads every other finished slice straight into its own buffer (one copy, no
-// FIFO); a barrier, after which nobody reads its buffer any more. Per rank: (n-1)/n of S read into the
-// bounce and added, (n-1)/n of S copied: the FIFO ring copies 3(n-1)/n of S.
+// bits), then writes that finished block into every peer's buffer while it is still in this core's
+// cache (one copy, no FIFO); a barrier, after which nobody reads or writes its buffer any more. Per
+// rank: (n-1)/n of S read into the bounce and added, (n-1)/n of S written: the FIFO ring copies
+// 3(n-1)/n of S. Reading the finished slices back after a second barrier would copy as many bytes,
+// but from where the peers left them, and wait at one barrier more.
 //
-// It needs ptrace permission over the peers (same user; /proc/sys/kernel/yama/ptrace_scope 0, or no
-// Yama): cross_memory_readable() asks, and the process group uses this path only when every rank of
-// the host can read every other (comm/tuning.h says when it is chosen over the FIFO).
+// It needs ptrace permission over the peers, the same for writing as for reading (same user;
+// /proc/sys/kernel/yama/ptrace_scope 0, or no Yama): cross_memory_unreadable() asks, and the process
+// group uses this path only when every rank of the host can read every other (comm/tuning.h says when
+// it is chosen over the FIFO).
 #pragma once
 
 #include <cstddef>

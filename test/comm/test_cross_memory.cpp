@@ -1,5 +1,5 @@
-// Ordinary tensors of ranks on one host, read out of the peers' memory by the kernel
-// (process_vm_readv: comm/algorithms/cross_memory_all_reduce.h). Checked against the reference loop
+// Ordinary tensors of ranks on one host, read out of the peers' memory and written back into it by
+// the kernel (process_vm_readv/writev: comm/algorithms/cross_memory_all_reduce.h). Checked against the reference loop
 // and, bit for bit, against the FIFO path (the same group options with TINYDDP_CROSS_MEMORY=0 and
 // TINYDDP_STAGING=0; by default the path takes only what tuning.h says, TINYDDP_CROSS_MEMORY=1 more), in
 // threads of one process and in separate processes, where the kernel really copies between them.
@@ -23,10 +23,13 @@ HostBackend& host(ProcessGroup& pg) { return dynamic_cast<HostBackend&>(pg); }
 
 }  // namespace
 
-TEST_CASE("ordinary tensors read with process_vm_readv equal the reference and, bit for bit, the FIFO path") {
+TEST_CASE("ordinary tensors reached with process_vm_readv/writev equal the reference and, bit for bit, the FIFO path") {
   for (int world : {2, 3}) {
     CAPTURE(world);
-    const int64_t count = 100003;  // above the cross-memory threshold (tuning.h), slices of unequal size
+    // Above the cross-memory threshold (tuning.h), in slices of unequal size that span more than one bounce
+    // block (kCrossMemoryBlockBytes): each block is written back to the peers before the next is read.
+    const int64_t count = 300007;
+    static_assert(300007 / 3 * sizeof(float) > tuning::kCrossMemoryBlockBytes);
     std::vector<std::shared_ptr<ProcessGroup>> cma, fifo;
     {
       ScopedEnv on("TINYDDP_CROSS_MEMORY", "1");

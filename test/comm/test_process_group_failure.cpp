@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdlib>
 #include <regex>
 #include <set>
 #include <thread>
@@ -12,6 +13,7 @@
 #include "tinyddp/comm/host_backend.h"
 #include "tinyddp/comm/process_group.h"
 #include "tinyddp/comm/store/tcp_store.h"
+#include "tinyddp/comm/tuning.h"
 #include "tinyddp/core/process.h"
 #include "test/comm/helpers/forked_ranks.h"
 
@@ -61,9 +63,15 @@ bool names_exactly_the_victim(const std::string& message) {
 // One rank: all-reduces `elements` floats again and again; the victim SIGKILLs itself 300 ms in. A survivor
 // exits 0 when its error names the victim and says no other rank died (and says how long detection
 // took), 3 otherwise, 4 when no error came at all. It stays alive until every survivor has its error
-// (or 20 s pass), so that no survivor sees another gone and rightly calls it dead. With `staged`, a
-// survivor whose calls did not go through the staging (staged_all_reduce.h) exits 5.
-int run_rank(int rank, int port, const std::string& transport, int64_t elements, bool staged, std::string& report) {
+// (or 20 s pass), so that no survivor sees another gone and rightly calls it dead. A survivor whose
+// calls did not take the `path` asked for exits 5.
+enum class Path {
+  as_chosen,     // whatever the group chooses for the size
+  fifos,         // through the shared-memory fifos (TINYDDP_STAGING=0, TINYDDP_CROSS_MEMORY=0)
+  staged,        // through the staging (staged_all_reduce.h)
+  cross_memory,  // through the kernel (cross_memory_all_reduce.h), where ptrace permission allows it
+};
+int run_rank(int rank, int port, const std::string& transport, int64_t elements, Path path, std::string& report) {
   TcpStoreOptions store_options;
   store_options.timeout = 20s;
   auto store = std::make_shared<TcpStore>("127.0.0.1", port, false, store_options);
@@ -71,6 +79,10 @@ int run_rank(int rank, int port, const std::string& transport, int64_t elements,
   options.transport = transport;
   options.timeout = 120s;  // far beyond the test's deadline: detection must not come from the timeout
   options.group_name = "failure-" + transport + "-" + std::to_string(elements);
+  if (path == Path::fifos) {
+    ::setenv("TINYDDP_STAGING", "0", 1);  // this forked rank's own environment
+    ::setenv("TINYDDP_CROSS_MEMORY", "0", 1);
+  }
   auto pg = create_process_group("host", store, rank, kWorld, options);
   Tensor t = Tensor::zeros({elements});
   pg->barrier()->wait();
@@ -90,7 +102,10 @@ int run_rank(int rank, int port, const std::string& transport, int64_t elements,
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
     report = "after " + std::to_string(ms) + " ms: " + e.what();
     const bool right = names_exactly_the_victim(e.what());
-    if (staged && dynamic_cast<HostBackend&>(*pg).staged_collectives() == 0) return 5;
+    const HostBackend& host = dynamic_cast<HostBackend&>(*pg);
+    if (path == Path::staged && host.staged_collectives() == 0) return 5;
+    if (path == Path::cross_memory && host.cross_memory_enabled() && host.cross_memory_collectives() == 0) return 5;
+    if (path == Path::fifos && host.staged_collectives() + host.cross_memory_collectives() != 0) return 5;
     const int64_t reported = store->add(options.group_name + "/reported", 1);
     for (auto give_up = std::chrono::steady_clock::now() + 20s;
          reported < kWorld - 1 && store->add(options.group_name + "/reported", 0) < kWorld - 1 &&
@@ -100,10 +115,10 @@ int run_rank(int rank, int port, const std::string& transport, int64_t elements,
   }
 }
 
-void kill_one_rank(const std::string& transport, int64_t elements = 1 << 20, bool staged = false) {
+void kill_one_rank(const std::string& transport, int64_t elements = 1 << 20, Path path = Path::as_chosen) {
   TINYDDP_SKIP_UNDER_TSAN();  // the ranks are spawn_child lambdas: forked, no exec
   const auto outcomes = run_forked_ranks(kWorld, [&](int r, int port, std::string& report) {
-    return run_rank(r, port, transport, elements, staged, report);
+    return run_rank(r, port, transport, elements, path, report);
   });
   for (int r = 0; r < kWorld; ++r) {
     const ChildOutcome& outcome = outcomes[size_t(r)];
@@ -120,12 +135,21 @@ void kill_one_rank(const std::string& transport, int64_t elements = 1 << 20, boo
 
 TEST_CASE("a peer killed mid-collective is named by every survivor, over tcp") { kill_one_rank("tcp"); }
 
-TEST_CASE("a peer killed mid-collective is named by every survivor, over shared memory") { kill_one_rank("shm"); }
+TEST_CASE("a peer killed mid-collective is named by every survivor, over the shared-memory fifos") {
+  kill_one_rank("shm", 1 << 20, Path::fifos);
+}
 
-// 1 MiB: staged through symmetric memory (staged_all_reduce.h), where the 4 MiB above may go through
-// process_vm_readv; the survivors wait at the staging's barriers, not on a fifo.
+// 1 MiB: staged through symmetric memory (staged_all_reduce.h), below the size process_vm_readv takes;
+// the survivors wait at the staging's barriers, not on a fifo.
 TEST_CASE("a peer killed mid-collective is named by every survivor, in a staged all-reduce") {
-  kill_one_rank("shm", 1 << 18, /*staged=*/true);
+  kill_one_rank("shm", 1 << 18, Path::staged);
+}
+
+// 4 MiB: through the kernel where ptrace permission allows it; a survivor finds the victim gone in a
+// barrier or when process_vm_readv/writev can no longer reach its memory.
+TEST_CASE("a peer killed mid-collective is named by every survivor, in an all-reduce through the kernel") {
+  static_assert((1 << 20) * sizeof(float) >= tuning::kCrossMemoryDefaultBytes);
+  kill_one_rank("shm", 1 << 20, Path::cross_memory);
 }
 
 TEST_CASE("the survivors' check: a message that says another rank died too does not pass") {
