@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # All-reduce inside one host: ours on ordinary buffers (-R 0) by each of the three ways an ordinary
 # tensor can go (comm/tuning.h chooses one): the shared-memory FIFOs (TINYDDP_STAGING=0
-# TINYDDP_CROSS_MEMORY=0), staged through symmetric memory (TINYDDP_STAGING=1) and read with
-# process_vm_readv (TINYDDP_CROSS_MEMORY=1); ours on symmetric buffers (-R 2:
+# TINYDDP_CROSS_MEMORY=0), staged through symmetric memory (TINYDDP_STAGING=1) and through the
+# kernel, process_vm_readv/writev (TINYDDP_CROSS_MEMORY=1); ours on symmetric buffers (-R 2:
 # ProcessGroup::allocate_symmetric); ours as comm/tuning.h chooses (auto); and Open MPI
 # (bench/peers/mpi_all_reduce), as it comes and with glibc's malloc advising huge pages (as tinyddp's
 # allocator does from 2 MiB: Open MPI at its best), run interleaved in one
@@ -138,7 +138,7 @@ print(f"# all-reduce, {n} ranks on one host, in place, float sum, blocking; {cpu
       f"load {min(loads):.2f}-{max(loads):.2f} during the runs; medians of 3 interleaved rounds{rt}")
 print("# busbw GB/s (time in us up to 16 KiB); ratios: ours / the faster Open MPI column, ours / bound")
 print("# fifo, staged, cma: ours on ordinary buffers (-R 0) over the fifos, staged through symmetric memory, and")
-print("# read with process_vm_readv; auto: ours on ordinary buffers as comm/tuning.h chooses; -R 2: ours on")
+print("# through the kernel (process_vm_readv/writev); auto: ours on ordinary buffers as comm/tuning.h chooses; -R 2: ours on")
 print("# symmetric buffers; MPI hp: Open MPI with glibc's malloc advising huge pages (GLIBC_TUNABLES=")
 print("# glibc.malloc.hugetlb=1), as tinyddp's allocator does for blocks of 2 MiB and more")
 ways = ("fifo", "staged", "cma", "auto", "r2")
