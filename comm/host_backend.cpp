@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <thread>
 
 #include "tinyddp/comm/algorithms/algorithm_selection.h"
@@ -85,6 +86,18 @@ std::string store_host(Store& store) {
   if (const auto* tcp_store = dynamic_cast<const TcpStore*>(inner)) return tcp_store->host();
   if (const auto* torch_store = dynamic_cast<const TorchTcpStore*>(inner)) return torch_store->host();
   return "";
+}
+
+// Keeps `t`'s memory from any other use until the process ends. A rank that leaves a collective
+// through the kernel with an error may leave a peer still in it, about to write its reduced slice
+// into `t` (cross_memory_all_reduce.h); were the memory freed, the CPU block cache would hand it to
+// the next tensor of that size, and the peer's late write would land there. A failure aborts the
+// group, so this keeps at most one tensor per group that failed.
+void keep_from_reuse(const Tensor& t) {
+  static std::mutex mutex;
+  static auto* kept = new std::vector<Tensor>();  // never freed: a peer may write until the process exits
+  std::lock_guard lock(mutex);
+  kept->push_back(t);
 }
 
 }  // namespace
@@ -478,7 +491,12 @@ bool HostBackend::cross_memory_all_reduce_bytes(const Tensor& t, const Collectiv
   if (!cross_memory_ || !t.device().is_cpu() || t.nbytes() < cross_memory_from_bytes_ ||
       all_reduce_->choose(t.nbytes()) != AllReduceAlgorithm::ring)
     return false;
-  cross_memory_all_reduce(*cross_memory_, local_pids_, bytes_of(t), size_t(t.numel()), *shm_, ctx);
+  try {
+    cross_memory_all_reduce(*cross_memory_, local_pids_, bytes_of(t), size_t(t.numel()), *shm_, ctx);
+  } catch (...) {
+    keep_from_reuse(t);
+    throw;
+  }
   cross_memory_collectives_.fetch_add(1, std::memory_order_relaxed);
   return true;
 }

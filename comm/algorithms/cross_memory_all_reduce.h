@@ -31,7 +31,9 @@ class ShmTransport;
 class SymmetricBuffer;
 
 // `data`: this rank's `count` elements of ctx.dtype, reduced in place over every rank of the host;
-// `pids`: every party's pid, by its position in `control`.
+// `pids`: every party's pid, by its position in `control`. When it throws (a peer died or failed, a
+// timeout), a peer that is still in the collective may yet write its slice into `data`: the caller
+// keeps that memory from any other use (HostBackend keeps the tensor until the process ends).
 void cross_memory_all_reduce(SymmetricBuffer& control, const std::vector<int>& pids, std::byte* data, size_t count,
                              ShmTransport& shm, const CollectiveContext& ctx);
 

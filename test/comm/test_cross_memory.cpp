@@ -5,6 +5,9 @@
 // threads of one process and in separate processes, where the kernel really copies between them.
 #include <doctest/doctest.h>
 
+#include <atomic>
+#include <thread>
+
 #include "tinyddp/comm/host_backend.h"
 #include "tinyddp/comm/store/tcp_store.h"
 #include "tinyddp/comm/tuning.h"
@@ -85,6 +88,42 @@ TEST_CASE("by default process_vm_readv carries ordinary tensors from the size tu
     named[size_t(r)]->all_reduce(t)->wait();
     CHECK(t.to_vector<float>() == reference_reduce<float>(ReduceOp::sum, kWorld, from));
     CHECK(host(*named[size_t(r)]).cross_memory_collectives() == 0);
+  });
+}
+
+// A rank that fails out of a collective while a peer is still in it: the peer writes its reduced
+// slice into this rank's tensor (process_vm_writev) after this rank has given up, so the tensor's
+// memory must not have been handed to anything else by then. Here rank 0 times out before rank 1
+// arrives; rank 1 then finds rank 0's arrival published, reduces and writes into rank 0's tensor,
+// and fails only at the last barrier. Meanwhile rank 0 frees its tensor and takes a new one of the
+// same size, which the CPU block cache would give the same memory: it must keep its values.
+TEST_CASE("a rank that left a collective through the kernel after a failure keeps its tensor's memory from others") {
+  constexpr int64_t kCount = 1 << 18;
+  std::vector<std::shared_ptr<ProcessGroup>> groups;
+  {
+    ScopedEnv on("TINYDDP_CROSS_MEMORY", "1");
+    groups = make_groups(2, shm_group("cma-left", 300ms));
+  }
+  std::atomic<bool> rank0_failed{false}, rank1_done{false};
+  run_ranks(2, [&](int r) {
+    REQUIRE(host(*groups[size_t(r)]).cross_memory_enabled());
+    if (r == 0) {
+      {
+        Tensor t = Tensor::from_vector(std::vector<float>(size_t(kCount), 1.0f));
+        CHECK_THROWS_WITH(groups[0]->all_reduce(t)->wait(), doctest::Contains("timed out"));
+      }
+      Tensor next = Tensor::from_vector(std::vector<float>(size_t(kCount), 7.0f));
+      rank0_failed = true;
+      while (!rank1_done) std::this_thread::sleep_for(1ms);
+      CHECK(next.to_vector<float>() == std::vector<float>(size_t(kCount), 7.0f));
+    } else {
+      while (!rank0_failed) std::this_thread::sleep_for(1ms);
+      Tensor t = Tensor::from_vector(std::vector<float>(size_t(kCount), 2.0f));
+      CHECK_THROWS(groups[1]->all_reduce(t)->wait());
+      // It did reach rank 0's memory: its own half holds the sum.
+      CHECK(t.to_vector<float>()[size_t(kCount) - 1] == 3.0f);
+      rank1_done = true;
+    }
   });
 }
 
