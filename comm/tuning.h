@@ -137,7 +137,7 @@ inline constexpr size_t kSlotBytes = 256 << 10;
 inline constexpr size_t kCrossMemoryBlockBytes = 256 << 10;
 // All-reduces of ordinary CPU tensors at least this large, with every rank on one host, may take the
 // cross-memory path when every rank may read the others; below it the direct exchange's one round
-// over the fifos costs less than three barriers and the system calls. TINYDDP_CROSS_MEMORY=1 takes the
+// over the fifos costs less than two barriers and the system calls. TINYDDP_CROSS_MEMORY=1 takes the
 // path from this size, to measure it.
 inline constexpr size_t kCrossMemoryAllReduceBytes = 64 << 10;
 // Of the three ways a large ordinary tensor can go (the fifos; staging into symmetric memory;
