@@ -105,6 +105,13 @@ TEST_CASE("a rank that left a collective through the kernel after a failure keep
     groups = make_groups(2, shm_group("cma-left", 300ms));
   }
   std::atomic<bool> rank0_failed{false}, rank1_done{false};
+  // Each rank waits for the other's step for at most 30 s, so that a rank that fails early cannot
+  // leave the other waiting for ever.
+  const auto await = [](const std::atomic<bool>& flag, const char* what) {
+    const auto give_up = Clock::now() + 30s;
+    while (!flag && Clock::now() < give_up) std::this_thread::sleep_for(1ms);
+    REQUIRE_MESSAGE(flag, "waited 30 s for ", what);
+  };
   run_ranks(2, [&](int r) {
     REQUIRE(host(*groups[size_t(r)]).cross_memory_enabled());
     if (r == 0) {
@@ -114,10 +121,10 @@ TEST_CASE("a rank that left a collective through the kernel after a failure keep
       }
       Tensor next = Tensor::from_vector(std::vector<float>(size_t(kCount), 7.0f));
       rank0_failed = true;
-      while (!rank1_done) std::this_thread::sleep_for(1ms);
+      await(rank1_done, "rank 1 to finish its call");
       CHECK(next.to_vector<float>() == std::vector<float>(size_t(kCount), 7.0f));
     } else {
-      while (!rank0_failed) std::this_thread::sleep_for(1ms);
+      await(rank0_failed, "rank 0 to fail its call");
       Tensor t = Tensor::from_vector(std::vector<float>(size_t(kCount), 2.0f));
       CHECK_THROWS(groups[1]->all_reduce(t)->wait());
       // It did reach rank 0's memory: its own half holds the sum.
